@@ -1,0 +1,37 @@
+//! The benchmarks behind `strobe bench NAME`.
+//!
+//! Each benchmark runs every variant side by side in one process run (ours, the
+//! naive version, the library or kernel alternative) and returns a
+//! [`BenchReport`]: rows for machines (`--json`) and a rendered table with
+//! ratios for people. The CLI only parses flags into a [`BenchOpts`] and prints
+//! the report; all measuring lives here.
+//!
+//! This crate must never be linked into the agent or into a profiled target: it
+//! pulls in comparison crates (crossbeam-epoch, seize, arc-swap) that strobe's
+//! own mechanisms replace.
+
+pub mod report;
+pub mod stats;
+
+pub use report::{BenchOpts, BenchReport, Row};
+
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// This machine lacks something the benchmark needs (a PMU, a permission,
+    /// a tool); the message says what and how to get it.
+    #[error("{0}")]
+    Unsupported(String),
+    /// An I/O or system call failed; the message names the operation.
+    #[error("{what}: {source}")]
+    Io {
+        /// The operation that failed.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Anything else, already phrased for the user.
+    #[error("{0}")]
+    Other(String),
+}
