@@ -13,8 +13,13 @@
 pub mod report;
 pub mod stats;
 
-pub use report::{BenchOpts, BenchReport, Row};
+pub mod breakpoint;
+pub mod probe;
+pub mod readside;
+pub mod reclaim;
+pub mod sampling;
 
+pub use report::{BenchOpts, BenchReport, Row};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -34,4 +39,31 @@ pub enum BenchError {
     /// Anything else, already phrased for the user.
     #[error("{0}")]
     Other(String),
+}
+
+/// The benchmark names `strobe bench` accepts, with a one-line description each.
+pub const BENCHES: &[(&str, &str)] = &[
+    ("sampling", "alternating sample windows vs short-period-only; slowdown, bytes, wakeups, report speed"),
+    ("reclaim", "deferred reclamation throughput and memory: strobe-rcu bulk vs per-object, crossbeam-epoch, seize"),
+    ("readside", "ns per read-side section: strobe-rcu vs crossbeam-epoch, seize, arc-swap, RwLock"),
+    ("probe", "probe triggers/s at 1..8 threads: RCU registry vs Mutex/RwLock, disabled, kernel uprobes"),
+    ("breakpoint", "breakpoint slot reservation at 1..4096 threads: kernel, list, hash multimap"),
+];
+
+/// Runs the benchmark called `name`.
+pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+    match name {
+        "sampling" => sampling::run(opts),
+        "reclaim" => reclaim::run(opts),
+        "readside" => readside::run(opts),
+        "probe" => probe::run(opts),
+        "breakpoint" => breakpoint::run(opts),
+        other => {
+            let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
+            Err(BenchError::Other(format!(
+                "unknown benchmark '{other}'; choose one of: {}",
+                names.join(", ")
+            )))
+        }
+    }
 }

@@ -15,11 +15,15 @@ pub struct BenchOpts {
     pub quick: bool,
     /// How many times each variant is measured; the median is reported.
     pub repeats: usize,
+    /// The `strobe` executable, for benchmarks that drive whole commands
+    /// (`sampling` runs `strobe record` and `strobe report`). The CLI passes
+    /// its own path.
+    pub strobe_exe: Option<std::path::PathBuf>,
 }
 
 impl Default for BenchOpts {
     fn default() -> Self {
-        Self { quick: false, repeats: 5 }
+        Self { quick: false, repeats: 5, strobe_exe: None }
     }
 }
 

@@ -1,0 +1,8 @@
+//! One module per subcommand: its clap arguments and the glue that runs it.
+
+pub mod bench;
+pub mod probe;
+pub mod record;
+pub mod report;
+pub mod watch;
+pub mod workload;

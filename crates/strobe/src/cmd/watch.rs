@@ -1,0 +1,16 @@
+//! `strobe watch`. (Being built.)
+
+use std::process::ExitCode;
+
+/// Arguments of `strobe watch`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Everything after the subcommand (placeholder until the command exists).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    rest: Vec<String>,
+}
+
+/// Runs `strobe watch`.
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("strobe watch is not built yet")
+}
