@@ -1,0 +1,1 @@
+//! The perf mmap ring buffer: reading records the kernel writes. (Being built.)
