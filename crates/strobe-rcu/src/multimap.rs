@@ -236,7 +236,11 @@ where
 
     /// Calls `f` with every entry of the map (a consistent walk of one table;
     /// entries inserted or removed meanwhile may or may not be seen).
-    pub fn for_each_entry<'g>(&'g self, _guard: &'g ReadGuard<'_>, mut f: impl FnMut(&'g K, &'g V)) {
+    pub fn for_each_entry<'g>(
+        &'g self,
+        _guard: &'g ReadGuard<'_>,
+        mut f: impl FnMut(&'g K, &'g V),
+    ) {
         // SAFETY: as in `for_each`.
         let t = unsafe { &*self.table.load(Ordering::Acquire) };
         let slot = t.slot & 1;
