@@ -106,6 +106,14 @@ impl Aggregator {
         self.last_pid = None;
     }
 
+    /// Sets the sampling parameters actually used (they may differ from those requested:
+    /// the period can come from an overhead budget), in leader units.
+    pub fn set_sampling(&mut self, period: u64, window: u64, jitter: u64) {
+        self.info.period = period;
+        self.info.window = window;
+        self.info.jitter = jitter;
+    }
+
     /// Adds `n` samples the recorder had to drop (a thread's buffer was full).
     pub fn add_lost(&mut self, n: u64) {
         self.lost = self.lost.saturating_add(n);

@@ -4,6 +4,12 @@
 /// Why a report could not be built or rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// The record file is missing, unreadable, corrupt or of another version; the
+    /// message names the file and, for damage, the byte offset.
+    /// (Its message already includes the underlying I/O error, so it is not exposed as
+    /// a source: printing the chain would repeat it.)
+    #[error("{0}")]
+    Read(strobe_format::FormatError),
     /// The recording names no counters at all.
     #[error(
         "the recording lists no events; it is not a strobe recording or its header is damaged"
@@ -33,4 +39,10 @@ pub enum ReportError {
         /// The counters the metric needs.
         needs: String,
     },
+}
+
+impl From<strobe_format::FormatError> for ReportError {
+    fn from(e: strobe_format::FormatError) -> Self {
+        ReportError::Read(e)
+    }
 }

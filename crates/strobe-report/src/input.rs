@@ -55,7 +55,9 @@ pub enum SampleKind {
 /// allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample<'a> {
-    /// Process id.
+    /// The process image the sample belongs to: its pid, or any key that names one
+    /// image (the record file's stream id, which changes at exec). Mappings added for
+    /// the same key resolve its IPs.
     pub pid: u32,
     /// Thread id.
     pub tid: u32,

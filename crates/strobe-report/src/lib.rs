@@ -13,7 +13,8 @@
 //! 5. [`metrics`]: the table of derived metrics and their formulas.
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
-//! [`throughput`] measures the engine's samples per second.
+//! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
+//! engine. [`throughput`] measures the engine's samples per second.
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
 
@@ -21,6 +22,7 @@ mod aggregate;
 mod error;
 pub mod input;
 pub mod metrics;
+pub mod recording;
 pub mod render;
 mod report;
 mod symbolize;

@@ -314,18 +314,24 @@ impl CounterSet {
     }
 }
 
-/// The metrics table as text, for `strobe report --help`.
+/// The formula of `m` in words, e.g. `1000 * branch-misses / instructions`.
+pub fn formula_text(m: &MetricDef) -> String {
+    match m.formula {
+        Formula::Ratio { num, den, scale } => {
+            let prefix = if scale == 1.0 { String::new() } else { format!("{scale} * ") };
+            let unit = if den == Counter::Time { " ns" } else { "" };
+            format!("{prefix}{} / {}{unit}", counter_name(num), counter_name(den))
+        }
+        Formula::Share(c) => format!("100 * {0} / all windows' {0}", counter_name(c)),
+        Formula::PerMs(c) => format!("{} / task-clock ms", counter_name(c)),
+    }
+}
+
+/// The metrics table as text, for `strobe report --help`: header, key, formula.
 pub fn help_table() -> String {
     let mut out = String::new();
     for m in METRICS {
-        let needs: Vec<&str> = m.formula.needs().iter().map(|c| counter_name(*c)).collect();
-        out.push_str(&format!(
-            "  {:<10} {:<24} {} (needs {})\n",
-            m.header,
-            m.key,
-            m.description,
-            needs.join(", ")
-        ));
+        out.push_str(&format!("  {:<10} {:<24} {}\n", m.header, m.key, formula_text(m)));
     }
     out
 }
@@ -413,6 +419,16 @@ mod tests {
         let set = CounterSet::from_events(&["task-clock", "page-faults"]);
         assert_eq!(set.eval(metric("page_faults_per_ms"), &[0, 0], &[0, 0]), None);
         assert_eq!(set.eval(metric("page_faults_pct"), &[0, 0], &[10, 0]), None);
+    }
+
+    #[test]
+    fn help_names_every_metric_with_its_formula() {
+        let help = help_table();
+        assert_eq!(help.lines().count(), METRICS.len());
+        assert!(help
+            .contains("BM/KI      branch_misses_per_ki     1000 * branch-misses / instructions"));
+        assert!(help.contains("faults/ms  page_faults_per_ms       page-faults / task-clock ms"));
+        assert!(help.lines().all(|l| l.len() < 90), "fits a terminal:\n{help}");
     }
 
     #[test]

@@ -1,1 +1,341 @@
-//! Integration tests of `strobe report`.
+//! Integration tests of `strobe report` (and `strobe workload`).
+//!
+//! Two kinds:
+//!
+//! - Record files written here with strobe-format's encoder, whose samples are IPs of
+//!   functions of this very test binary with its real /proc/self/maps: `strobe report`
+//!   must read, symbolize and attribute them, and handle truncated, corrupt and missing
+//!   files as a user would expect.
+//! - End to end: `strobe record` of the bundled workload, checked against the ground
+//!   truth the workload measures itself.
+
+use std::path::Path;
+
+use strobe_format::{
+    EventDesc, Header, LostCount, Mapping, MapsSnapshot, PeriodSource, ProcessInfo, ProcessOrigin,
+    SampleKind, MINOR_VERSION,
+};
+
+use crate::util::{run, show, strobe, Scratch};
+
+// Functions whose addresses are the recorded IPs. Each has a loop so that the offsets
+// added to its start stay inside it.
+macro_rules! sampled_fn {
+    ($name:ident, $mul:expr) => {
+        #[inline(never)]
+        #[no_mangle]
+        pub extern "C" fn $name(n: u64) -> u64 {
+            let mut acc = n;
+            let mut i = 0;
+            while i < n {
+                acc = (acc ^ (acc >> 3)).wrapping_mul($mul) ^ i;
+                i += 1;
+            }
+            acc
+        }
+    };
+}
+
+sampled_fn!(it_report_compute, 0x9e37_79b9);
+sampled_fn!(it_report_faulting, 0x85eb_ca6b);
+sampled_fn!(it_report_tiny, 0xc2b2_ae35);
+
+fn addr(f: extern "C" fn(u64) -> u64) -> u64 {
+    std::hint::black_box(f(2));
+    f as usize as u64
+}
+
+const STREAM: u32 = 0x5eed;
+const TID: u32 = 777;
+
+fn event(name: &str, config: u64, is_time: bool) -> EventDesc {
+    EventDesc {
+        name: name.into(),
+        type_: 1,
+        config,
+        is_time,
+        is_hardware: false,
+        exclude_user: false,
+        exclude_kernel: false,
+    }
+}
+
+/// Writes a recording: 60 windows in it_report_compute (no faults), 30 in
+/// it_report_faulting (4 faults each), 10 starting in it_report_tiny and ending in
+/// it_report_compute, and `lost` lost samples. Returns the file's bytes.
+fn write_recording(path: &Path, lost: u64) -> Vec<u8> {
+    let maps_text = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let maps: Vec<Mapping> = strobe_report::input::parse_proc_maps(&maps_text)
+        .into_iter()
+        .map(|m| Mapping { start: m.start, end: m.end, file_offset: m.offset, path: m.path.into() })
+        .collect();
+    let mut e = strobe_format::Encoder::new();
+    e.preamble();
+    e.header(&Header {
+        minor_version: MINOR_VERSION,
+        strobe_version: "test".into(),
+        start_unix_ns: 1,
+        start_mono_ns: 1,
+        command: vec!["./prog".into(), "--flag".into()],
+        events: vec![
+            event("task-clock", 1, true),
+            event("page-faults", 2, false),
+            event("context-switches", 3, false),
+        ],
+        period: None,
+        window: Some(20_000),
+        jitter: None,
+        wakeup: 512,
+        buffer_capacity: 4096,
+        overhead_ppm: 20_000,
+        follow_fork: false,
+    });
+    e.process(
+        STREAM,
+        &ProcessInfo {
+            pid: std::process::id(),
+            ppid: 1,
+            origin: ProcessOrigin::Start,
+            exe: std::env::current_exe().unwrap(),
+            start_mono_ns: 2,
+            period: 2_500_000,
+            window: 20_000,
+            jitter: 250_000,
+            period_source: PeriodSource::Budget,
+            sample_cost_ns: 25_000,
+            floor_cost_ns: 15_000,
+            predicted_overhead_ppm: 19_000,
+        },
+    );
+    e.maps(STREAM, &MapsSnapshot { time_mono_ns: 3, maps });
+    let (compute, faulting, tiny) =
+        (addr(it_report_compute), addr(it_report_faulting), addr(it_report_tiny));
+    let mut c = [0u64; 3];
+    let mut t = 10u64;
+    let mut b = e.samples(STREAM, TID, 3);
+    let mut window = |b: &mut strobe_format::SampleBatchEncoder<'_>, s, e, faults| {
+        t += 2_500_000;
+        c[0] += 2_500_000;
+        b.push(SampleKind::WindowStart, t, s, &c);
+        t += 25_000;
+        c[0] += 25_000;
+        c[1] += faults;
+        b.push(SampleKind::WindowEnd, t, e, &c);
+    };
+    for i in 0..100 {
+        match i % 10 {
+            0..=5 => window(&mut b, compute + 4, compute + 8, 0),
+            6..=8 => window(&mut b, faulting + 4, faulting + 8, 4),
+            _ => window(&mut b, tiny, compute + 4, 0),
+        }
+    }
+    b.finish();
+    if lost > 0 {
+        e.lost(STREAM, &[LostCount { tid: TID, lost }]);
+    }
+    let bytes = e.as_bytes().to_vec();
+    std::fs::write(path, &bytes).unwrap();
+    bytes
+}
+
+fn report_json(path: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = run(strobe().arg("report").arg(path).args(["--format", "json"]).args(extra));
+    assert!(out.status.success(), "{}", show(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", show(&out)))
+}
+
+fn function<'v>(json: &'v serde_json::Value, name: &str) -> &'v serde_json::Value {
+    json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == name)
+        .unwrap_or_else(|| panic!("{name} missing from {json:#}"))
+}
+
+#[test]
+fn table_names_the_functions_of_a_real_binary_with_their_metrics() {
+    let dir = Scratch::new("report-table");
+    let file = dir.path("run.strobe");
+    write_recording(&file, 0);
+    let out = run(strobe().arg("report").arg(&file));
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Header: the period actually used and the mean measured window.
+    assert!(text.contains("period:   2.500 ms"), "{text}");
+    assert!(text.contains("25.0 us measured (mean)"), "{text}");
+    assert!(text.contains("windows: 90 used, 10 discarded"), "{text}");
+    assert!(!text.contains("WARNING"), "no lost samples, no warning: {text}");
+    // Rows in sample order, with faults/ms only where faults happened.
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("it_report_")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let cols = |row: &str| row.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(cols(rows[0])[..4], ["it_report_compute", "60", "60.0", "60"]);
+    assert_eq!(cols(rows[1])[..5], ["it_report_faulting", "30", "30.0", "30", "160.00"]);
+    assert_eq!(cols(rows[2])[..4], ["it_report_tiny", "10", "10.0", "0"]);
+    assert!(text.contains("faults/ms") && text.contains("cs/ms"), "{text}");
+    assert!(!text.contains("CPI"), "no hardware counters recorded, no CPI: {text}");
+}
+
+#[test]
+fn json_has_the_documented_fields_and_fold_moves_crossing_windows() {
+    let dir = Scratch::new("report-json");
+    let file = dir.path("run.strobe");
+    write_recording(&file, 0);
+    let v = report_json(&file, &[]);
+    for key in ["lost_samples", "windows_used", "windows_discarded", "period", "mean_window"] {
+        assert!(v.get(key).is_some(), "top-level {key} missing: {v:#}");
+    }
+    assert_eq!(v["period"], 2_500_000);
+    assert_eq!(v["mean_window"], 25_000.0);
+    assert_eq!((v["windows_used"].as_u64(), v["windows_discarded"].as_u64()), (Some(90), Some(10)));
+    let f = function(&v, "it_report_faulting");
+    assert_eq!(f["samples"], 30);
+    assert_eq!(f["time_pct"], 30.0);
+    assert_eq!(f["page_faults_per_ms"], 160.0);
+    assert_eq!(f["context_switches_per_ms"], 0.0);
+    assert!(f["module"].as_str().unwrap().starts_with("it-"), "{f}");
+    assert!(f["source"].as_str().unwrap().contains("report.rs:"), "DWARF line: {f}");
+    assert!(function(&v, "it_report_tiny")["page_faults_per_ms"].is_null());
+
+    let folded = report_json(&file, &["--window-policy", "fold"]);
+    assert_eq!(folded["windows_discarded"], 0);
+    assert_eq!(function(&folded, "it_report_compute")["windows"], 70);
+    assert_eq!(function(&folded, "it_report_tiny")["samples"], 10, "samples never move");
+}
+
+#[test]
+fn sort_top_and_csv() {
+    let dir = Scratch::new("report-sort");
+    let file = dir.path("run.strobe");
+    write_recording(&file, 0);
+    let v = report_json(&file, &["--sort", "faults/ms", "--top", "1"]);
+    let names: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["it_report_faulting"]);
+
+    let out =
+        run(strobe().arg("report").arg(&file).args(["--format", "csv", "--sort", "function"]));
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("function,module,samples,time_pct,windows,"));
+    let first: Vec<&str> = lines.map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(first, ["it_report_compute", "it_report_faulting", "it_report_tiny"]);
+
+    let out = run(strobe().arg("report").arg(&file).args(["--sort", "cpi"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cycles, instructions"), "{err}");
+}
+
+#[test]
+fn lost_samples_are_printed_prominently() {
+    let dir = Scratch::new("report-lost");
+    let file = dir.path("run.strobe");
+    write_recording(&file, 42);
+    let out = run(strobe().arg("report").arg(&file));
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().next().unwrap().starts_with("WARNING: 42 samples were lost"), "{text}");
+    let v = report_json(&file, &[]);
+    assert_eq!(v["lost_samples"], 42);
+}
+
+#[test]
+fn a_truncated_file_reports_everything_before_the_cut() {
+    let dir = Scratch::new("report-truncated");
+    let file = dir.path("run.strobe");
+    let bytes = write_recording(&file, 0);
+    // Append a second, partial sample chunk, as a writer killed mid-write leaves.
+    let whole = bytes.len();
+    let mut e = strobe_format::Encoder::new();
+    let mut b = e.samples(STREAM, TID, 3);
+    b.push(SampleKind::WindowStart, u64::MAX >> 3, addr(it_report_tiny), &[u64::MAX >> 2, 0, 0]);
+    b.finish();
+    let partial = &e.as_bytes()[..e.len() - 3];
+    let mut cut = bytes.clone();
+    cut.extend_from_slice(partial);
+    std::fs::write(&file, &cut).unwrap();
+
+    let out = run(strobe().arg("report").arg(&file));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one warning line: {err}");
+    assert!(err.contains("warning") && err.contains(&format!("byte {whole}")), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("samples:  100 (0 lost)"), "{text}");
+}
+
+#[test]
+fn corrupt_missing_and_foreign_files_are_one_line_errors() {
+    let dir = Scratch::new("report-corrupt");
+    let file = dir.path("run.strobe");
+    let mut bytes = write_recording(&file, 0);
+    // Damage a byte inside the sample chunk (the last chunk): its checksum fails.
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let expect_one_line = |args: &[&std::ffi::OsStr], needles: &[&str]| {
+        let out = run(strobe().arg("report").args(args));
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{}", show(&out));
+        for n in needles {
+            assert!(err.contains(n), "{n:?} not in {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    let name = file.display().to_string();
+    expect_one_line(&[file.as_os_str()], &[&name, "corrupt", "byte"]);
+
+    let missing = dir.path("missing.strobe");
+    expect_one_line(&[missing.as_os_str()], &[&missing.display().to_string()]);
+
+    let foreign = dir.path("foreign.strobe");
+    std::fs::write(&foreign, b"this is not a recording").unwrap();
+    expect_one_line(&[foreign.as_os_str()], &[&foreign.display().to_string(), "not a strobe"]);
+}
+
+#[test]
+fn stats_prints_the_throughput() {
+    let dir = Scratch::new("report-stats");
+    let file = dir.path("run.strobe");
+    write_recording(&file, 0);
+    let out = run(strobe().arg("report").arg(&file).arg("--stats"));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("report read 200 samples") && err.contains("M samples/s"), "{err}");
+}
+
+#[test]
+fn workload_writes_its_ground_truth() {
+    let dir = Scratch::new("workload-truth");
+    let truth = dir.path("truth.json");
+    let out =
+        run(strobe().args(["workload", "--seconds", "1", "--threads", "1", "--truth"]).arg(&truth));
+    assert!(out.status.success(), "{}", show(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    assert_eq!(v["threads"], 1);
+    let names: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    for f in strobe_workload::FUNCTIONS {
+        assert!(names.contains(&f), "{f} missing from {v:#}");
+    }
+    let pf =
+        v["functions"].as_array().unwrap().iter().find(|f| f["function"] == "workload_page_faults");
+    assert!(pf.unwrap()["page_faults"].as_u64().unwrap() > 0, "{v:#}");
+
+    let out = run(strobe().args(["workload", "--threads", "0"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1, "{}", show(&out));
+}
