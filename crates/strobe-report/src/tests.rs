@@ -423,3 +423,11 @@ fn throughput_measures_the_whole_stream() {
     assert_eq!(t.samples, 20_000);
     assert!(t.seconds >= t.aggregate_seconds && t.seconds > 0.0);
 }
+
+#[test]
+fn throughput_through_a_record_file_reads_every_sample() {
+    let dir = std::env::temp_dir();
+    let (t, bytes) = crate::throughput::measure_file(10_000, &dir).unwrap();
+    assert_eq!(t.samples, 10_000);
+    assert!(bytes > 10_000, "{bytes}");
+}
