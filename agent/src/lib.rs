@@ -224,6 +224,7 @@ fn start(cfg: Config, origin: ProcessOrigin) {
     };
     let mut e = Encoder::new();
     e.process(stream, &info);
+    writer::first_maps(a, &mut e);
     if costs.is_none() {
         e.note(
             stream,

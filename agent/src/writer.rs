@@ -29,6 +29,7 @@ static FINISHED: AtomicBool = AtomicBool::new(false);
 pub struct WriterState {
     enc: Encoder,
     last_maps: String,
+    maps_read_at: u64,
     samples: u64,
     lost: u64,
     wakeups: u64,
@@ -68,6 +69,7 @@ fn with_lock<R>(f: impl FnOnce(&mut WriterState) -> R) -> R {
     let ws = st.get_or_insert_with(|| WriterState {
         enc: Encoder::with_capacity(1 << 16),
         last_maps: String::new(),
+        maps_read_at: 0,
         samples: 0,
         lost: 0,
         wakeups: 0,
@@ -130,6 +132,17 @@ pub fn read_maps() -> (MapsSnapshot, String) {
     (MapsSnapshot { time_mono_ns: mono_ns(), maps }, key)
 }
 
+/// Encodes the stream's first MAPS snapshot into `e` (written with the PROCESS chunk at
+/// start), and remembers it so the writer repeats it only when mappings change.
+pub fn first_maps(a: &Agent, e: &mut Encoder) {
+    with_lock(|ws| {
+        let (maps, key) = read_maps();
+        e.maps(a.stream, &maps);
+        ws.last_maps = key;
+        ws.maps_read_at = mono_ns();
+    });
+}
+
 /// Appends a note to the file (normal context).
 pub fn note(a: &Agent, level: NoteLevel, message: String) {
     let mut e = Encoder::new();
@@ -138,14 +151,21 @@ pub fn note(a: &Agent, level: NoteLevel, message: String) {
 }
 
 /// Drains every ring into the file. Called with the lock held.
-fn drain(a: &Agent, ws: &mut WriterState) {
+fn drain(a: &Agent, ws: &mut WriterState, final_drain: bool) {
     if FINISHED.load(Ordering::Relaxed) {
         return;
     }
-    let (maps, key) = read_maps();
-    if key != ws.last_maps {
-        ws.enc.maps(a.stream, &maps);
-        ws.last_maps = key;
+    // Mappings change after dlopen: re-read them before writing samples, so a snapshot
+    // covering a new library precedes its samples in the file. At most every 50 ms (a
+    // program that churns threads wakes us at each thread exit), and always at the end.
+    let now = mono_ns();
+    if final_drain || now.saturating_sub(ws.maps_read_at) >= 50_000_000 {
+        let (maps, key) = read_maps();
+        ws.maps_read_at = now;
+        if key != ws.last_maps {
+            ws.enc.maps(a.stream, &maps);
+            ws.last_maps = key;
+        }
     }
     let ncounters = a.stride - RECORD_HEAD;
     let mut lost = Vec::new();
@@ -212,7 +232,7 @@ fn drain(a: &Agent, ws: &mut WriterState) {
 /// afterwards.
 pub fn finish(a: &Agent, reason: EndReason) {
     with_lock(|ws| {
-        drain(a, ws);
+        drain(a, ws, true);
         if FINISHED.load(Ordering::Relaxed) {
             return;
         }
@@ -261,7 +281,7 @@ pub extern "C" fn writer_main(_arg: *mut libc::c_void) -> *mut libc::c_void {
         }
         with_lock(|ws| {
             ws.wakeups += 1;
-            drain(a, ws);
+            drain(a, ws, false);
         });
     }
     std::ptr::null_mut()
