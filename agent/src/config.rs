@@ -27,6 +27,10 @@ pub const ENV_HARDWARE: &str = "STROBE_HARDWARE";
 /// recording; a different pid is a forked child's new image.
 pub const ENV_AGENT_PID: &str = "STROBE_AGENT_PID";
 
+/// Set by the agent after measuring its costs (`sample_ns,floor_ns,leader_per_ns`), so an
+/// exec'd image of the recording reuses them instead of measuring again.
+pub const ENV_COSTS: &str = "STROBE_COSTS";
+
 /// What the recorder asked for.
 #[derive(Debug, Clone)]
 pub struct Config {

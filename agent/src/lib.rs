@@ -57,6 +57,9 @@ pub struct Agent {
     window: u64,
     period: AtomicU64,
     jitter: AtomicU64,
+    /// The measured costs (0 until measured), for a forked child to reuse.
+    sample_ns: AtomicU64,
+    floor_ns: AtomicU64,
 }
 
 /// The live agent (null before start or when disabled). Handlers load it with Acquire:
@@ -127,12 +130,24 @@ extern "C" fn agent_init() {
         );
         return;
     }
-    start(cfg, origin);
+    start(cfg, origin, inherited_costs());
 }
 
-/// Starts a stream: opens the file, calibrates, writes PROCESS and MAPS, starts the
+/// Costs measured by an earlier image of this recording (exec keeps the environment), so
+/// an exec'd image does not pay the calibration again: `sample_ns,floor_ns,leader_per_ns`.
+fn inherited_costs() -> Option<sampler::Costs> {
+    let v = std::env::var(config::ENV_COSTS).ok()?;
+    let mut it = v.split(',');
+    let sample_ns = it.next()?.parse().ok()?;
+    let floor_ns = it.next()?.parse().ok()?;
+    let leader_per_ns = it.next()?.parse().ok()?;
+    Some(sampler::Costs { sample_ns, floor_ns, leader_per_ns })
+}
+
+/// Starts a stream: opens the file, calibrates (unless `known` costs are given: a forked
+/// child or an exec'd image reuses its parent's), writes PROCESS and MAPS, starts the
 /// writer and sets up the calling thread.
-fn start(cfg: Config, origin: ProcessOrigin) {
+fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
     let Ok(path) =
         std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(cfg.output.as_os_str()))
     else {
@@ -170,6 +185,8 @@ fn start(cfg: Config, origin: ProcessOrigin) {
         // Long enough that it never fires while calibrating.
         period: AtomicU64::new(if leader_is_time { 1_000_000_000 } else { 1 << 40 }),
         jitter: AtomicU64::new(0),
+        sample_ns: AtomicU64::new(0),
+        floor_ns: AtomicU64::new(0),
         cfg,
     });
     let a: &'static Agent = Box::leak(a);
@@ -180,7 +197,21 @@ fn start(cfg: Config, origin: ProcessOrigin) {
     AGENT.store(a as *const Agent as *mut Agent, Ordering::Release);
 
     // Measure our own cost, then derive the period from the budget.
-    let costs = sampler::calibrate(a);
+    let costs = match known {
+        Some(c) => Some(c),
+        None => {
+            let c = sampler::calibrate(a);
+            if let (Some(c), ProcessOrigin::Start | ProcessOrigin::Exec) = (&c, origin) {
+                // Still single-threaded (the constructor, before the writer starts):
+                // setenv is safe here. A forked child never gets here (it inherits).
+                std::env::set_var(
+                    config::ENV_COSTS,
+                    format!("{},{},{}", c.sample_ns, c.floor_ns, c.leader_per_ns),
+                );
+            }
+            c
+        }
+    };
     let (sample_ns, floor_ns, per_ns) =
         costs.as_ref().map_or((0, 0, 1.0), |c| (c.sample_ns, c.floor_ns, c.leader_per_ns));
     let spec = &a.cfg.spec;
@@ -205,6 +236,8 @@ fn start(cfg: Config, origin: ProcessOrigin) {
     let predicted_ppm = (samples_per_cycle * sample_ns as f64 / cycle_ns.max(1.0) * 1e6) as u64;
     a.period.store(period, Ordering::Relaxed);
     a.jitter.store(jitter, Ordering::Relaxed);
+    a.sample_ns.store(sample_ns, Ordering::Relaxed);
+    a.floor_ns.store(floor_ns, Ordering::Relaxed);
 
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
@@ -461,7 +494,12 @@ extern "C" fn atfork_child() {
         let cfg = old.cfg.clone();
         // SAFETY: closing our copy; `start` opens the file again.
         unsafe { libc::close(old.out_fd) };
-        start(cfg, ProcessOrigin::Fork);
+        let costs = sampler::Costs {
+            sample_ns: old.sample_ns.load(Ordering::Relaxed),
+            floor_ns: old.floor_ns.load(Ordering::Relaxed),
+            leader_per_ns: 1.0,
+        };
+        start(cfg, ProcessOrigin::Fork, (costs.sample_ns > 0).then_some(costs));
     } else {
         // SAFETY: closing the child's copy of the output fd: the child writes nothing.
         unsafe { libc::close(old.out_fd) };

@@ -284,7 +284,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .env("STROBE_FOLLOW_FORK", if args.follow_fork { "1" } else { "0" })
         .env("STROBE_KERNEL", if kernel { "1" } else { "0" })
         .env("STROBE_HARDWARE", if hardware { "1" } else { "0" })
-        .env_remove("STROBE_AGENT_PID");
+        .env_remove("STROBE_AGENT_PID")
+        .env_remove("STROBE_COSTS");
     let mut child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
     // Ctrl-C reaches the target (same process group); strobe stays to write the summary.
     // SAFETY: setting SIGINT/SIGQUIT to ignored in this process only; the child was

@@ -93,6 +93,13 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
         let mut got = origins.clone();
         got.sort_by_key(|o| *o as u8);
         assert_eq!(got, want, "follow-fork {follow}: streams {origins:?}");
+        // The cost is measured once; forked children and exec'd images reuse it.
+        let costs: BTreeSet<(u64, u64)> = rec
+            .processes
+            .iter()
+            .filter_map(|p| p.info.as_ref().map(|i| (i.sample_cost_ns, i.floor_cost_ns)))
+            .collect();
+        assert_eq!(costs.len(), 1, "{costs:?}");
         for p in &rec.processes {
             let info = p.info.as_ref().unwrap();
             assert!(p.end.is_some(), "stream {info:?} has no END");
