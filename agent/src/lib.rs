@@ -1,11 +1,11 @@
 //! libstrobe_agent.so: the in-process capture agent that `strobe record` injects into a
 //! target with LD_PRELOAD.
 //!
-//! It owns: reading its configuration from the environment ([`config`]), following the
+//! It owns: reading its configuration from the environment (`config`), following the
 //! target's threads (its `pthread_create` wraps the start routine so each new thread opens
-//! its own perf group before running user code), sampling ([`sampler`]: one-shot armed
+//! its own perf group before running user code), sampling (`sampler`: one-shot armed
 //! task-clock/cycles leader, synchronous SIGTRAP per thread, period alternation), the
-//! per-thread rings ([`slots`]) and the writer thread ([`writer`]). It must never
+//! per-thread rings (`slots`) and the writer thread (`writer`). It must never
 //! allocate, lock or panic in a signal handler, never change the target's output or exit
 //! status, and never unwind into the target's frames (this crate builds with
 //! `panic = "abort"`; nothing here panics on purpose: errors become NOTE chunks).
@@ -25,9 +25,27 @@
 //!   LD_PRELOAD; if its pid equals `STROBE_AGENT_PID` it is the same process and starts a
 //!   new stream with origin Exec; otherwise it is a forked child's new image and is
 //!   profiled (origin Exec, its own stream) only with `--follow-fork`.
-//! - exit: a `.fini_array` destructor stops sampling, drains every ring, writes LOST and
-//!   END. A target killed by a signal or ending with `_exit` skips it: the file then holds
-//!   what the writer wrote at its last wakeup, up to the last whole chunk.
+//! - exit: a `.fini_array` destructor (and the interposed `_exit`/`_Exit`, which skip
+//!   destructors) stops sampling, drains every ring, writes LOST and END. A target killed
+//!   by a signal skips it: the file then holds what the writer wrote at its last wakeup, up
+//!   to the last whole chunk.
+//! - A `vfork` child shares our memory but not our pid: every path that writes the
+//!   recording checks the pid first and leaves it to the parent.
+//!
+//! # The cost, once
+//!
+//! The first image measures the per-sample cost (`sampler::calibrate`, about 50 ms) and
+//! puts it in `STROBE_COSTS`; forked children and exec'd images reuse it.
+//!
+//! # Known limits
+//!
+//! - Threads made with raw `clone` (not `pthread_create`) are not profiled.
+//! - A target that installs its own SIGTRAP handler after start receives our overflow
+//!   signals (`si_code == TRAP_PERF`); a target that closes every fd it did not open
+//!   stops the recording. Both are rare and documented here rather than interposed.
+//! - As with every signal-based profiler, a sample that lands while a thread enters a
+//!   blocking call that is never restarted (nanosleep, poll with a timeout) makes that call
+//!   return EINTR early; the handler uses SA_RESTART for the others.
 
 mod config;
 mod sampler;

@@ -204,6 +204,10 @@ pub fn sig_data(index: usize, generation: u32) -> u64 {
 }
 
 /// The slot a `sig_data` names, if it is still that generation and active.
+///
+/// Relaxed loads suffice: the only caller is the signal handler running on the thread the
+/// event belongs to, which is the thread that stored ACTIVE (and, at exit, CLOSING) in
+/// program order before; a signal of an earlier owner carries another generation.
 #[inline]
 pub fn lookup(sig_data: u64) -> Option<&'static Slot> {
     let slot = SLOTS.get((sig_data & 0xffff) as usize)?;
