@@ -307,9 +307,14 @@ pub fn open_slot(a: &Agent, first_period: u64) -> Result<usize, SetupError> {
             return Err(SetupError::Open(e));
         }
     };
-    let words = (a.capacity as usize).saturating_mul(a.stride);
-    let ring: Box<[u64]> = vec![0u64; words].into_boxed_slice();
-    slot.buf.store(Box::into_raw(ring).cast::<u64>(), Ordering::Relaxed);
+    // A slot keeps its ring when its thread exits (capacity and stride are fixed for the
+    // agent's life), so a program that churns threads does not map and unmap one per
+    // thread; memory stays bounded by the most threads alive at once.
+    if slot.buf.load(Ordering::Relaxed).is_null() {
+        let words = (a.capacity as usize).saturating_mul(a.stride);
+        let ring: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+        slot.buf.store(Box::into_raw(ring).cast::<u64>(), Ordering::Relaxed);
+    }
     slot.tid.store(sys::gettid() as u32, Ordering::Relaxed);
     slot.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
     slot.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
@@ -338,8 +343,9 @@ pub fn arm(idx: usize) {
 }
 
 /// Closes slot `idx`'s events from its owning thread and marks it DEAD for the writer
-/// (which drains and frees it). With `free_now` (no writer will come: calibration, or a
-/// forked child), frees the ring at once and marks it FREE.
+/// (which drains it and marks it FREE). With `free_now` (no writer will come for it:
+/// calibration), marks it FREE at once, discarding its records. The ring stays with the
+/// slot for its next owner.
 pub fn close_slot(idx: usize, free_now: bool) {
     let Some(slot) = slots::SLOTS.get(idx) else { return };
     if slot.state.load(Ordering::Relaxed) != slots::ACTIVE {
@@ -354,28 +360,9 @@ pub fn close_slot(idx: usize, free_now: bool) {
         drop(unsafe { Box::from_raw(group) });
     }
     slot.leader_fd.store(-1, Ordering::Relaxed);
-    if free_now {
-        free_ring(a_capacity_words(slot), slot);
-        slot.state.store(slots::FREE, Ordering::Release);
-    } else {
-        // Release: the writer that sees DEAD sees the final head and lost count.
-        slot.state.store(slots::DEAD, Ordering::Release);
-    }
-}
-
-fn a_capacity_words(_slot: &Slot) -> usize {
-    agent().map_or(0, |a| (a.capacity as usize).saturating_mul(a.stride))
-}
-
-/// Frees a slot's ring of `words` words.
-pub fn free_ring(words: usize, slot: &Slot) {
-    let buf = slot.buf.swap(std::ptr::null_mut(), Ordering::Relaxed);
-    if !buf.is_null() && words > 0 {
-        // SAFETY: `buf` came from Box<[u64]>::into_raw of exactly `words` words in
-        // `open_slot` (capacity and stride are fixed for an agent's life) and was swapped
-        // out, so it is freed once.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(buf, words)) });
-    }
+    // Release: the writer that sees DEAD sees the final head and lost count; the next
+    // owner that claims a FREE slot sees everything we did to it.
+    slot.state.store(if free_now { slots::FREE } else { slots::DEAD }, Ordering::Release);
 }
 
 /// Measured costs, in ns.

@@ -13,7 +13,7 @@
 //! opens its events) `-> ACTIVE` (store Release: the writer thread sees the ring and tid
 //! once it sees ACTIVE) `-> DEAD` (the owning thread at exit, store Release after its
 //! events are closed: the writer then sees the final head and lost count) `-> FREE` (the
-//! writer, after draining the ring and freeing it). The generation is bumped at every
+//! writer, after draining the ring, which stays with the slot for its next owner). The generation is bumped at every
 //! claim, so a late signal of an old owner (delivered after the slot was reused) fails
 //! the generation check and touches nothing.
 //!
@@ -39,7 +39,7 @@ pub const CLAIMED: u32 = 1;
 pub const ACTIVE: u32 = 2;
 /// Its thread is closing its events; the handler must ignore it.
 pub const CLOSING: u32 = 3;
-/// Its thread exited; the writer drains and frees it.
+/// Its thread exited; the writer drains it and marks it FREE.
 pub const DEAD: u32 = 4;
 
 /// Words of a record before the counters: time, ip, kind.
@@ -130,9 +130,9 @@ impl Slot {
             return None;
         }
         let at = (head % capacity) as usize * stride;
-        // SAFETY: `buf` holds `capacity * stride` words (allocated at setup, freed only after
-        // the slot is DEAD, which the owner sets after its last handler ran); `at + stride`
-        // is within it because `head % capacity < capacity`. Record `head` is not visible to
+        // SAFETY: `buf` holds `capacity * stride` words (allocated at setup and never freed
+        // while the agent lives); `at + stride` is within it because `head % capacity <
+        // capacity`. Record `head` is not visible to
         // the consumer until the Release store below, and the consumer is done with it (the
         // ring is not full), so nothing else accesses these words.
         unsafe {
@@ -186,8 +186,8 @@ pub static HIGH_WATER: AtomicU32 = AtomicU32::new(0);
 /// Claims a free slot, returning its index and new generation.
 pub fn claim() -> Option<(usize, u32)> {
     for (i, s) in SLOTS.iter().enumerate() {
-        // Acquire on success: the writer's release of the slot (freeing its ring) happens
-        // before we reuse it.
+        // Acquire on success: the writer's release of the slot (after its last reads of the
+        // ring) happens before we reuse it.
         if s.state.compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
             let generation = s.generation.load(Ordering::Relaxed).wrapping_add(1);
             s.generation.store(generation, Ordering::Relaxed);

@@ -18,7 +18,7 @@ use strobe_format::{
     ThreadInfo,
 };
 
-use crate::sampler::{free_ring, mono_ns};
+use crate::sampler::mono_ns;
 use crate::slots::{self, RECORD_HEAD};
 use crate::Agent;
 
@@ -212,8 +212,8 @@ fn drain(a: &Agent, ws: &mut WriterState, final_drain: bool) {
         if state == slots::DEAD {
             ws.dead_windows += slot.windows.load(Ordering::Relaxed);
             ws.dead_window_sum += slot.window_sum.load(Ordering::Relaxed);
-            free_ring((a.capacity as usize).saturating_mul(a.stride), slot);
-            // Release: our use of the slot happens before a new owner claims it.
+            // Release: our use of the slot (and its ring, which it keeps) happens before a
+            // new owner claims it.
             slot.state.store(slots::FREE, Ordering::Release);
         }
         if ws.enc.len() > 1 << 20 {

@@ -62,6 +62,22 @@ fn eight_threads_are_all_sampled() {
 }
 
 #[test]
+fn slots_of_exited_threads_are_reused_so_every_thread_is_followed() {
+    let dir = Scratch::new("record-churn");
+    let file = dir.path("c.strobe");
+    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("thread_churn")));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "churn done\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("not profiled") && !err.contains("agent error"), "{err}");
+    let rec = read(&file);
+    let tids: BTreeSet<u32> = rec.processes[0].threads.iter().map(|t| t.tid).collect();
+    // 2,400 workers and the main thread, through 1,024 slots.
+    assert!(tids.len() >= 2_401, "{} threads followed", tids.len());
+    assert_eq!(rec.total_lost(), 0);
+}
+
+#[test]
 fn fork_and_exec_keep_the_exit_status_and_output() {
     let dir = Scratch::new("record-exec-fork");
     let plain = run(&mut Command::new(prog("exec_fork")));
