@@ -40,9 +40,10 @@
 //! # Known limits
 //!
 //! - Threads made with raw `clone` (not `pthread_create`) are not profiled.
-//! - A target that installs its own SIGTRAP handler after start receives our overflow
-//!   signals (`si_code == TRAP_PERF`); a target that closes every fd it did not open
-//!   stops the recording. Both are rare and documented here rather than interposed.
+//! - SIGTRAP: `sigaction` and `signal` are interposed so that a target installing its own
+//!   SIGTRAP handler gets a virtual disposition that our handler chains to for every
+//!   SIGTRAP that is not a sample (raw `rt_sigaction` system calls bypass this).
+//! - A target that closes every fd it did not open stops the recording.
 //! - As with every signal-based profiler, a sample that lands while a thread enters a
 //!   blocking call that is never restarted (nanosleep, poll with a timeout) makes that call
 //!   return EINTR early; the handler uses SA_RESTART for the others.
@@ -593,6 +594,69 @@ macro_rules! wrap_exec {
             rc
         }
     };
+}
+
+/// Interposes `sigaction`: for SIGTRAP, once the agent's handler is installed, the target
+/// sees and sets a virtual disposition that the agent's handler chains to for every
+/// SIGTRAP that is not a perf sample; other signals go to libc unchanged.
+///
+/// # Safety
+/// Same contract as libc's `sigaction`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if let Some(rc) = sampler::virtual_sigaction(sig, act, old) {
+        return rc;
+    }
+    type F = unsafe extern "C" fn(
+        libc::c_int,
+        *const libc::sigaction,
+        *mut libc::sigaction,
+    ) -> libc::c_int;
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) };
+        REAL.store(p, Ordering::Relaxed);
+    }
+    if p.is_null() {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: libc's sigaction has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, act, old) }
+}
+
+/// Interposes `signal`, as `sigaction` (SIGTRAP virtual, the rest unchanged).
+///
+/// # Safety
+/// Same contract as libc's `signal`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    if let Some(old) = sampler::virtual_signal(sig, handler) {
+        return old;
+    }
+    type F = unsafe extern "C" fn(libc::c_int, libc::sighandler_t) -> libc::sighandler_t;
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"signal".as_ptr()) };
+        REAL.store(p, Ordering::Relaxed);
+    }
+    if p.is_null() {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: libc's signal has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, handler) }
 }
 
 /// Interposes `_exit` (which skips the destructors, and which shells such as dash use to

@@ -45,13 +45,71 @@ static CALIB_MODE: AtomicU8 = AtomicU8::new(0);
 /// The slot calibration runs on.
 static CALIB_SLOT: AtomicUsize = AtomicUsize::new(0);
 
-/// The SIGTRAP disposition before ours, for SIGTRAPs that are not perf's.
-struct OldAction(std::cell::UnsafeCell<libc::sigaction>);
-// SAFETY: written once in `install_handler` before the handler is installed (single
-// threaded agent start), read-only afterwards.
-unsafe impl Sync for OldAction {}
-// SAFETY: all-zero is a valid sigaction (SIG_DFL, empty mask, no flags).
-static OLD_ACTION: OldAction = OldAction(std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() }));
+/// The target's SIGTRAP disposition, for SIGTRAPs that are not perf's: the one before
+/// ours, then whatever the target installs later through `sigaction`/`signal` (which the
+/// agent interposes for SIGTRAP, keeping its own handler in front). Atomics, because the
+/// handler reads them while another thread may be changing them.
+static CHAIN_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+/// `sa_flags` of the chained disposition.
+static CHAIN_FLAGS: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Our handler is installed: SIGTRAP dispositions are virtual from then on.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+type SigactionFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// libc's `sigaction` (ours is interposed), resolved once at install.
+fn real_sigaction() -> Option<SigactionFn> {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name (never reached from the signal handler:
+        // install resolves it first).
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) };
+        REAL.store(p, Ordering::Relaxed);
+    }
+    // SAFETY: libc's sigaction has this signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, SigactionFn>(p) })
+}
+
+/// The interposed `sigaction`'s work for SIGTRAP once our handler is installed: report
+/// and record the target's disposition without touching the kernel's (ours stays).
+/// Returns `None` when the call is not ours to virtualise.
+pub fn virtual_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> Option<libc::c_int> {
+    if sig != libc::SIGTRAP || !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    if !old.is_null() {
+        // SAFETY: the caller passes a writable sigaction (sigaction(2)'s contract).
+        unsafe {
+            let mut o: libc::sigaction = std::mem::zeroed();
+            o.sa_sigaction = CHAIN_HANDLER.load(Ordering::Relaxed);
+            o.sa_flags = CHAIN_FLAGS.load(Ordering::Relaxed);
+            *old = o;
+        }
+    }
+    if !act.is_null() {
+        // SAFETY: the caller passes a readable sigaction.
+        let a = unsafe { &*act };
+        CHAIN_FLAGS.store(a.sa_flags, Ordering::Relaxed);
+        CHAIN_HANDLER.store(a.sa_sigaction, Ordering::Release);
+    }
+    Some(0)
+}
+
+/// The interposed `signal`'s work for SIGTRAP once our handler is installed.
+pub fn virtual_signal(sig: libc::c_int, handler: libc::sighandler_t) -> Option<libc::sighandler_t> {
+    if sig != libc::SIGTRAP || !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    CHAIN_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
+    Some(CHAIN_HANDLER.swap(handler, Ordering::AcqRel))
+}
 
 /// `CLOCK_MONOTONIC` in ns. Async-signal-safe (vDSO clock_gettime).
 #[inline]
@@ -74,9 +132,14 @@ pub fn install_handler() -> std::io::Result<()> {
             as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGTRAP, &sa, OLD_ACTION.0.get()) != 0 {
+        let real = real_sigaction().ok_or_else(|| std::io::Error::other("no sigaction"))?;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if real(libc::SIGTRAP, &sa, &mut old) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        CHAIN_FLAGS.store(old.sa_flags, Ordering::Relaxed);
+        CHAIN_HANDLER.store(old.sa_sigaction, Ordering::Relaxed);
+        INSTALLED.store(true, Ordering::Release);
     }
     Ok(())
 }
@@ -143,21 +206,26 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
 
 /// Passes a SIGTRAP that is not ours to the disposition installed before us.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: OLD_ACTION is read-only after install (see its Sync note).
-    let old = unsafe { &*OLD_ACTION.0.get() };
-    match old.sa_sigaction {
+    // Acquire: pairs with the Release store of a handler the target installed.
+    let handler = CHAIN_HANDLER.load(Ordering::Acquire);
+    let flags = CHAIN_FLAGS.load(Ordering::Relaxed);
+    match handler {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
             // Default action of SIGTRAP: terminate with a core. Restore it and re-raise, so
             // the target dies exactly as it would have without strobe.
-            // SAFETY: signal() and raise() are async-signal-safe.
+            // SAFETY: sigaction and raise are async-signal-safe; `dfl` is a valid action.
             unsafe {
-                libc::signal(sig, libc::SIG_DFL);
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                if let Some(real) = real_sigaction() {
+                    real(sig, &dfl, std::ptr::null_mut());
+                }
                 libc::raise(sig);
             }
         }
-        f if old.sa_flags & libc::SA_SIGINFO != 0 => {
-            // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this
+        f if flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the target installed this handler with SA_SIGINFO, so it has this
             // signature.
             let h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
                 unsafe { std::mem::transmute(f) };

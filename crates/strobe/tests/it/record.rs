@@ -128,6 +128,17 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
 }
 
 #[test]
+fn a_target_with_its_own_sigtrap_handler_sees_only_its_own_sigtraps() {
+    let dir = Scratch::new("record-sigtrap");
+    let file = dir.path("s.strobe");
+    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("sigtrap_user")));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "handled 5 of 5\n");
+    let rec = read(&file);
+    assert!(rec.total_samples() > 0, "the program was sampled meanwhile");
+}
+
+#[test]
 fn target_exit_status_is_passed_on() {
     let dir = Scratch::new("record-status");
     let file = dir.path("s.strobe");
