@@ -431,3 +431,27 @@ fn throughput_through_a_record_file_reads_every_sample() {
     assert_eq!(t.samples, 10_000);
     assert!(bytes > 10_000, "{bytes}");
 }
+
+/// A mangled (not `#[no_mangle]`) function: its name must come out demangled, without
+/// the hash suffix.
+#[inline(never)]
+fn mangled_rust_function(n: u64) -> u64 {
+    let mut acc = n;
+    let mut i = 0;
+    while i < n {
+        acc = (acc ^ (acc >> 5)).wrapping_mul(0x2545_f491) ^ i;
+        i += 1;
+    }
+    acc
+}
+
+#[test]
+fn rust_names_are_demangled() {
+    let f: fn(u64) -> u64 = mangled_rust_function;
+    std::hint::black_box(f(3));
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::Plain, f as usize as u64, &[1, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    let names: Vec<&str> = r.functions.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(names, ["strobe_report::tests::mangled_rust_function"]);
+}
