@@ -368,7 +368,8 @@ fn snapshot_report() -> Report {
         s.window(2, delta(0), alpha(0), &[20_000, 0, 0]);
     }
     s.push(1, SampleKind::WindowStart, 0x8, &[1_000_000, 0, 0]);
-    s.agg.add_lost(7);
+    s.agg.add_lost(1, 1, 5);
+    s.agg.add_lost(1, 2, 2);
     let mut r = s.finish(WindowPolicy::Discard);
     for f in &mut r.functions {
         f.source = None; // line numbers move as this file is edited
@@ -394,6 +395,9 @@ fn snapshot_json() {
     let text = stable(&render(&r, &opts).unwrap());
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["lost_samples"], 7);
+    assert_eq!(v["lost_by_thread"][0]["tid"], 1);
+    assert_eq!(v["lost_by_thread"][0]["lost"], 5);
+    assert_eq!(v["lost_by_thread"][1]["lost"], 2);
     assert_eq!(v["functions"][0]["function"], "strobe_test_alpha");
     insta::assert_snapshot!(text);
 }

@@ -242,9 +242,12 @@ fn lost_samples_are_printed_prominently() {
     let out = run(strobe().arg("report").arg(&file));
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().next().unwrap().starts_with("WARNING: 42 samples were lost"), "{text}");
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("WARNING: 42 samples were lost"), "{text}");
+    assert!(first.contains(&format!("thread {TID}: 42")), "per thread: {text}");
     let v = report_json(&file, &[]);
     assert_eq!(v["lost_samples"], 42);
+    assert_eq!(v["lost_by_thread"], serde_json::json!([{ "tid": TID, "lost": 42 }]));
 }
 
 #[test]
