@@ -353,6 +353,7 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
     };
     let (mut start, mut end) = (None::<u64>, None::<u64>);
     let mut launched = false;
+    let mut ends: Vec<(u32, strobe_format::ProcessEnd)> = Vec::new();
     for rec in reader.by_ref() {
         match rec.map_err(bad)? {
             Record::Process { info, .. } => {
@@ -366,9 +367,12 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
                 start = Some(start.map_or(info.start_mono_ns, |s| s.min(info.start_mono_ns)));
             }
             Record::Samples(b) => r.samples += u64::from(b.count),
-            Record::End { end: e, .. } => {
-                r.wakeups += e.writer_wakeups;
-                r.lost += e.lost;
+            Record::End { stream, end: e } => {
+                // A later END of the same stream replaces an earlier one.
+                match ends.iter_mut().find(|(s, _)| *s == stream) {
+                    Some((_, prev)) => *prev = e,
+                    None => ends.push((stream, e)),
+                }
                 end = Some(end.map_or(e.time_mono_ns, |t| t.max(e.time_mono_ns)));
             }
             Record::Truncated { offset } => {
@@ -380,6 +384,8 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
             _ => {}
         }
     }
+    r.wakeups = ends.iter().map(|(_, e)| e.writer_wakeups).sum();
+    r.lost = ends.iter().map(|(_, e)| e.lost).sum();
     match (start, end) {
         (Some(s), Some(e)) if e > s => r.span_s = (e - s) as f64 / 1e9,
         _ => {
@@ -796,6 +802,88 @@ mod tests {
         m.short = vec![recorded(8.0, 12_000, 5_000, 40, 0.5); 3];
         let r = summarize(&m);
         assert!(r.text.contains("MISSED bytes short-only / windows >= 25x: 10.0x"), "{}", r.text);
+    }
+
+    #[test]
+    fn figures_are_read_from_a_real_record_file() {
+        use strobe_format as f;
+        let dir = Scratch::new("read").unwrap();
+        let path = dir.path().join("run.strobe");
+        let ev = |name: &str, is_time| f::EventDesc {
+            name: name.into(),
+            type_: 1,
+            config: 0,
+            is_time,
+            is_hardware: false,
+            exclude_user: false,
+            exclude_kernel: false,
+        };
+        let mut e = f::Encoder::new();
+        e.preamble();
+        e.header(&f::Header {
+            minor_version: f::MINOR_VERSION,
+            strobe_version: "test".into(),
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["w".into()],
+            events: vec![ev("task-clock", true), ev("page-faults", false)],
+            period: None,
+            window: Some(20_000),
+            jitter: None,
+            wakeup: 512,
+            buffer_capacity: 4096,
+            overhead_ppm: 20_000,
+            follow_fork: false,
+        });
+        e.process(
+            7,
+            &f::ProcessInfo {
+                pid: 1,
+                ppid: 0,
+                origin: ProcessOrigin::Start,
+                exe: "w".into(),
+                start_mono_ns: 1_000_000_000,
+                period: 2_600_000,
+                window: 20_000,
+                jitter: 0,
+                period_source: f::PeriodSource::Budget,
+                sample_cost_ns: 27_500,
+                floor_cost_ns: 15_000,
+                predicted_overhead_ppm: 19_000,
+            },
+        );
+        let mut b = e.samples(7, 11, 2);
+        for i in 0..10u64 {
+            b.push(f::SampleKind::WindowStart, i * 10, 0x1000, &[i * 100, 0]);
+            b.push(f::SampleKind::WindowEnd, i * 10 + 1, 0x1000, &[i * 100 + 20, 0]);
+        }
+        b.finish();
+        let end = |wakeups| f::ProcessEnd {
+            reason: f::EndReason::Exit,
+            time_mono_ns: 3_000_000_000,
+            samples: 20,
+            lost: 1,
+            writer_wakeups: wakeups,
+            windows: 10,
+            window_sum: 200,
+        };
+        // A later END of a stream replaces an earlier one.
+        e.end_process(7, &end(3));
+        e.end_process(7, &end(4));
+        std::fs::write(&path, e.as_bytes()).unwrap();
+
+        let r = read_recording(&path, Run { cpu_s: 1.0, wall_s: 1.0 }).unwrap();
+        assert_eq!(r.bytes, e.len() as u64);
+        assert_eq!((r.samples, r.lost, r.wakeups), (20, 1, 4));
+        assert_eq!(r.span_s, 2.0);
+        assert_eq!((r.period_ns, r.window_ns), (2_600_000, 20_000));
+        assert_eq!((r.sample_cost_ns, r.floor_cost_ns), (27_500, 15_000));
+        assert_eq!(r.events, ["task-clock", "page-faults"]);
+
+        // Cut short: the benchmark refuses it rather than quoting part of a run.
+        std::fs::write(&path, &e.as_bytes()[..e.len() - 3]).unwrap();
+        let err = read_recording(&path, Run { cpu_s: 1.0, wall_s: 1.0 }).unwrap_err();
+        assert!(err.to_string().contains("cut short"), "{err}");
     }
 
     #[test]
