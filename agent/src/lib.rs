@@ -1,8 +1,498 @@
-//! libstrobe_agent.so: the in-process capture agent that `strobe record`, `strobe probe`
-//! and `strobe watch` inject into a target with LD_PRELOAD.
+//! libstrobe_agent.so: the in-process capture agent that `strobe record` injects into a
+//! target with LD_PRELOAD.
 //!
-//! It owns: reading its configuration from the environment, following the target's
-//! threads, and running the requested capture. It must never allocate, lock or panic in
-//! a signal handler, never change the target's output or exit status, and never unwind
-//! into the target's frames (this crate builds with `panic = "abort"`).
-//! (Being built.)
+//! It owns: reading its configuration from the environment ([`config`]), following the
+//! target's threads (its `pthread_create` wraps the start routine so each new thread opens
+//! its own perf group before running user code), sampling ([`sampler`]: one-shot armed
+//! task-clock/cycles leader, synchronous SIGTRAP per thread, period alternation), the
+//! per-thread rings ([`slots`]) and the writer thread ([`writer`]). It must never
+//! allocate, lock or panic in a signal handler, never change the target's output or exit
+//! status, and never unwind into the target's frames (this crate builds with
+//! `panic = "abort"`; nothing here panics on purpose: errors become NOTE chunks).
+//!
+//! # Processes
+//!
+//! - Start: the command `strobe record` launched (no `STROBE_AGENT_PID` in the
+//!   environment). The agent sets `STROBE_AGENT_PID` to its pid.
+//! - fork: a `pthread_atfork` child handler closes the parent's events in the child and
+//!   stops sampling there; with `--follow-fork` it starts a new stream (origin Fork) with
+//!   its own writer thread. Children made with `vfork`/`posix_spawn` run no fork handlers;
+//!   they exec at once (see next point).
+//! - exec: events are opened with `remove_on_exec` and close-on-exec fds, and the agent
+//!   drains its rings and writes END (reason Exec) before `execve`/`execv`/`execvp`/
+//!   `execvpe` (the variadic `execl*` family is not wrapped: samples buffered since the
+//!   last wakeup are lost there, uncounted). The new image loads the agent again through
+//!   LD_PRELOAD; if its pid equals `STROBE_AGENT_PID` it is the same process and starts a
+//!   new stream with origin Exec; otherwise it is a forked child's new image and is
+//!   profiled (origin Exec, its own stream) only with `--follow-fork`.
+//! - exit: a `.fini_array` destructor stops sampling, drains every ring, writes LOST and
+//!   END. A target killed by a signal or ending with `_exit` skips it: the file then holds
+//!   what the writer wrote at its last wakeup, up to the last whole chunk.
+
+mod config;
+mod sampler;
+mod slots;
+mod writer;
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+use strobe_format::{Encoder, EndReason, NoteLevel, PeriodSource, ProcessInfo, ProcessOrigin};
+
+use crate::config::Config;
+use crate::slots::RECORD_HEAD;
+
+/// One agent instance (a process's stream) and the parameters its handlers read.
+pub struct Agent {
+    cfg: Config,
+    out_fd: libc::c_int,
+    event_fd: libc::c_int,
+    stream: u32,
+    /// Words per ring record.
+    stride: usize,
+    capacity: u64,
+    wakeup: u64,
+    window: u64,
+    period: AtomicU64,
+    jitter: AtomicU64,
+}
+
+/// The live agent (null before start or when disabled). Handlers load it with Acquire:
+/// the Agent was fully built before the Release store that published it.
+static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
+/// New threads get sampling set up.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The pthread key whose destructor closes a thread's events at thread exit.
+static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The live agent.
+#[inline]
+pub(crate) fn agent() -> Option<&'static Agent> {
+    let p = AGENT.load(Ordering::Acquire);
+    // SAFETY: AGENT only ever holds null or a leaked Box<Agent> that is never freed.
+    unsafe { p.as_ref() }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = agent_init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = agent_fini;
+
+extern "C" fn agent_init() {
+    let cfg = match config::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return, // not launched by strobe record: stay inert
+        Err(msg) => {
+            if let Some(out) = std::env::var_os(config::ENV_OUTPUT) {
+                note_to_path(&out, &format!("strobe agent: bad configuration: {msg}"));
+            }
+            return;
+        }
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let origin =
+        match std::env::var(config::ENV_AGENT_PID).ok().and_then(|p| p.parse::<libc::pid_t>().ok())
+        {
+            None => ProcessOrigin::Start,
+            Some(p) if p == pid => ProcessOrigin::Exec,
+            Some(_) if cfg.follow_fork => ProcessOrigin::Exec,
+            Some(_) => return, // a non-followed child's new image
+        };
+    // The constructor runs before main, single-threaded: setenv is safe here.
+    std::env::set_var(config::ENV_AGENT_PID, pid.to_string());
+    // SAFETY: registering plain extern "C" fns; they run in fork's context.
+    unsafe { libc::pthread_atfork(Some(atfork_prepare), Some(atfork_parent), Some(atfork_child)) };
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a valid out-pointer; the destructor is a plain extern "C" fn.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
+        KEY.store(u64::from(key), Ordering::Relaxed);
+    }
+    if let Err(e) = sampler::install_handler() {
+        note_to_path(
+            &cfg.output,
+            &format!("strobe agent: cannot install the SIGTRAP handler: {e}"),
+        );
+        return;
+    }
+    start(cfg, origin);
+}
+
+/// Starts a stream: opens the file, calibrates, writes PROCESS and MAPS, starts the
+/// writer and sets up the calling thread.
+fn start(cfg: Config, origin: ProcessOrigin) {
+    let Ok(path) =
+        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(cfg.output.as_os_str()))
+    else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path; plain flags.
+    let out_fd =
+        unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC) };
+    if out_fd < 0 {
+        return; // nowhere to say anything; the recorder notices the missing stream
+    }
+    // SAFETY: plain flags.
+    let event_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    let mut stream = 0u32;
+    while stream == 0 {
+        // SAFETY: fills 4 bytes of a live local.
+        unsafe { libc::getrandom((&mut stream as *mut u32).cast(), 4, 0) };
+        if stream == 0 {
+            stream = sampler::mono_ns() as u32 | 1;
+        }
+    }
+    let leader_is_time = cfg.spec.leader().is_time;
+    let window = cfg.spec.window_or_default();
+    let ncounters = cfg.spec.events.len();
+    let a = Box::new(Agent {
+        out_fd,
+        event_fd,
+        stream,
+        stride: RECORD_HEAD + ncounters,
+        capacity: cfg.capacity,
+        wakeup: cfg.wakeup,
+        window,
+        // Long enough that it never fires while calibrating.
+        period: AtomicU64::new(if leader_is_time { 1_000_000_000 } else { 1 << 40 }),
+        jitter: AtomicU64::new(0),
+        cfg,
+    });
+    let a: &'static Agent = Box::leak(a);
+    if event_fd < 0 {
+        writer::note(a, NoteLevel::Error, "strobe agent: eventfd failed; not profiling".into());
+        return;
+    }
+    AGENT.store(a as *const Agent as *mut Agent, Ordering::Release);
+
+    // Measure our own cost, then derive the period from the budget.
+    let costs = sampler::calibrate(a);
+    let (sample_ns, floor_ns, per_ns) =
+        costs.as_ref().map_or((0, 0, 1.0), |c| (c.sample_ns, c.floor_ns, c.leader_per_ns));
+    let spec = &a.cfg.spec;
+    let per_ns = if leader_is_time { 1.0 } else { per_ns.max(1e-3) };
+    let samples_per_cycle = if window > 0 { 2.0 } else { 1.0 };
+    let budget = a.cfg.overhead_ppm as f64 / 1e6;
+    let window_ns = window as f64 / per_ns;
+    let (period, jitter, source) = match spec.period {
+        Some(p) => (p, spec.jitter.unwrap_or(0), PeriodSource::Explicit),
+        None => {
+            // Mean cycle (long period + jitter/2 + window) = samples * cost / budget; the
+            // default jitter is a tenth of the period.
+            let cycle_ns = samples_per_cycle * sample_ns.max(1) as f64 / budget;
+            let long_ns = (cycle_ns - window_ns).max(4.0 * window_ns).max(200_000.0);
+            let jitter_frac = if spec.jitter.is_some() { 0.0 } else { 0.1 };
+            let base_ns = long_ns / (1.0 + jitter_frac / 2.0);
+            let base = (base_ns * per_ns).round().max(1.0) as u64;
+            (base, spec.jitter.unwrap_or((base as f64 * jitter_frac) as u64), PeriodSource::Budget)
+        }
+    };
+    let cycle_ns = (period as f64 + jitter as f64 / 2.0) / per_ns + window_ns;
+    let predicted_ppm = (samples_per_cycle * sample_ns as f64 / cycle_ns.max(1.0) * 1e6) as u64;
+    a.period.store(period, Ordering::Relaxed);
+    a.jitter.store(jitter, Ordering::Relaxed);
+
+    // SAFETY: getpid/getppid have no preconditions.
+    let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    let info = ProcessInfo {
+        pid: pid as u32,
+        ppid: ppid as u32,
+        origin,
+        exe: std::fs::read_link("/proc/self/exe").unwrap_or_default(),
+        start_mono_ns: sampler::mono_ns(),
+        period,
+        window,
+        jitter,
+        period_source: source,
+        sample_cost_ns: sample_ns,
+        floor_cost_ns: floor_ns,
+        predicted_overhead_ppm: predicted_ppm,
+    };
+    let mut e = Encoder::new();
+    e.process(stream, &info);
+    if costs.is_none() {
+        e.note(
+            stream,
+            &strobe_format::Note {
+                level: NoteLevel::Warning,
+                message:
+                    "strobe agent: could not measure the per-sample cost; the period is a guess"
+                        .into(),
+            },
+        );
+    }
+    if source == PeriodSource::Explicit && predicted_ppm > a.cfg.overhead_ppm {
+        e.note(
+            stream,
+            &strobe_format::Note {
+                level: NoteLevel::Warning,
+                message: format!(
+                    "period={period} with window={window} predicts a {:.1}% slowdown ({} us per sample), above the {:.1}% overhead budget; drop period= to let strobe pick one",
+                    predicted_ppm as f64 / 1e4,
+                    sample_ns / 1000,
+                    a.cfg.overhead_ppm as f64 / 1e4
+                ),
+            },
+        );
+    }
+    writer::write_all(out_fd, e.as_bytes());
+
+    // The writer: created with every signal blocked (it inherits the mask), through the
+    // real pthread_create so it gets no perf event.
+    if !spawn_writer() {
+        writer::note(
+            a,
+            NoteLevel::Error,
+            "strobe agent: cannot start the writer thread; not profiling".into(),
+        );
+        AGENT.store(std::ptr::null_mut(), Ordering::Release);
+        return;
+    }
+    ENABLED.store(true, Ordering::Release);
+    setup_thread(a);
+}
+
+fn spawn_writer() -> bool {
+    let Some(create) = real_pthread_create() else { return false };
+    // SAFETY: plain signal-mask manipulation around the create; the writer inherits the
+    // full mask, this thread gets its old mask back.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut t: libc::pthread_t = 0;
+        let rc = create(&mut t, std::ptr::null(), writer::writer_main, std::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if rc == 0 {
+            libc::pthread_detach(t);
+        }
+        rc == 0
+    }
+}
+
+/// Sets up sampling for the calling thread (a new thread, before its start routine).
+fn setup_thread(a: &Agent) {
+    match sampler::open_slot(a, a.period.load(Ordering::Relaxed)) {
+        Ok(idx) => {
+            let key = KEY.load(Ordering::Relaxed);
+            if key != u64::MAX {
+                // SAFETY: a key created at start; the value is a non-null marker (idx + 1)
+                // so the destructor runs at thread exit.
+                unsafe {
+                    libc::pthread_setspecific(
+                        key as libc::pthread_key_t,
+                        (idx + 1) as *const libc::c_void,
+                    )
+                };
+            }
+            sampler::arm(idx);
+        }
+        Err(sampler::SetupError::NoSlot) => {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                writer::note(
+                    a,
+                    NoteLevel::Warning,
+                    format!(
+                        "more than {} threads alive at once: later threads are not profiled",
+                        slots::MAX_SLOTS
+                    ),
+                );
+            }
+        }
+        Err(sampler::SetupError::Open(e)) => {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                writer::note(
+                    a,
+                    NoteLevel::Error,
+                    format!("strobe agent: cannot open the event group: {e}"),
+                );
+            }
+        }
+    }
+}
+
+/// pthread key destructor: the thread is exiting.
+extern "C" fn thread_exit(value: *mut libc::c_void) {
+    let idx = (value as usize).wrapping_sub(1);
+    sampler::close_slot(idx, false);
+    if let Some(a) = agent() {
+        sampler::wake(a.event_fd);
+    }
+}
+
+extern "C" fn agent_fini() {
+    let Some(a) = agent() else { return };
+    sampler::STOPPING.store(true, Ordering::SeqCst);
+    ENABLED.store(false, Ordering::Relaxed);
+    writer::finish(a, EndReason::Exit);
+}
+
+fn note_to_path(path: &std::ffi::OsStr, msg: &str) {
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+        let mut e = Encoder::new();
+        e.note(
+            0x5707_0001,
+            &strobe_format::Note { level: NoteLevel::Error, message: msg.to_string() },
+        );
+        let _ = std::io::Write::write_all(&mut f, e.as_bytes());
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Interposed functions.
+
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    *mut libc::c_void,
+) -> libc::c_int;
+
+fn real_pthread_create() -> Option<PthreadCreate> {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds libc's definition.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) };
+        REAL.store(p, Ordering::Relaxed);
+    }
+    // SAFETY: libc's pthread_create has this signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, PthreadCreate>(p) })
+}
+
+struct Start {
+    routine: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    arg: *mut libc::c_void,
+}
+
+extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `p` is the Box<Start> leaked by our pthread_create, consumed once here.
+    let s = unsafe { Box::from_raw(p.cast::<Start>()) };
+    if ENABLED.load(Ordering::Acquire) {
+        if let Some(a) = agent() {
+            setup_thread(a);
+        }
+    }
+    (s.routine)(s.arg)
+}
+
+/// Interposes `pthread_create`: the new thread sets up its perf group before running the
+/// caller's start routine.
+///
+/// # Safety
+/// Same contract as libc's `pthread_create`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    let Some(real) = real_pthread_create() else { return libc::EAGAIN };
+    if !ENABLED.load(Ordering::Acquire) {
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { real(thread, attr, routine, arg) };
+    }
+    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    // SAFETY: forwarding the caller's thread/attr; our trampoline consumes `start`.
+    let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so `start` is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
+
+extern "C" fn atfork_prepare() {
+    writer::lock();
+}
+
+extern "C" fn atfork_parent() {
+    writer::unlock();
+}
+
+extern "C" fn atfork_child() {
+    // Only the forking thread exists here. The parent's events are the parent's: close our
+    // copies of their fds and forget the parent's rings (the parent writes them).
+    ENABLED.store(false, Ordering::Relaxed);
+    let high = slots::HIGH_WATER.load(Ordering::Relaxed) as usize;
+    for slot in slots::SLOTS.iter().take(high) {
+        if slot.state.load(Ordering::Relaxed) != slots::FREE {
+            slot.state.store(slots::CLOSING, Ordering::SeqCst);
+            let g = slot.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
+            if !g.is_null() {
+                // SAFETY: from Box::into_raw in open_slot; swapped out, dropped once. This
+                // closes the child's copies of the fds only.
+                drop(unsafe { Box::from_raw(g) });
+            }
+            slot.leader_fd.store(-1, Ordering::Relaxed);
+            slot.buf.store(std::ptr::null_mut(), Ordering::Relaxed); // the parent's data
+            slot.state.store(slots::FREE, Ordering::Release);
+        }
+    }
+    writer::reset_in_child();
+    writer::unlock();
+    let old = AGENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: as in `agent()`; the old agent is leaked, never freed.
+    let Some(old) = (unsafe { old.as_ref() }) else { return };
+    // SAFETY: closing the child's copies of the parent's fds.
+    unsafe {
+        libc::close(old.event_fd);
+    }
+    if old.cfg.follow_fork {
+        let cfg = old.cfg.clone();
+        // SAFETY: closing our copy; `start` opens the file again.
+        unsafe { libc::close(old.out_fd) };
+        start(cfg, ProcessOrigin::Fork);
+    } else {
+        // SAFETY: closing the child's copy of the output fd: the child writes nothing.
+        unsafe { libc::close(old.out_fd) };
+    }
+}
+
+/// Drains and writes END (reason Exec) before the process image is replaced.
+fn before_exec() {
+    if let Some(a) = agent() {
+        writer::finish(a, EndReason::Exec);
+    }
+}
+
+macro_rules! wrap_exec {
+    ($name:ident, $cname:expr, ($($arg:ident: $ty:ty),*)) => {
+        /// Interposed: drains the recording, then calls libc's function.
+        ///
+        /// # Safety
+        /// Same contract as libc's function of this name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
+            type F = unsafe extern "C" fn($($ty),*) -> libc::c_int;
+            static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+            let mut p = REAL.load(Ordering::Relaxed);
+            if p.is_null() {
+                // SAFETY: dlsym with a NUL-terminated name.
+                p = unsafe { libc::dlsym(libc::RTLD_NEXT, $cname.as_ptr()) };
+                REAL.store(p, Ordering::Relaxed);
+            }
+            if p.is_null() {
+                // SAFETY: errno is thread-local.
+                unsafe { *libc::__errno_location() = libc::ENOSYS };
+                return -1;
+            }
+            before_exec();
+            // SAFETY: libc's function has this signature; arguments forwarded unchanged.
+            unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)($($arg),*) }
+        }
+    };
+}
+
+type CStrPtr = *const libc::c_char;
+type CStrArr = *const *const libc::c_char;
+wrap_exec!(execve, c"execve", (path: CStrPtr, argv: CStrArr, envp: CStrArr));
+wrap_exec!(execv, c"execv", (path: CStrPtr, argv: CStrArr));
+wrap_exec!(execvp, c"execvp", (file: CStrPtr, argv: CStrArr));
+wrap_exec!(execvpe, c"execvpe", (file: CStrPtr, argv: CStrArr, envp: CStrArr));
