@@ -181,6 +181,9 @@ impl Report {
             }
         }
 
+        // A function met only as the end of discarded windows has nothing to show.
+        functions.retain(|f| f.samples > 0 || f.windows > 0);
+
         Report {
             counters: CounterSet::from_events(&agg.info.events),
             info: agg.info,

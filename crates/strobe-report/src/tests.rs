@@ -154,24 +154,30 @@ fn fold_attributes_crossing_windows_to_the_end_function() {
 fn small_function_keeps_its_rank_when_its_windows_are_discarded() {
     // gamma is so short that every window starting in it ends elsewhere, yet it is
     // sampled more often than delta, whose windows are all whole.
-    let mut s = Stream::new(SW);
-    for _ in 0..5 {
-        s.window(1, gamma(0), alpha(0), &[20_000, 0, 0]);
-    }
-    for _ in 0..3 {
-        s.window(1, delta(0), delta(4), &[20_000, 0, 0]);
-    }
-    let r = s.finish(WindowPolicy::Discard);
+    let build = || {
+        let mut s = Stream::new(SW);
+        for _ in 0..5 {
+            s.window(1, gamma(0), alpha(0), &[20_000, 0, 0]);
+        }
+        for _ in 0..3 {
+            s.window(1, delta(0), delta(4), &[20_000, 0, 0]);
+        }
+        s
+    };
+    let folded = build().finish(WindowPolicy::Fold);
+    let r = build().finish(WindowPolicy::Discard);
     let rows = crate::render::ordered(&r, crate::render::Column::Samples, None);
     let names: Vec<&str> = rows.iter().map(|f| f.function.as_str()).collect();
-    assert_eq!(names, ["strobe_test_gamma", "strobe_test_delta", "strobe_test_alpha"]);
+    // alpha is met only as the end of discarded windows: no samples, no windows, no row.
+    assert_eq!(names, ["strobe_test_gamma", "strobe_test_delta"]);
     let g = r.function("strobe_test_gamma").unwrap();
     assert_eq!((g.samples, g.windows), (5, 0));
     assert!((r.time_pct(g) - 62.5).abs() < 1e-9);
     let pf = r.metrics().into_iter().find(|m| m.key == "page_faults_per_ms").unwrap();
     assert_eq!(r.metric(g, pf), None, "no windows: no metric, not zero");
-    // alpha appears with the windows' end samples only: no time samples.
-    assert_eq!(r.function("strobe_test_alpha").unwrap().samples, 0);
+    // Folded, alpha gets the windows that ended in it, still with no time samples.
+    let a = folded.function("strobe_test_alpha").unwrap();
+    assert_eq!((a.samples, a.windows), (0, 5));
 }
 
 #[test]

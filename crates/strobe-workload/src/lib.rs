@@ -344,7 +344,11 @@ pub fn workload_setup_chain(seed: u64) -> Vec<u32> {
         x ^= x >> 7;
         x ^= x << 17;
         let j = (x % i as u64) as usize;
-        c.swap(i, j);
+        // By hand: `slice::swap` is a call in an unoptimized build, and samples taken
+        // in it would not name this function.
+        let t = c[i];
+        c[i] = c[j];
+        c[j] = t;
         i -= 1;
     }
     chain
