@@ -329,6 +329,8 @@ pub fn workload_pointer_chase(chain: &[u32], start: u32, steps: u64) -> u64 {
 /// (Sattolo's algorithm), so the walk never settles into a cached subset.
 #[inline(never)]
 #[no_mangle]
+// The swap is written out by hand on purpose (see inside).
+#[allow(clippy::manual_swap)]
 pub fn workload_setup_chain(seed: u64) -> Vec<u32> {
     let mut chain: Vec<u32> = vec![0; CHAIN_LEN];
     let c = chain.as_mut_slice();

@@ -452,7 +452,9 @@ fn recorded_time_shares_match_the_ground_truth_within_3_points() {
     for (name, truth_pct) in truth_functions(r) {
         let got = reported(r, &name).map_or(0.0, |f| f["time_pct"].as_f64().unwrap());
         let diff = (got - truth_pct).abs();
-        lines.push(format!("{name:<24} sampled {got:6.2}%  truth {truth_pct:6.2}%  diff {diff:5.2}"));
+        lines.push(format!(
+            "{name:<24} sampled {got:6.2}%  truth {truth_pct:6.2}%  diff {diff:5.2}"
+        ));
         if diff > worst.1 {
             worst = (name.clone(), diff);
         }
