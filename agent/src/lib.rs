@@ -455,10 +455,38 @@ extern "C" fn atfork_child() {
     }
 }
 
-/// Drains and writes END (reason Exec) before the process image is replaced.
-fn before_exec() {
-    if let Some(a) = agent() {
-        writer::finish(a, EndReason::Exec);
+/// The calling thread's slot index, if it samples.
+fn own_slot() -> Option<usize> {
+    let key = KEY.load(Ordering::Relaxed);
+    if key == u64::MAX {
+        return None;
+    }
+    // SAFETY: a key created at start.
+    let v = unsafe { libc::pthread_getspecific(key as libc::pthread_key_t) } as usize;
+    v.checked_sub(1)
+}
+
+/// Before the process image is replaced: stop this thread's sampling (an overflow during
+/// execve would raise a SIGTRAP that the new image receives before it has a handler, and
+/// dies of), then drain and write END (reason Exec). Other threads' pending signals die
+/// with them in execve. Returns the slot to re-arm if exec fails.
+fn before_exec() -> Option<usize> {
+    let a = agent()?;
+    let idx = own_slot();
+    if let Some(slot) = idx.and_then(|i| slots::SLOTS.get(i)) {
+        let fd = slot.leader_fd.load(Ordering::Relaxed);
+        // SAFETY: DISABLE takes an integer; `fd` is this thread's live leader. Once the
+        // ioctl returns, any overflow before it has been delivered to our handler.
+        unsafe { libc::ioctl(fd, strobe_perf::sys::ioctl::DISABLE, 0) };
+    }
+    writer::finish(a, EndReason::Exec);
+    idx
+}
+
+/// exec failed: the process goes on, and so does this thread's sampling.
+fn after_failed_exec(idx: Option<usize>) {
+    if let Some(i) = idx {
+        sampler::arm(i);
     }
 }
 
@@ -483,9 +511,15 @@ macro_rules! wrap_exec {
                 unsafe { *libc::__errno_location() = libc::ENOSYS };
                 return -1;
             }
-            before_exec();
+            let idx = before_exec();
             // SAFETY: libc's function has this signature; arguments forwarded unchanged.
-            unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)($($arg),*) }
+            let rc = unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)($($arg),*) };
+            // SAFETY: errno is thread-local; kept across our re-arm.
+            let errno = unsafe { *libc::__errno_location() };
+            after_failed_exec(idx);
+            // SAFETY: as above.
+            unsafe { *libc::__errno_location() = errno };
+            rc
         }
     };
 }
@@ -496,3 +530,33 @@ wrap_exec!(execve, c"execve", (path: CStrPtr, argv: CStrArr, envp: CStrArr));
 wrap_exec!(execv, c"execv", (path: CStrPtr, argv: CStrArr));
 wrap_exec!(execvp, c"execvp", (file: CStrPtr, argv: CStrArr));
 wrap_exec!(execvpe, c"execvpe", (file: CStrPtr, argv: CStrArr, envp: CStrArr));
+
+/// The variadic `execl`, `execlp` and `execle`: exported here as naked functions that
+/// jump, with every register and the stack untouched (so the variadic arguments stay
+/// where the caller put them), to their C implementations in src/execl.c, which call the
+/// array forms above. (A C definition alone would not be exported: a cdylib exports only
+/// the symbols Rust defines.)
+mod variadic_exec {
+    extern "C" {
+        fn strobe_execl();
+        fn strobe_execlp();
+        fn strobe_execle();
+    }
+
+    macro_rules! jump_to {
+        ($name:ident, $target:ident) => {
+            /// Interposed variadic exec: see the module note.
+            #[unsafe(naked)]
+            #[no_mangle]
+            pub extern "C" fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                core::arch::naked_asm!("jmp {f}@PLT", f = sym $target);
+                #[cfg(target_arch = "aarch64")]
+                core::arch::naked_asm!("b {f}", f = sym $target);
+            }
+        };
+    }
+    jump_to!(execl, strobe_execl);
+    jump_to!(execlp, strobe_execlp);
+    jump_to!(execle, strobe_execle);
+}

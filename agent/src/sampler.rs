@@ -123,6 +123,11 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
                 let mut words = [0u64; RECORD_HEAD + MAX_GROUP];
                 std::hint::black_box(read_group(slot, &mut words));
                 FLOOR_HITS.fetch_add(1, Ordering::Relaxed);
+            } else if si.perf_flags & sys::TRAP_PERF_FLAG_ASYNC != 0 {
+                // The thread had SIGTRAP blocked: the signal arrives late, where the thread
+                // unblocked it, so its IP and counters describe the wrong place. Record
+                // nothing; start a fresh long period.
+                rearm_long(a, slot);
             } else {
                 take_sample(a, slot, context_ip(uc));
             }
@@ -234,6 +239,21 @@ pub fn take_sample(a: &Agent, slot: &Slot, ip: u64) -> bool {
         libc::ioctl(fd, ioctl::REFRESH, 1);
     }
     pushed.is_some()
+}
+
+/// Re-arms `slot` for a long period without recording (a late, asynchronous signal).
+fn rearm_long(a: &Agent, slot: &Slot) {
+    if STOPPING.load(Ordering::Relaxed) {
+        return;
+    }
+    slot.phase.store(PHASE_LONG, Ordering::Relaxed);
+    let fd = slot.leader_fd.load(Ordering::Relaxed);
+    let mut p = next_long(a, slot);
+    // SAFETY: as in `take_sample`.
+    unsafe {
+        libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
+        libc::ioctl(fd, ioctl::REFRESH, 1);
+    }
 }
 
 /// Wakes the writer thread (write(2) on an eventfd: async-signal-safe).

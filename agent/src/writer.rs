@@ -165,36 +165,23 @@ fn drain(a: &Agent, ws: &mut WriterState) {
             ws.enc.threads(a.stream, &[ThreadInfo { tid, name }]);
             slot.named.store(1, Ordering::Relaxed);
         }
-        // Acquire: the records up to `head` are fully written.
-        let head = slot.head.load(Ordering::Acquire);
-        let tail = slot.tail.load(Ordering::Relaxed);
-        let buf = slot.buf.load(Ordering::Relaxed);
-        if head != tail && !buf.is_null() {
-            let mut batch = ws.enc.samples(a.stream, tid, ncounters);
-            for r in tail..head {
-                let at = (r % a.capacity) as usize * a.stride;
-                // SAFETY: records tail..head were published by the producer (Acquire
-                // above) and are not overwritten until we store `tail` below; `at +
-                // stride` is within the ring of `capacity * stride` words.
-                let rec = unsafe { std::slice::from_raw_parts(buf.add(at), a.stride) };
-                let kind = match rec.get(2) {
-                    Some(1) => SampleKind::WindowStart,
-                    Some(2) => SampleKind::WindowEnd,
-                    _ => SampleKind::Plain,
-                };
-                let (time, ip) = (rec.first().copied(), rec.get(1).copied());
-                batch.push(
-                    kind,
-                    time.unwrap_or(0),
-                    ip.unwrap_or(0),
-                    rec.get(RECORD_HEAD..).unwrap_or(&[]),
-                );
-            }
-            drop(batch);
-            ws.samples += head - tail;
-            // Release: our reads of the records happen before the producer reuses them.
-            slot.tail.store(head, Ordering::Release);
-        }
+        let mut batch = ws.enc.samples(a.stream, tid, ncounters);
+        let n = slot.consume(a.capacity, a.stride, |rec| {
+            let kind = match rec.get(2) {
+                Some(1) => SampleKind::WindowStart,
+                Some(2) => SampleKind::WindowEnd,
+                _ => SampleKind::Plain,
+            };
+            let (time, ip) = (rec.first().copied(), rec.get(1).copied());
+            batch.push(
+                kind,
+                time.unwrap_or(0),
+                ip.unwrap_or(0),
+                rec.get(RECORD_HEAD..).unwrap_or(&[]),
+            );
+        });
+        drop(batch); // a batch with no sample leaves no chunk
+        ws.samples += n;
         let l = slot.lost.load(Ordering::Relaxed);
         let reported = slot.lost_reported.load(Ordering::Relaxed);
         if l > reported {

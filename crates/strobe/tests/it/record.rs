@@ -1,1 +1,300 @@
-//! Integration tests of `strobe record`.
+//! Integration tests of `strobe record`: the real binary injects the real agent into real
+//! programs built from tests/c, and the record files are read back with strobe-format.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strobe_format::{ProcessOrigin, Recording, SampleKind};
+
+use crate::util::{run, show, strobe, Scratch};
+
+fn prog(name: &str) -> std::path::PathBuf {
+    strobe_testprogs::path(name)
+}
+
+fn read(path: &Path) -> Recording {
+    strobe_format::read_all(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Samples per thread id, over all processes.
+fn samples_per_tid(rec: &Recording) -> BTreeMap<u32, usize> {
+    let mut m = BTreeMap::new();
+    for p in &rec.processes {
+        for s in &p.samples {
+            *m.entry(s.tid).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+#[test]
+fn eight_threads_are_all_sampled() {
+    let dir = Scratch::new("record-8threads");
+    let file = dir.path("t.strobe");
+    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("threads8")));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "8 threads done\n", "{}", show(&out));
+    let rec = read(&file);
+    assert_eq!(rec.processes.len(), 1, "{rec:#?}");
+    let p = &rec.processes[0];
+    assert_eq!(p.info.as_ref().unwrap().origin, ProcessOrigin::Start);
+    let per_tid = samples_per_tid(&rec);
+    // The main thread only waits in pthread_join; the 8 workers burn 150 ms of CPU each.
+    let busy: Vec<_> = per_tid.values().filter(|&&n| n >= 5).collect();
+    assert!(busy.len() >= 8, "samples per thread: {per_tid:?}\n{}", show(&out));
+    assert!(p.threads.len() >= 9, "thread table: {:?}", p.threads);
+    let end = p.end.expect("the agent wrote END at exit");
+    assert_eq!(end.samples as usize, p.samples.len());
+    assert_eq!(end.lost, 0);
+    assert!(end.windows > 0 && end.window_sum > 0, "{end:?}");
+    // Windows alternate: every end follows a start on the same thread.
+    let mut last: BTreeMap<u32, SampleKind> = BTreeMap::new();
+    for s in &p.samples {
+        if s.kind == SampleKind::WindowEnd {
+            assert_eq!(last.get(&s.tid), Some(&SampleKind::WindowStart), "{s:?}");
+        }
+        last.insert(s.tid, s.kind);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("strobe record:") && stderr.contains("(0 lost)"), "{stderr}");
+}
+
+#[test]
+fn fork_and_exec_keep_the_exit_status_and_output() {
+    let dir = Scratch::new("record-exec-fork");
+    let plain = run(&mut Command::new(prog("exec_fork")));
+    assert_eq!(plain.status.code(), Some(7), "{}", show(&plain));
+    let expected = "parent start\nchild done\nchild exited 3\nstage2 done\n";
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), expected);
+
+    for follow in [false, true] {
+        let file = dir.path(&format!("e-{follow}.strobe"));
+        let mut cmd = strobe();
+        cmd.arg("record").arg("-o").arg(&file);
+        if follow {
+            cmd.arg("--follow-fork");
+        }
+        let out = run(cmd.arg("--").arg(prog("exec_fork")));
+        assert_eq!(out.status.code(), Some(7), "follow-fork {follow}: {}", show(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{}", show(&out));
+
+        let rec = read(&file);
+        let origins: Vec<_> =
+            rec.processes.iter().filter_map(|p| p.info.as_ref().map(|i| i.origin)).collect();
+        let want: &[ProcessOrigin] = if follow {
+            &[ProcessOrigin::Start, ProcessOrigin::Fork, ProcessOrigin::Exec]
+        } else {
+            &[ProcessOrigin::Start, ProcessOrigin::Exec]
+        };
+        let mut got = origins.clone();
+        got.sort_by_key(|o| *o as u8);
+        assert_eq!(got, want, "follow-fork {follow}: streams {origins:?}");
+        for p in &rec.processes {
+            assert!(!p.samples.is_empty(), "stream {:?} has no samples", p.info);
+            assert!(p.end.is_some(), "stream {:?} has no END", p.info);
+        }
+    }
+}
+
+#[test]
+fn target_exit_status_is_passed_on() {
+    let dir = Scratch::new("record-status");
+    let file = dir.path("s.strobe");
+    let out = run(strobe().arg("record").arg("-o").arg(&file).args(["--", "sh", "-c", "exit 5"]));
+    assert_eq!(out.status.code(), Some(5), "{}", show(&out));
+}
+
+/// The pid of `strobe record`'s child (the target).
+fn target_pid(recorder: u32) -> Option<u32> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{recorder}/task/{recorder}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn a_target_killed_halfway_leaves_a_file_report_reads() {
+    let dir = Scratch::new("record-sigkill");
+    let file = dir.path("k.strobe");
+    // A small wakeup threshold so the writer has saved samples before the kill.
+    let child = strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .args(["--wakeup", "16", "--"])
+        .arg(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut killed = false;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let has_samples = strobe_format::read_all(&file).is_ok_and(|r| r.total_samples() >= 100);
+        if has_samples {
+            let pid = target_pid(child.id()).expect("the target runs");
+            // SAFETY: kill(2) on the target's pid, a process this test started.
+            assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+            killed = true;
+            break;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(killed, "no samples reached the file in 20 s: {}", show(&out));
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", show(&out));
+    let rec = read(&file);
+    assert!(rec.processes.iter().all(|p| p.end.is_none()), "no END after SIGKILL");
+    let out = run(strobe().arg("report").arg(&file));
+    assert!(out.status.success(), "{}", show(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("workload_"), "{table}");
+}
+
+#[test]
+fn the_workload_at_the_defaults_loses_no_sample() {
+    let dir = Scratch::new("record-workload");
+    let file = dir.path("w.strobe");
+    let out = run(strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "2"]));
+    assert!(out.status.success(), "{}", show(&out));
+    let rec = read(&file);
+    assert_eq!(rec.processes.len(), 1);
+    let p = &rec.processes[0];
+    let info = p.info.as_ref().unwrap();
+    assert_eq!(info.period_source, strobe_format::PeriodSource::Budget);
+    assert!(info.sample_cost_ns > 0 && info.floor_cost_ns > 0, "{info:?}");
+    assert!(info.predicted_overhead_ppm <= 20_000, "{info:?}");
+    assert!(info.window > 0 && info.jitter > 0, "{info:?}");
+    let end = p.end.expect("END");
+    assert!(end.samples > 100, "{end:?}");
+    assert_eq!(end.lost, 0, "{end:?}");
+    assert_eq!(rec.total_lost(), 0);
+    // The writer is woken when a buffer reaches the (large) threshold or a thread exits,
+    // never per sample.
+    assert!(end.writer_wakeups * 100 < end.samples, "{end:?}");
+    let tids: BTreeSet<u32> = p.samples.iter().map(|s| s.tid).collect();
+    assert!(tids.len() >= 2, "both workload threads sampled: {tids:?}");
+}
+
+#[test]
+fn a_small_wakeup_threshold_wakes_the_writer_and_keeps_every_sample() {
+    let dir = Scratch::new("record-wakeup");
+    let file = dir.path("w.strobe");
+    let out = run(strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .args(["--wakeup", "8", "--buffer", "64", "--"])
+        .arg(prog("threads8")));
+    assert!(out.status.success(), "{}", show(&out));
+    let rec = read(&file);
+    let end = rec.processes[0].end.expect("END");
+    assert!(end.writer_wakeups > 0, "{end:?}");
+    // Every sample taken is either in the file or counted as lost: nothing vanishes.
+    assert_eq!(end.samples as usize, rec.total_samples());
+    assert_eq!(end.lost, rec.total_lost());
+}
+
+#[test]
+fn an_explicit_period_above_the_budget_is_warned_about() {
+    let dir = Scratch::new("record-period-warning");
+    let file = dir.path("p.strobe");
+    let out = run(strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .args(["-e", "{task-clock/period=100us,window=20us/,page-faults}", "--"])
+        .arg(prog("hello_threads"))
+        .arg("2"));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("above the 2.0% overhead budget"), "{err}");
+    let rec = read(&file);
+    let info = rec.processes[0].info.as_ref().unwrap();
+    assert_eq!(info.period_source, strobe_format::PeriodSource::Explicit);
+    assert_eq!((info.period, info.window), (100_000, 20_000));
+}
+
+/// Runs `strobe record ARGS` expecting a one-line error containing every needle.
+fn expect_error(args: &[&std::ffi::OsStr], needles: &[&str]) {
+    let out = run(strobe().arg("record").args(args));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{}", show(&out));
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn clear_errors_for_unknown_events_static_binaries_missing_targets_and_bad_outputs() {
+    let dir = Scratch::new("record-errors");
+    let out = dir.path("x.strobe");
+    let o = |s: &str| std::ffi::OsString::from(s);
+    let hello = prog("hello_threads").into_os_string();
+    expect_error(
+        &[&o("-o"), out.as_os_str(), &o("-e"), &o("task-clok"), &o("--"), &hello],
+        &["unknown event 'task-clok'", "did you mean 'task-clock'"],
+    );
+    expect_error(
+        &[&o("-o"), out.as_os_str(), &o("--"), prog("static_hello").as_os_str()],
+        &["statically linked", "dynamically linked"],
+    );
+    expect_error(
+        &[&o("-o"), out.as_os_str(), &o("--"), &o("/no/such/program")],
+        &["target not found", "/no/such/program"],
+    );
+    expect_error(
+        &[&o("-o"), &o("/no/such/dir/x.strobe"), &o("--"), &hello],
+        &["cannot write the output file", "/no/such/dir/x.strobe"],
+    );
+    assert!(!out.exists(), "no output file is created when the command is refused");
+    if strobe_perf_hardware_absent() {
+        expect_error(
+            &[&o("-o"), out.as_os_str(), &o("-e"), &o("{cycles,instructions}"), &o("--"), &hello],
+            &["cycles", "no hardware PMU", "task-clock"],
+        );
+    } else {
+        eprintln!("skipping the missing-PMU error: this machine has a hardware PMU");
+    }
+}
+
+/// True when `cycles` cannot be opened here (no hardware PMU).
+fn strobe_perf_hardware_absent() -> bool {
+    // Asks strobe itself: it checks the events before anything else, so its message tells
+    // which case this is.
+    let out = run(strobe().args(["record", "-o", "/dev/null", "-e", "cycles", "--", "true"]));
+    String::from_utf8_lossy(&out.stderr).contains("no hardware PMU")
+}
+
+#[test]
+fn paranoid_setting_is_checked_before_launch() {
+    // As root (CI here) the paranoid level does not apply; check the diagnosis is wired
+    // by what strobe prints when it does: only meaningful unprivileged.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        eprintln!("skipping: running as root, perf_event_paranoid does not restrict us");
+        return;
+    }
+    let level: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    if level <= 2 {
+        eprintln!("skipping: perf_event_paranoid={level} allows user-space profiling");
+        return;
+    }
+    expect_error(
+        &[std::ffi::OsStr::new("--"), prog("hello_threads").as_os_str()],
+        &["kernel.perf_event_paranoid", "sysctl -w kernel.perf_event_paranoid="],
+    );
+}
