@@ -139,7 +139,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let plan = Plan::new(opts);
     let dir = Scratch::new("run")?;
     probe_record(&exe, dir.path())?;
-    let perf = find_perf();
+    let mut perf = find_perf();
 
     let mut m = Measured {
         plan,
@@ -164,19 +164,26 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         m.wakeup1.push(record(&exe, dir.path(), &plan, "windows-wakeup1", &["--wakeup", "1"])?);
         let spec = short_only_spec(&m.windows[0])?;
         m.short.push(record(&exe, dir.path(), &plan, "short-only", &["-e", &spec])?);
-        if let Ok(perf) = &perf {
+        if let Ok(perf_exe) = &perf {
             // The samples per CPU-second strobe's first windows run took.
             let period = *perf_period.get_or_insert_with(|| {
                 let w = &m.windows[0];
                 let rate = w.samples as f64 / w.run.cpu_s.max(1e-9);
                 (1e9 / rate.max(1.0)) as u64
             });
-            perf_runs.push(perf_record(perf, &exe, dir.path(), &plan, period)?);
+            // perf is the comparison, not the subject: if it cannot run here (a
+            // stricter perf_event_paranoid, say), say why and go on without it.
+            match perf_record(perf_exe, &exe, dir.path(), &plan, period) {
+                Ok(r) => perf_runs.push(r),
+                Err(e) => perf = Err(format!("perf record failed: {e}")),
+            }
         }
     }
     m.perf = match (perf, perf_period) {
-        (Ok(_), Some(period_ns)) => PerfResult::Ran { period_ns, runs: perf_runs },
-        (Ok(_), None) => PerfResult::Skipped("no strobe sample rate to match".into()),
+        (Ok(_), Some(period_ns)) if !perf_runs.is_empty() => {
+            PerfResult::Ran { period_ns, runs: perf_runs }
+        }
+        (Ok(_), _) => PerfResult::Skipped("no strobe sample rate to match".into()),
         (Err(why), _) => PerfResult::Skipped(why),
     };
     for _ in 0..plan.repeats {
