@@ -44,6 +44,9 @@ use crate::slots::RECORD_HEAD;
 /// One agent instance (a process's stream) and the parameters its handlers read.
 pub struct Agent {
     cfg: Config,
+    /// The process this agent records. A `vfork` child shares our memory but not our pid:
+    /// it must not touch the recording.
+    pid: libc::pid_t,
     out_fd: libc::c_int,
     event_fd: libc::c_int,
     stream: u32,
@@ -70,6 +73,13 @@ pub(crate) fn agent() -> Option<&'static Agent> {
     let p = AGENT.load(Ordering::Acquire);
     // SAFETY: AGENT only ever holds null or a leaked Box<Agent> that is never freed.
     unsafe { p.as_ref() }
+}
+
+/// The live agent, if the calling process is the one it records (not a `vfork` child
+/// borrowing our memory).
+fn own_agent() -> Option<&'static Agent> {
+    // SAFETY: getpid has no preconditions.
+    agent().filter(|a| a.pid == unsafe { libc::getpid() })
 }
 
 #[used]
@@ -148,6 +158,8 @@ fn start(cfg: Config, origin: ProcessOrigin) {
     let window = cfg.spec.window_or_default();
     let ncounters = cfg.spec.events.len();
     let a = Box::new(Agent {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
         out_fd,
         event_fd,
         stream,
@@ -326,7 +338,7 @@ extern "C" fn thread_exit(value: *mut libc::c_void) {
 }
 
 extern "C" fn agent_fini() {
-    let Some(a) = agent() else { return };
+    let Some(a) = own_agent() else { return };
     sampler::STOPPING.store(true, Ordering::SeqCst);
     ENABLED.store(false, Ordering::Relaxed);
     writer::finish(a, EndReason::Exit);
@@ -471,7 +483,9 @@ fn own_slot() -> Option<usize> {
 /// dies of), then drain and write END (reason Exec). Other threads' pending signals die
 /// with them in execve. Returns the slot to re-arm if exec fails.
 fn before_exec() -> Option<usize> {
-    let a = agent()?;
+    // A vfork child execs on our memory: its thread has no events of its own, and the
+    // recording and the events it could reach are the parent's. Touch nothing.
+    let a = own_agent()?;
     let idx = own_slot();
     if let Some(slot) = idx.and_then(|i| slots::SLOTS.get(i)) {
         let fd = slot.leader_fd.load(Ordering::Relaxed);
@@ -522,6 +536,27 @@ macro_rules! wrap_exec {
             rc
         }
     };
+}
+
+/// Interposes `_exit` (which skips the destructors, and which shells such as dash use to
+/// end): drains the recording and writes END first, when called by the recorded process.
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    if let Some(a) = own_agent() {
+        sampler::STOPPING.store(true, Ordering::SeqCst);
+        ENABLED.store(false, Ordering::Relaxed);
+        writer::finish(a, EndReason::Exit);
+    }
+    loop {
+        // SAFETY: exit_group ends the process; it takes a plain status and never returns.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// Interposes `_Exit` (C99's name for `_exit`), as `_exit`.
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    _exit(status)
 }
 
 type CStrPtr = *const libc::c_char;

@@ -196,7 +196,8 @@ fn next_long(a: &Agent, slot: &Slot) -> u64 {
     x ^= x >> 7;
     x ^= x << 17;
     slot.rng.store(x, Ordering::Relaxed);
-    period + x % (jitter + 1)
+    // checked_add: a jitter of u64::MAX must not become a division by zero here.
+    period.wrapping_add(jitter.checked_add(1).map_or(x, |m| x % m))
 }
 
 /// The handler's work for one overflow of `slot`'s leader: read the group once, record

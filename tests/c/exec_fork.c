@@ -3,7 +3,10 @@
  *
  *   exec_fork            prints "parent start", forks a child that burns CPU, prints
  *                        "child done" and exits 3; the parent checks that status, burns
- *                        CPU itself, then execs itself (execl) as "exec_fork stage2".
+ *                        CPU itself, runs /bin/true through vfork + execl (a vfork
+ *                        child shares the parent's memory, and so the agent's), prints
+ *                        "vfork child exited 0", then execs itself (execl) as
+ *                        "exec_fork stage2".
  *   exec_fork stage2     burns CPU, prints "stage2 done", exits 7. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,18 @@ int main(int argc, char **argv) {
         return 4;
     }
     printf("child exited 3\n");
+    fflush(stdout);
+    pid = vfork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(9);
+    }
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("vfork child status wrong: %d\n", status);
+        return 6;
+    }
+    printf("vfork child exited 0\n");
     burn(60);
     fflush(stdout);
     execl("/proc/self/exe", argv[0], "stage2", (char *)NULL);

@@ -67,8 +67,9 @@ pub struct Args {
     /// Profile forked children too (each in its own stream of the file).
     #[arg(long)]
     follow_fork: bool,
-    /// The program to profile and its arguments (default: strobe's bundled workload).
-    #[arg(last = true, value_name = "COMMAND")]
+    /// The program to profile and its arguments, after `--` or after strobe's own options
+    /// (default: strobe's bundled workload).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<OsString>,
 }
 

@@ -66,7 +66,7 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
     let dir = Scratch::new("record-exec-fork");
     let plain = run(&mut Command::new(prog("exec_fork")));
     assert_eq!(plain.status.code(), Some(7), "{}", show(&plain));
-    let expected = "parent start\nchild done\nchild exited 3\nstage2 done\n";
+    let expected = "parent start\nchild done\nchild exited 3\nvfork child exited 0\nstage2 done\n";
     assert_eq!(String::from_utf8_lossy(&plain.stdout), expected);
 
     for follow in [false, true] {
@@ -83,8 +83,10 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
         let rec = read(&file);
         let origins: Vec<_> =
             rec.processes.iter().filter_map(|p| p.info.as_ref().map(|i| i.origin)).collect();
+        // The program itself, its exec'd image, and with --follow-fork its forked child
+        // and the image /bin/true runs in its vfork child.
         let want: &[ProcessOrigin] = if follow {
-            &[ProcessOrigin::Start, ProcessOrigin::Fork, ProcessOrigin::Exec]
+            &[ProcessOrigin::Start, ProcessOrigin::Fork, ProcessOrigin::Exec, ProcessOrigin::Exec]
         } else {
             &[ProcessOrigin::Start, ProcessOrigin::Exec]
         };
@@ -92,8 +94,12 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
         got.sort_by_key(|o| *o as u8);
         assert_eq!(got, want, "follow-fork {follow}: streams {origins:?}");
         for p in &rec.processes {
-            assert!(!p.samples.is_empty(), "stream {:?} has no samples", p.info);
-            assert!(p.end.is_some(), "stream {:?} has no END", p.info);
+            let info = p.info.as_ref().unwrap();
+            assert!(p.end.is_some(), "stream {info:?} has no END");
+            // The images of exec_fork burn 60 ms or more each; /bin/true may take none.
+            if info.exe.ends_with("exec_fork") {
+                assert!(!p.samples.is_empty(), "stream {info:?} has no samples");
+            }
         }
     }
 }
