@@ -19,7 +19,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::input::{Mapping, RecordInfo, Sample, SampleKind};
-use crate::report::{Report, WindowPolicy};
+use crate::report::{LostThread, Report, WindowPolicy};
 use crate::symbolize::Spaces;
 use crate::ReportError;
 
@@ -62,6 +62,8 @@ pub struct Aggregator {
     pub(crate) win_sums: Vec<u64>,
     pub(crate) unpaired: u64,
     pub(crate) lost: u64,
+    /// Lost samples per (process key, thread), in first-seen order.
+    pub(crate) lost_by_thread: Vec<LostThread>,
     pub(crate) sample_count: u64,
 }
 
@@ -89,6 +91,7 @@ impl Aggregator {
             win_sums: Vec::new(),
             unpaired: 0,
             lost: 0,
+            lost_by_thread: Vec::new(),
             sample_count: 0,
         })
     }
@@ -114,9 +117,14 @@ impl Aggregator {
         self.info.jitter = jitter;
     }
 
-    /// Adds `n` samples the recorder had to drop (a thread's buffer was full).
-    pub fn add_lost(&mut self, n: u64) {
+    /// Adds `n` samples the recorder had to drop from thread `tid` of process `pid`
+    /// (the thread's buffer was full). Counts for the same thread add up.
+    pub fn add_lost(&mut self, pid: u32, tid: u32, n: u64) {
         self.lost = self.lost.saturating_add(n);
+        match self.lost_by_thread.iter_mut().find(|l| l.pid == pid && l.tid == tid) {
+            Some(l) => l.lost = l.lost.saturating_add(n),
+            None => self.lost_by_thread.push(LostThread { pid, tid, lost: n }),
+        }
     }
 
     /// Time samples seen so far (window starts and plain samples).

@@ -32,7 +32,7 @@ pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
 pub use input::{Mapping, RecordInfo, Sample, SampleKind};
 pub use render::{render, Format, RenderOptions};
-pub use report::{FunctionStats, Report, WindowPolicy};
+pub use report::{FunctionStats, LostThread, Report, WindowPolicy};
 
 #[cfg(test)]
 mod tests;

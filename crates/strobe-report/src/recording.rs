@@ -97,7 +97,11 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                     });
                 }
             }
-            Record::Lost { lost, .. } => agg.add_lost(lost.iter().map(|l| l.lost).sum()),
+            Record::Lost { stream, lost } => {
+                for l in lost {
+                    agg.add_lost(stream, l.tid, l.lost);
+                }
+            }
             Record::Note { note, .. } => {
                 let level = match note.level {
                     NoteLevel::Info => continue,

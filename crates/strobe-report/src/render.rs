@@ -219,13 +219,36 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     lines
 }
 
-/// The one-line warning about lost samples.
+/// The one-line warning about lost samples, naming the threads that lost them.
 pub fn lost_warning(report: &Report) -> String {
     format!(
-        "WARNING: {} samples were lost (a thread's buffer was full); shares are of the {} kept. \
-         Record with a smaller --wakeup or a longer period to lose none.",
-        report.lost_samples, report.samples
+        "WARNING: {} samples were lost (a thread's buffer was full; {}); shares are of the {} \
+         kept. Record with a smaller --wakeup or a longer period to lose none.",
+        report.lost_samples,
+        lost_per_thread(report),
+        report.samples
     )
+}
+
+/// `thread 123: 40, thread 124: 2`, at most 8 threads named (the rest summed).
+pub fn lost_per_thread(report: &Report) -> String {
+    const SHOWN: usize = 8;
+    let mut parts: Vec<String> = report
+        .lost_by_thread
+        .iter()
+        .take(SHOWN)
+        .map(|l| format!("thread {}: {}", l.tid, l.lost))
+        .collect();
+    if report.lost_by_thread.len() > SHOWN {
+        let rest = &report.lost_by_thread[SHOWN..];
+        let sum: u64 = rest.iter().map(|l| l.lost).sum();
+        parts.push(format!("{} more threads: {sum}", rest.len()));
+    }
+    if parts.is_empty() {
+        "no thread named".to_string()
+    } else {
+        parts.join(", ")
+    }
 }
 
 const MAX_NAME: usize = 60;
@@ -376,6 +399,7 @@ struct JsonReport<'r> {
     mean_window: Option<f64>,
     samples: u64,
     lost_samples: u64,
+    lost_by_thread: &'r [crate::report::LostThread],
     windows_used: u64,
     windows_discarded: u64,
     windows_unpaired: u64,
@@ -395,6 +419,7 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
         mean_window: report.mean_window.map(round4),
         samples: report.samples,
         lost_samples: report.lost_samples,
+        lost_by_thread: &report.lost_by_thread,
         windows_used: report.windows_used,
         windows_discarded: report.windows_discarded,
         windows_unpaired: report.windows_unpaired,

@@ -59,6 +59,19 @@ pub struct FunctionStats {
     pub sums: Vec<u64>,
 }
 
+/// Samples one thread lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LostThread {
+    /// The process key the samples were fed under (pid or record stream; not
+    /// serialized, as a stream id is no pid).
+    #[serde(skip)]
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Samples lost.
+    pub lost: u64,
+}
+
 /// A finished report: per-function results and the recording's totals.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -72,6 +85,8 @@ pub struct Report {
     pub samples: u64,
     /// Samples the recorder had to drop.
     pub lost_samples: u64,
+    /// The same, per thread (only threads that lost any), in the order first reported.
+    pub lost_by_thread: Vec<LostThread>,
     /// Windows whose deltas were attributed.
     pub windows_used: u64,
     /// Paired windows dropped by [`WindowPolicy::Discard`].
@@ -166,12 +181,16 @@ impl Report {
             }
         }
 
+        // A function met only as the end of discarded windows has nothing to show.
+        functions.retain(|f| f.samples > 0 || f.windows > 0);
+
         Report {
             counters: CounterSet::from_events(&agg.info.events),
             info: agg.info,
             functions,
             samples: agg.sample_count,
             lost_samples: agg.lost,
+            lost_by_thread: std::mem::take(&mut agg.lost_by_thread),
             windows_used: used,
             windows_discarded: discarded,
             windows_unpaired: agg.unpaired,

@@ -154,24 +154,30 @@ fn fold_attributes_crossing_windows_to_the_end_function() {
 fn small_function_keeps_its_rank_when_its_windows_are_discarded() {
     // gamma is so short that every window starting in it ends elsewhere, yet it is
     // sampled more often than delta, whose windows are all whole.
-    let mut s = Stream::new(SW);
-    for _ in 0..5 {
-        s.window(1, gamma(0), alpha(0), &[20_000, 0, 0]);
-    }
-    for _ in 0..3 {
-        s.window(1, delta(0), delta(4), &[20_000, 0, 0]);
-    }
-    let r = s.finish(WindowPolicy::Discard);
+    let build = || {
+        let mut s = Stream::new(SW);
+        for _ in 0..5 {
+            s.window(1, gamma(0), alpha(0), &[20_000, 0, 0]);
+        }
+        for _ in 0..3 {
+            s.window(1, delta(0), delta(4), &[20_000, 0, 0]);
+        }
+        s
+    };
+    let folded = build().finish(WindowPolicy::Fold);
+    let r = build().finish(WindowPolicy::Discard);
     let rows = crate::render::ordered(&r, crate::render::Column::Samples, None);
     let names: Vec<&str> = rows.iter().map(|f| f.function.as_str()).collect();
-    assert_eq!(names, ["strobe_test_gamma", "strobe_test_delta", "strobe_test_alpha"]);
+    // alpha is met only as the end of discarded windows: no samples, no windows, no row.
+    assert_eq!(names, ["strobe_test_gamma", "strobe_test_delta"]);
     let g = r.function("strobe_test_gamma").unwrap();
     assert_eq!((g.samples, g.windows), (5, 0));
     assert!((r.time_pct(g) - 62.5).abs() < 1e-9);
     let pf = r.metrics().into_iter().find(|m| m.key == "page_faults_per_ms").unwrap();
     assert_eq!(r.metric(g, pf), None, "no windows: no metric, not zero");
-    // alpha appears with the windows' end samples only: no time samples.
-    assert_eq!(r.function("strobe_test_alpha").unwrap().samples, 0);
+    // Folded, alpha gets the windows that ended in it, still with no time samples.
+    let a = folded.function("strobe_test_alpha").unwrap();
+    assert_eq!((a.samples, a.windows), (0, 5));
 }
 
 #[test]
@@ -368,7 +374,8 @@ fn snapshot_report() -> Report {
         s.window(2, delta(0), alpha(0), &[20_000, 0, 0]);
     }
     s.push(1, SampleKind::WindowStart, 0x8, &[1_000_000, 0, 0]);
-    s.agg.add_lost(7);
+    s.agg.add_lost(1, 1, 5);
+    s.agg.add_lost(1, 2, 2);
     let mut r = s.finish(WindowPolicy::Discard);
     for f in &mut r.functions {
         f.source = None; // line numbers move as this file is edited
@@ -394,6 +401,9 @@ fn snapshot_json() {
     let text = stable(&render(&r, &opts).unwrap());
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["lost_samples"], 7);
+    assert_eq!(v["lost_by_thread"][0]["tid"], 1);
+    assert_eq!(v["lost_by_thread"][0]["lost"], 5);
+    assert_eq!(v["lost_by_thread"][1]["lost"], 2);
     assert_eq!(v["functions"][0]["function"], "strobe_test_alpha");
     insta::assert_snapshot!(text);
 }
@@ -430,4 +440,28 @@ fn throughput_through_a_record_file_reads_every_sample() {
     let (t, bytes) = crate::throughput::measure_file(10_000, &dir).unwrap();
     assert_eq!(t.samples, 10_000);
     assert!(bytes > 10_000, "{bytes}");
+}
+
+/// A mangled (not `#[no_mangle]`) function: its name must come out demangled, without
+/// the hash suffix.
+#[inline(never)]
+fn mangled_rust_function(n: u64) -> u64 {
+    let mut acc = n;
+    let mut i = 0;
+    while i < n {
+        acc = (acc ^ (acc >> 5)).wrapping_mul(0x2545_f491) ^ i;
+        i += 1;
+    }
+    acc
+}
+
+#[test]
+fn rust_names_are_demangled() {
+    let f: fn(u64) -> u64 = mangled_rust_function;
+    std::hint::black_box(f(3));
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::Plain, f as usize as u64, &[1, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    let names: Vec<&str> = r.functions.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(names, ["strobe_report::tests::mangled_rust_function"]);
 }

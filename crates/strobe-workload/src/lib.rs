@@ -41,11 +41,16 @@ pub struct Options {
     pub seconds: f64,
     /// Worker threads, each rotating through every function.
     pub threads: usize,
+    /// Fixed work instead of a fixed duration: each thread runs exactly this many
+    /// rounds (one call of every function per round) with fixed call sizes
+    /// ([`FIXED_UNITS`]), and `seconds` is ignored. The same work every run, so a
+    /// profiler's slowdown shows as more time taken.
+    pub rounds: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { seconds: 5.0, threads: 2 }
+        Options { seconds: 5.0, threads: 2, rounds: None }
     }
 }
 
@@ -139,6 +144,11 @@ const TARGET_CALL_NS: u64 = 1_000_000;
 
 /// How long `workload_sleep` sleeps per call, in microseconds.
 const SLEEP_US: u64 = 100;
+
+/// Work units per call in fixed-work mode ([`Options::rounds`]), in [`FUNCTIONS`]
+/// order: about one millisecond of CPU each in a release build on the 2-vCPU VM the
+/// benchmarks run on (measured; the sizes matter only in being the same every run).
+pub const FIXED_UNITS: [u64; 6] = [200_000, 160_000, 360, SLEEP_US, 100_000, 13_000];
 
 // ---------------------------------------------------------------------------------
 // Raw system calls, expanded inline into the calling function so that the IP after
@@ -319,6 +329,8 @@ pub fn workload_pointer_chase(chain: &[u32], start: u32, steps: u64) -> u64 {
 /// (Sattolo's algorithm), so the walk never settles into a cached subset.
 #[inline(never)]
 #[no_mangle]
+// The swap is written out by hand on purpose (see inside).
+#[allow(clippy::manual_swap)]
 pub fn workload_setup_chain(seed: u64) -> Vec<u32> {
     let mut chain: Vec<u32> = vec![0; CHAIN_LEN];
     let c = chain.as_mut_slice();
@@ -334,7 +346,11 @@ pub fn workload_setup_chain(seed: u64) -> Vec<u32> {
         x ^= x >> 7;
         x ^= x << 17;
         let j = (x % i as u64) as usize;
-        c.swap(i, j);
+        // By hand: `slice::swap` is a call in an unoptimized build, and samples taken
+        // in it would not name this function.
+        let t = c[i];
+        c[i] = c[j];
+        c[j] = t;
         i -= 1;
     }
     chain
@@ -376,7 +392,8 @@ struct Acc {
 }
 
 /// One worker thread: returns per-function accumulators (FUNCTIONS order, then SETUP).
-fn worker(index: usize, deadline: Instant) -> [Acc; 7] {
+/// Runs until `deadline`, or exactly `rounds` rounds of fixed sizes when given.
+fn worker(index: usize, deadline: Instant, rounds: Option<u64>) -> [Acc; 7] {
     let mut acc = [Acc::default(); 7];
     let mut rng: u64 =
         0x9e37_79b9_7f4a_7c15 ^ ((index as u64 + 1) << 32) ^ u64::from(std::process::id());
@@ -401,9 +418,17 @@ fn worker(index: usize, deadline: Instant) -> [Acc; 7] {
     let mut chase_at: u32 = 0;
 
     // Work units per call, adapted after every call toward TARGET_CALL_NS.
-    let mut units: [u64; 6] = [20_000, 20_000, 16, SLEEP_US, 50_000, 20_000];
+    let mut units: [u64; 6] = match rounds {
+        Some(_) => FIXED_UNITS,
+        None => [20_000, 20_000, 16, SLEEP_US, 50_000, 20_000],
+    };
     let mut order: [usize; 6] = [0, 1, 2, 3, 4, 5];
-    while Instant::now() < deadline {
+    let mut done: u64 = 0;
+    while match rounds {
+        Some(n) => done < n,
+        None => Instant::now() < deadline,
+    } {
+        done += 1;
         for i in (1..order.len()).rev() {
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -424,7 +449,7 @@ fn worker(index: usize, deadline: Instant) -> [Acc; 7] {
                     end
                 }
             });
-            if f != 3 {
+            if f != 3 && rounds.is_none() {
                 // Scale toward the target, at most 4x up or 2x down per call, so one
                 // preempted call cannot swing the size far.
                 let scaled = (u as u128 * TARGET_CALL_NS as u128 / ns.max(1) as u128) as u64;
@@ -446,13 +471,17 @@ pub fn run(opts: &Options) -> Result<Truth, WorkloadError> {
     if opts.threads == 0 {
         return Err(WorkloadError::Options("--threads must be at least 1".into()));
     }
+    if opts.rounds == Some(0) {
+        return Err(WorkloadError::Options("--rounds must be at least 1".into()));
+    }
+    let rounds = opts.rounds;
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(opts.seconds);
     let handles = (0..opts.threads)
         .map(|i| {
             std::thread::Builder::new()
                 .name(format!("workload-{i}"))
-                .spawn(move || worker(i, deadline))
+                .spawn(move || worker(i, deadline, rounds))
                 .map_err(|e| WorkloadError::Thread(e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -510,7 +539,7 @@ mod tests {
 
     #[test]
     fn truth_shares_are_comparable_and_faults_belong_to_the_faulting_function() {
-        let t = run(&Options { seconds: 1.5, threads: 2 }).unwrap();
+        let t = run(&Options { seconds: 1.5, threads: 2, rounds: None }).unwrap();
         assert_eq!(t.functions.len(), 7);
         // Other tests share this process's CPU time, so only an upper bound holds here.
         let sum: f64 = t.functions.iter().map(|f| f.cpu_pct).sum();
@@ -537,7 +566,21 @@ mod tests {
 
     #[test]
     fn bad_options_are_rejected() {
-        assert!(run(&Options { seconds: 0.0, threads: 2 }).is_err());
-        assert!(run(&Options { seconds: 1.0, threads: 0 }).is_err());
+        assert!(run(&Options { seconds: 0.0, threads: 2, rounds: None }).is_err());
+        assert!(run(&Options { seconds: 1.0, threads: 0, rounds: None }).is_err());
+        assert!(run(&Options { seconds: 1.0, threads: 1, rounds: Some(0) }).is_err());
+    }
+
+    #[test]
+    fn fixed_rounds_make_the_same_calls_every_run() {
+        let opts = Options { seconds: 1000.0, threads: 2, rounds: Some(3) };
+        for _ in 0..2 {
+            let t = run(&opts).unwrap();
+            for name in FUNCTIONS {
+                assert_eq!(t.function(name).unwrap().calls, 6, "{name}: 3 rounds x 2 threads");
+            }
+            // 360 fresh pages per call, each touched once.
+            assert!(t.function("workload_page_faults").unwrap().page_faults >= 6 * 360);
+        }
     }
 }

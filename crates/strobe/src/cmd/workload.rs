@@ -17,6 +17,7 @@ With --truth it writes what it measured itself: CPU time per function \
 page faults per function (RUSAGE_THREAD), to check a report against.",
     after_help = "Examples:\n  \
 strobe workload --seconds 10 --truth truth.json\n  \
+strobe workload --rounds 500 --truth truth.json   # fixed work: compare run times\n  \
 strobe record -o run.strobe -- strobe workload --threads 4   # what `strobe record` does by default, with 4 threads\n  \
 strobe report run.strobe"
 )]
@@ -27,6 +28,11 @@ pub struct Args {
     /// Worker threads, each rotating through every function.
     #[arg(long, default_value_t = 2, value_name = "N")]
     threads: usize,
+    /// Fixed work instead of a fixed time: each thread runs N rounds (one call of every
+    /// function each) with fixed call sizes, so a profiler's overhead shows as a longer
+    /// run. `strobe bench sampling` measures slowdown this way.
+    #[arg(long, value_name = "N", conflicts_with = "seconds")]
+    rounds: Option<u64>,
     /// Write the ground truth (CPU time and page faults per function) as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     truth: Option<PathBuf>,
@@ -34,7 +40,11 @@ pub struct Args {
 
 /// Runs `strobe workload`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let opts = strobe_workload::Options { seconds: args.seconds, threads: args.threads };
+    let opts = strobe_workload::Options {
+        seconds: args.seconds,
+        threads: args.threads,
+        rounds: args.rounds,
+    };
     let truth = strobe_workload::run(&opts)?;
     if let Some(path) = &args.truth {
         truth.write(path)?;
