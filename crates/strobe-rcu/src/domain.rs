@@ -69,6 +69,7 @@ pub struct Domain {
     pub(crate) steal_lock: Mutex<()>,
     pub(crate) orphans: Mutex<Orphans>,
     /// The process-wide domain runs a background reclaimer thread.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) background: bool,
     pub(crate) stats: crate::reclaim::Counters,
 }
