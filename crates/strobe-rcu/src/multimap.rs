@@ -177,7 +177,8 @@ where
         // SAFETY: the table pointer is never null and a table lives as long as
         // the map or a grace period after it is replaced; Acquire pairs with
         // the publishing store.
-        unsafe { (&(*self.table.load(Ordering::Acquire)).buckets).len() }
+        let table = unsafe { &*self.table.load(Ordering::Acquire) };
+        table.buckets.len()
     }
 
     /// Calls `f` with every value stored under `key`. Lock-free; allocates
@@ -236,7 +237,11 @@ where
 
     /// Calls `f` with every entry of the map (a consistent walk of one table;
     /// entries inserted or removed meanwhile may or may not be seen).
-    pub fn for_each_entry<'g>(&'g self, _guard: &'g ReadGuard<'_>, mut f: impl FnMut(&'g K, &'g V)) {
+    pub fn for_each_entry<'g>(
+        &'g self,
+        _guard: &'g ReadGuard<'_>,
+        mut f: impl FnMut(&'g K, &'g V),
+    ) {
         // SAFETY: as in `for_each`.
         let t = unsafe { &*self.table.load(Ordering::Acquire) };
         let slot = t.slot & 1;

@@ -50,8 +50,8 @@ use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 
 use crate::domain::Domain;
-use crate::primitive::{lock, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::primitive::UnsafeCell;
+use crate::primitive::{lock, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::reader::{ReadGuard, Reader};
 
 /// A function that frees one retired object, given the pointer retired.
@@ -507,9 +507,7 @@ fn alloc_block(d: &Domain) -> *mut Block {
     {
         use std::sync::atomic::Ordering as O;
         if FAIL_BLOCK_ALLOCS.load(O::Relaxed) > 0
-            && FAIL_BLOCK_ALLOCS
-                .fetch_update(O::Relaxed, O::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
+            && FAIL_BLOCK_ALLOCS.fetch_update(O::Relaxed, O::Relaxed, |n| n.checked_sub(1)).is_ok()
         {
             d.stats.block_alloc_failures.fetch_add(1, Ordering::Relaxed);
             return ptr::null_mut();
@@ -545,9 +543,10 @@ unsafe fn block_push(b: *mut Block, rec: Record) {
     // bounds.
     unsafe {
         let len = (*b).len;
-        ptr::addr_of_mut!((*b).records).cast::<MaybeUninit<Record>>().add(len).write(
-            MaybeUninit::new(rec),
-        );
+        ptr::addr_of_mut!((*b).records)
+            .cast::<MaybeUninit<Record>>()
+            .add(len)
+            .write(MaybeUninit::new(rec));
         (*b).len = len + 1;
     }
 }
@@ -641,7 +640,9 @@ impl Domain {
             let b = unsafe { &*p };
             // Acquire: the previous owner's release happens-before reuse.
             if !b.in_use.load(Ordering::Relaxed)
-                && b.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                && b.in_use
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
             {
                 return p;
             }
@@ -666,7 +667,13 @@ impl Domain {
     /// # Safety
     /// As [`LocalHandle::retire_raw`]; `head`, if non-null, is embedded in the
     /// object.
-    pub(crate) unsafe fn retire_orphan(&self, ptr: *mut (), drop: DropFn, head: *mut RcuHead, in_read: bool) {
+    pub(crate) unsafe fn retire_orphan(
+        &self,
+        ptr: *mut (),
+        drop: DropFn,
+        head: *mut RcuHead,
+        in_read: bool,
+    ) {
         let rec = Record { ptr, drop };
         let mut o = lock(&self.orphans);
         if !o.cur.is_null() {

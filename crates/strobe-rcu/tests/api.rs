@@ -142,7 +142,8 @@ fn emergency_path_loses_nothing_when_blocks_cannot_be_allocated() {
     let n = 3 * strobe_rcu::RECORDS_PER_BLOCK;
     strobe_rcu::fail_next_block_allocs(usize::MAX);
     for _ in 0..n {
-        let b = Box::into_raw(Box::new(Headed { head: RcuHead::new(), _c: Counted(drops.clone()) }));
+        let b =
+            Box::into_raw(Box::new(Headed { head: RcuHead::new(), _c: Counted(drops.clone()) }));
         // SAFETY: the object was never published; the head is its first field.
         unsafe { retire_head(std::ptr::NonNull::new(b.cast::<RcuHead>()).unwrap(), drop_headed) };
     }

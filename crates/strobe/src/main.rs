@@ -9,6 +9,7 @@
 //! closed stdout (`strobe report | head`) is not an error. A panic prints one
 //! line asking for a report, never a backtrace.
 
+mod agent_lib;
 mod cmd;
 
 use std::process::ExitCode;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what strobe's build and tests need on a fresh Debian machine, if missing:
+# a C compiler (test programs), <sys/sdt.h> (a USDT test program), and Linux perf
+# (benchmarks compare against it).
+# Safe to run repeatedly; does nothing when everything is present.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+echo "#include <sys/sdt.h>" | cc -E -x c - >/dev/null 2>&1 || need+=(systemtap-sdt-dev)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "ci/setup.sh: missing packages ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2
+        exit 1
+    fi
+    echo "ci/setup.sh: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "ci/setup.sh: cargo not found; install Rust with rustup" >&2; exit 1; }

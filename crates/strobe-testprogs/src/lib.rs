@@ -1,0 +1,15 @@
+//! Paths of the C test programs built from `tests/c/*.c` (see build.rs).
+
+use std::path::PathBuf;
+
+include!(concat!(env!("OUT_DIR"), "/programs.rs"));
+
+/// The path of test program `name` (the file stem of `tests/c/NAME.c`).
+///
+/// # Panics
+/// If no such program was built: the list of programs is fixed at build time, so a typo
+/// is a bug in the test.
+pub fn path(name: &str) -> PathBuf {
+    assert!(PROGRAMS.contains(&name), "no test program '{name}' in tests/c (have: {PROGRAMS:?})");
+    PathBuf::from(env!("OUT_DIR")).join(name)
+}

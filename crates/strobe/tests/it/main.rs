@@ -1,0 +1,10 @@
+//! strobe's integration tests: one test binary, one module per theme. Each test runs the
+//! real `strobe` binary against real programs built from source (strobe-testprogs).
+
+mod util;
+
+mod cli;
+mod probe;
+mod record;
+mod report;
+mod watch;

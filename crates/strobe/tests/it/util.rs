@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: a scratch directory per test and a
+//! `strobe` command builder.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `strobe` binary under test.
+pub fn strobe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strobe"))
+}
+
+/// A fresh scratch directory for one test, removed when dropped.
+pub struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    /// Creates `target/it-scratch/<name>-<pid>`.
+    pub fn new(name: &str) -> Scratch {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch { dir }
+    }
+
+    /// A path inside the scratch directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs a command, returning its output; panics with the command line if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Stdout and stderr of `out`, for assertion messages.
+pub fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
