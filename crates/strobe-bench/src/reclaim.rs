@@ -216,8 +216,20 @@ unsafe fn run_callbacks(mut h: *mut CbHead) {
 
 struct RunResult {
     mobj_per_s: f64,
+    /// CPU time of the whole process (workers, reclaimers) per object: robust
+    /// to other load on the machine, unlike wall-clock throughput.
+    cpu_ns_per_obj: f64,
     peak_rss_mb: f64,
     peak_outstanding: i64,
+}
+
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn vm_hwm_kb() -> Option<u64> {
@@ -333,6 +345,7 @@ fn run_once(variant: &str, threads: usize, loops: usize) -> Result<RunResult, Be
         })
         .collect();
     start.wait();
+    let cpu0 = process_cpu_s();
     let t = Instant::now();
     for h in handles {
         h.join().map_err(|_| BenchError::Other(format!("a {variant} worker panicked")))?;
@@ -341,14 +354,17 @@ fn run_once(variant: &str, threads: usize, loops: usize) -> Result<RunResult, Be
         strobe_rcu::barrier();
     }
     let secs = t.elapsed().as_secs_f64();
+    let cpu = process_cpu_s() - cpu0;
     let peak_rss_kb = vm_hwm_kb().unwrap_or(0);
     stop.store(true, Ordering::Relaxed);
     let peak_outstanding =
         sampler.join().map_err(|_| BenchError::Other("the sampler panicked".into()))?;
     // Drop the collectors (seize frees what it still holds) before the next run.
     drop((seize32, seize512));
+    let objects = (threads * loops * PER_LOOP) as f64;
     Ok(RunResult {
-        mobj_per_s: (threads * loops * PER_LOOP) as f64 / secs / 1e6,
+        mobj_per_s: objects / secs / 1e6,
+        cpu_ns_per_obj: cpu * 1e9 / objects,
         peak_rss_mb: peak_rss_kb as f64 / 1024.0,
         peak_outstanding,
     })
@@ -360,20 +376,30 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let repeats = if opts.quick { 1 } else { opts.repeats.max(1) };
     let mut rep = BenchReport::new("reclaim");
     let mut res: Vec<(String, usize, RunResult)> = Vec::new();
+    // STROBE_BENCH_VARIANTS=a,b runs only those variants (for profiling one).
+    let only = std::env::var("STROBE_BENCH_VARIANTS").ok();
+    let wanted = |v: &str| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == v));
     for &threads in &[1usize, 2] {
-        for &v in VARIANTS {
+        for &v in VARIANTS.iter().filter(|v| wanted(v)) {
             let mut rates = Vec::new();
+            let mut cpus = Vec::new();
             let (mut rss, mut outst) = (0.0f64, 0i64);
             for _ in 0..repeats {
                 let r = run_once(v, threads, loops)?;
                 rates.push(r.mobj_per_s);
+                cpus.push(r.cpu_ns_per_obj);
                 rss = rss.max(r.peak_rss_mb);
                 outst = outst.max(r.peak_outstanding);
             }
             res.push((
                 v.to_string(),
                 threads,
-                RunResult { mobj_per_s: median(&rates), peak_rss_mb: rss, peak_outstanding: outst },
+                RunResult {
+                    mobj_per_s: median(&rates),
+                    cpu_ns_per_obj: median(&cpus),
+                    peak_rss_mb: rss,
+                    peak_outstanding: outst,
+                },
             ));
         }
     }
@@ -382,6 +408,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             ("variant", Value::from(v.as_str())),
             ("threads", Value::from(*threads)),
             ("mobj_per_s", num(r.mobj_per_s, 2)),
+            ("cpu_ns_per_obj", num(r.cpu_ns_per_obj, 1)),
             ("peak_rss_mb", num(r.peak_rss_mb, 1)),
             ("peak_outstanding", Value::from(r.peak_outstanding)),
         ]));
@@ -395,16 +422,17 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         machine_summary()
     ));
     t.push_str(&format!(
-        "{:<16} {:>7} {:>11} {:>12} {:>12} {:>17}\n",
-        "variant", "threads", "Mobj/s", "vs bulk", "peak RSS MB", "peak outstanding"
+        "{:<16} {:>7} {:>11} {:>12} {:>12} {:>12} {:>17}\n",
+        "variant", "threads", "Mobj/s", "vs bulk", "CPU ns/obj", "peak RSS MB", "peak outstanding"
     ));
     for &threads in &[1usize, 2] {
         let base = get("strobe-bulk", threads).map_or(f64::NAN, |r| r.mobj_per_s);
         for (v, th, r) in res.iter().filter(|r| r.1 == threads) {
             t.push_str(&format!(
-                "{v:<16} {th:>7} {:>11.2} {:>11.2}x {:>12.1} {:>17}\n",
+                "{v:<16} {th:>7} {:>11.2} {:>11.2}x {:>12.1} {:>12.1} {:>17}\n",
                 r.mobj_per_s,
                 r.mobj_per_s / base,
+                r.cpu_ns_per_obj,
                 r.peak_rss_mb,
                 r.peak_outstanding
             ));
