@@ -53,6 +53,7 @@
 #![cfg_attr(not(loom), deny(unsafe_op_in_unsafe_fn))]
 
 mod domain;
+mod error;
 #[cfg(not(loom))]
 mod global;
 mod multimap;
@@ -64,10 +65,11 @@ mod reclaim;
 mod sys;
 
 pub use domain::Domain;
+pub use error::Error;
 #[cfg(not(loom))]
 pub use global::{
     barrier, flush, global, read_depth, read_lock, register_current_thread, retire, retire_head,
-    retire_raw, stats, synchronize, SCAN_PERIOD,
+    retire_raw, stats, synchronize, try_barrier, try_synchronize, SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;

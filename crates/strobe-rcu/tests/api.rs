@@ -79,6 +79,21 @@ fn synchronize_inside_a_section_panics_instead_of_deadlocking() {
 }
 
 #[test]
+fn try_synchronize_and_try_barrier_report_a_read_section_instead_of_waiting() {
+    let g = read_lock();
+    let g2 = read_lock();
+    let e = strobe_rcu::try_synchronize().unwrap_err();
+    assert_eq!(e, strobe_rcu::Error::InReadSection { what: "synchronize", depth: 2 });
+    assert!(e.to_string().contains("drop every ReadGuard"), "{e}");
+    assert!(matches!(
+        strobe_rcu::try_barrier(),
+        Err(strobe_rcu::Error::InReadSection { what: "barrier", depth: 2 })
+    ));
+    drop((g2, g));
+    assert_eq!(strobe_rcu::try_synchronize(), Ok(()));
+}
+
+#[test]
 fn retired_objects_from_many_threads_are_freed_exactly_once_by_barrier() {
     let _s = serial();
     let drops = Arc::new(AtomicUsize::new(0));
