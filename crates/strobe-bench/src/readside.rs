@@ -199,19 +199,23 @@ fn measure(r: &Arc<dyn Reader + Send>, threads: usize, n: u64) -> Result<f64, Be
 
 /// Runs every variant of the `readside` benchmark side by side.
 pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
-    let n: u64 = if opts.quick { 1_000_000 } else { 10_000_000 };
-    let repeats = if opts.quick { 1 } else { opts.repeats.max(1) };
+    let n: u64 = if opts.quick { 3_000_000 } else { 10_000_000 };
+    let repeats = if opts.quick { 3 } else { opts.repeats.max(1) };
     let mut rep = BenchReport::new("readside");
     // (variant, threads) -> ns_per_op, mops_total
     let mut res: Vec<(String, usize, f64, f64)> = Vec::new();
+    // Repeats go round-robin over the variants, so a burst of other load on
+    // the machine hits every variant alike instead of one variant's repeats.
+    let readers: Vec<_> = VARIANTS.iter().map(|v| make(v)).collect();
     for &threads in &[1usize, 2] {
-        for &v in VARIANTS {
-            let r = make(v);
-            let mut secs = Vec::new();
-            for _ in 0..repeats {
-                secs.push(measure(&r, threads, n)?);
+        let mut secs = vec![Vec::new(); VARIANTS.len()];
+        for _ in 0..repeats {
+            for (i, r) in readers.iter().enumerate() {
+                secs[i].push(measure(r, threads, n)?);
             }
-            let s = median(&secs);
+        }
+        for (i, &v) in VARIANTS.iter().enumerate() {
+            let s = median(&secs[i]);
             let ns = s * 1e9 / n as f64;
             let mops = (threads as f64 * n as f64) / s / 1e6;
             res.push((v.to_string(), threads, ns, mops));

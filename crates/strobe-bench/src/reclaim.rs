@@ -372,33 +372,34 @@ fn run_once(variant: &str, threads: usize, loops: usize) -> Result<RunResult, Be
 
 /// Runs every variant of the `reclaim` benchmark side by side.
 pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
-    let loops = if opts.quick { 200 } else { 4000 };
-    let repeats = if opts.quick { 1 } else { opts.repeats.max(1) };
+    let loops = if opts.quick { 500 } else { 4000 };
+    let repeats = if opts.quick { 3 } else { opts.repeats.max(1) };
     let mut rep = BenchReport::new("reclaim");
     let mut res: Vec<(String, usize, RunResult)> = Vec::new();
     // STROBE_BENCH_VARIANTS=a,b runs only those variants (for profiling one).
     let only = std::env::var("STROBE_BENCH_VARIANTS").ok();
     let wanted = |v: &str| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == v));
+    let variants: Vec<&str> = VARIANTS.iter().copied().filter(|v| wanted(v)).collect();
     for &threads in &[1usize, 2] {
-        for &v in VARIANTS.iter().filter(|v| wanted(v)) {
-            let mut rates = Vec::new();
-            let mut cpus = Vec::new();
-            let (mut rss, mut outst) = (0.0f64, 0i64);
-            for _ in 0..repeats {
-                let r = run_once(v, threads, loops)?;
-                rates.push(r.mobj_per_s);
-                cpus.push(r.cpu_ns_per_obj);
-                rss = rss.max(r.peak_rss_mb);
-                outst = outst.max(r.peak_outstanding);
+        // Repeats go round-robin over the variants, so a burst of other load
+        // on the machine hits every variant alike.
+        let mut runs: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
+        for _ in 0..repeats {
+            for (i, v) in variants.iter().enumerate() {
+                runs[i].push(run_once(v, threads, loops)?);
             }
+        }
+        for (v, rs) in variants.iter().zip(runs) {
+            let rates: Vec<f64> = rs.iter().map(|r| r.mobj_per_s).collect();
+            let cpus: Vec<f64> = rs.iter().map(|r| r.cpu_ns_per_obj).collect();
             res.push((
                 v.to_string(),
                 threads,
                 RunResult {
                     mobj_per_s: median(&rates),
                     cpu_ns_per_obj: median(&cpus),
-                    peak_rss_mb: rss,
-                    peak_outstanding: outst,
+                    peak_rss_mb: rs.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
+                    peak_outstanding: rs.iter().map(|r| r.peak_outstanding).max().unwrap_or(0),
                 },
             ));
         }
