@@ -14,7 +14,10 @@
 //!   to readers executing a `SeqCst` fence (about 10-20 ns more per section);
 //!   [`Domain::uses_membarrier`] says which scheme runs. Sections nest, guards
 //!   are `!Send`, references loaded under a guard cannot outlive it.
-//! - **Grace periods** ([`synchronize`]): concurrent callers share them. The
+//! - **Grace periods** ([`synchronize`], or [`try_synchronize`] which returns
+//!   [`Error::InReadSection`] instead of panicking when called inside a read
+//!   section; [`Domain::snapshot`]/[`Domain::poll`] for asynchronous waiting):
+//!   concurrent callers share them. The
 //!   expensive barrier is paid once per grace period; reclamation asks for one
 //!   per batch of about two thousand objects, never per object.
 //! - **Deferred reclamation** ([`retire`], [`retire_raw`], [`retire_head`],
@@ -39,7 +42,7 @@
 //! | [`RcuPtr::load`] | yes |
 //! | [`HashMultiMap::for_each`] / [`get`](HashMultiMap::get) / [`count`](HashMultiMap::count) | yes, if the key's `Hash`/`Eq` and the callback are |
 //! | [`LocalHandle::read_lock`] | yes |
-//! | everything else ([`register_current_thread`], [`synchronize`], [`retire`], [`barrier`], [`flush`], writers) | **no**: they may allocate, lock or sleep |
+//! | everything else ([`register_current_thread`], [`synchronize`], [`retire`], [`barrier`], [`flush`], their `try_` forms, writers) | **no**: they may allocate, lock or sleep |
 //!
 //! A handler's read section nested inside an interrupted one on the same
 //! thread is correct (the nesting counter update is signal-atomic; see
