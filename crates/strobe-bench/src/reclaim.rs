@@ -9,7 +9,8 @@
 //! - `immediate`: `free` at once, no deferral (the floor);
 //! - `per-object`: one deferred callback per object, the pre-bulk kfree_rcu:
 //!   a head embedded in the object is linked into a per-thread list, the list
-//!   waits for a strobe-rcu grace period (one per 2,040 objects, the same
+//!   waits for a strobe-rcu grace period (one per 2,040 objects, started
+//!   asynchronously and run by the background reclaimer: the same
 //!   amortisation as `strobe-bulk`), then every callback is called in turn;
 //! - `strobe-bulk`: [`strobe_rcu::retire_raw`], page-sized pointer blocks freed
 //!   in bulk;
@@ -143,9 +144,9 @@ struct PerObject {
 
 /// Objects per grace period, the same as a strobe-rcu batch (8 blocks of 255).
 const PER_OBJECT_BATCH: usize = 8 * 255;
-/// Lists that may wait before the thread waits for the oldest (the same
-/// ceiling as strobe-rcu's 24 blocks).
-const PER_OBJECT_WAITING: usize = 3;
+/// Lists that may wait before the thread waits for the oldest (one, like
+/// strobe-rcu's ceiling of one pending batch).
+const PER_OBJECT_WAITING: usize = 1;
 
 impl PerObject {
     fn new() -> Self {
@@ -168,7 +169,8 @@ impl PerObject {
     #[cold]
     fn seal(&mut self) {
         let d = strobe_rcu::global();
-        self.waiting.push_back((d.snapshot(), self.cur));
+        // The background reclaimer runs the grace period, as for strobe-bulk.
+        self.waiting.push_back((strobe_rcu::start_poll_synchronize(), self.cur));
         self.cur = std::ptr::null_mut();
         self.cur_len = 0;
         while let Some(&(c, list)) = self.waiting.front() {

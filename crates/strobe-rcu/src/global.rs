@@ -266,6 +266,29 @@ pub fn flush() {
     }
 }
 
+/// Starts a grace period without waiting for it (the kernel's
+/// `start_poll_synchronize_rcu`): returns a cookie that
+/// [`poll_synchronize`] reports complete once every read section that began
+/// before this call has ended. The background reclaimer runs the grace
+/// period, so the caller never pays the membarrier; one grace period serves
+/// every cookie taken before it starts. Not async-signal-safe (it may lock).
+pub fn start_poll_synchronize() -> u64 {
+    let cookie = GLOBAL.snapshot();
+    if !GLOBAL.poll(cookie) {
+        request_gp(cookie);
+    }
+    cookie
+}
+
+/// True once the grace period named by `cookie` (from
+/// [`start_poll_synchronize`] or [`Domain::snapshot`]) has completed: every
+/// read section that began before the cookie was taken has ended. One load;
+/// async-signal-safe.
+#[inline]
+pub fn poll_synchronize(cookie: u64) -> bool {
+    GLOBAL.poll(cookie)
+}
+
 /// Reclamation figures of the global domain.
 pub fn stats() -> Stats {
     GLOBAL.stats()

@@ -16,7 +16,8 @@
 //!   are `!Send`, references loaded under a guard cannot outlive it.
 //! - **Grace periods** ([`synchronize`], or [`try_synchronize`] which returns
 //!   [`Error::InReadSection`] instead of panicking when called inside a read
-//!   section; [`Domain::snapshot`]/[`Domain::poll`] for asynchronous waiting):
+//!   section; [`start_poll_synchronize`]/[`poll_synchronize`] to start one
+//!   and check it later without waiting):
 //!   concurrent callers share them. The
 //!   expensive barrier is paid once per grace period; reclamation asks for one
 //!   per batch of about two thousand objects, never per object.
@@ -71,8 +72,9 @@ pub use domain::Domain;
 pub use error::Error;
 #[cfg(not(loom))]
 pub use global::{
-    barrier, flush, global, read_depth, read_lock, register_current_thread, retire, retire_head,
-    retire_raw, stats, synchronize, try_barrier, try_synchronize, SCAN_PERIOD,
+    barrier, flush, global, poll_synchronize, read_depth, read_lock, register_current_thread,
+    retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, try_barrier,
+    try_synchronize, SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;
