@@ -69,6 +69,7 @@ pub struct Domain {
     pub(crate) steal_lock: Mutex<()>,
     pub(crate) orphans: Mutex<Orphans>,
     /// The process-wide domain runs a background reclaimer thread.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) background: bool,
     pub(crate) stats: crate::reclaim::Counters,
 }
@@ -119,6 +120,7 @@ impl Domain {
     /// True when this domain's readers rely on membarrier (decided at first
     /// use; false before that).
     pub fn uses_membarrier(&self) -> bool {
+        // Acquire: pairs with the Release store in `ensure_mode`.
         self.mode.load(Ordering::Acquire) == MODE_MEMBARRIER
     }
 
@@ -127,6 +129,8 @@ impl Domain {
     /// sides agree (both call it first; the decision happens-before either via
     /// `mode_lock` / the `Acquire` load).
     fn ensure_mode(&self) -> usize {
+        // Acquire: pairs with the Release store below, so a caller that sees
+        // the decision also sees the membarrier registration that preceded it.
         let m = self.mode.load(Ordering::Acquire);
         if m != MODE_UNDECIDED {
             return m;
@@ -149,6 +153,8 @@ impl Domain {
     /// registry if any, else a new one pushed on the registry. May allocate.
     pub(crate) fn acquire_reader(&self) -> *const Reader {
         let heavy = self.ensure_mode() != MODE_MEMBARRIER;
+        // Acquire (here and on `next`): pairs with the Release CAS that pushed
+        // each record, so its fields are initialised when we look at them.
         let mut p = self.readers.load(Ordering::Acquire);
         while !p.is_null() {
             // SAFETY: registry records are never freed while the domain lives.
@@ -160,6 +166,8 @@ impl Domain {
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
+                // Relaxed: the record is ours now (claimed by the CAS); only
+                // this thread reads `heavy` until it releases the record.
                 r.heavy.store(heavy, Ordering::Relaxed);
                 return p;
             }

@@ -30,6 +30,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::domain::Domain;
+use crate::error::Error;
 use crate::primitive::lock;
 use crate::reader::{ReadGuard, Reader};
 use crate::reclaim::{drop_box, DropFn, LocalHandle, RcuHead, Stats};
@@ -168,31 +169,50 @@ fn handle() -> Option<&'static LocalHandle> {
     }
 }
 
-fn assert_outside_section(what: &str) {
-    assert!(
-        read_depth() == 0,
-        "strobe_rcu::{what}() called inside a read section: it would wait for that \
-         section forever; drop the ReadGuard first"
-    );
+fn outside_section(what: &'static str) -> Result<(), Error> {
+    match read_depth() {
+        0 => Ok(()),
+        depth => Err(Error::InReadSection { what, depth }),
+    }
 }
 
 /// Waits for a grace period: returns once every read section that began before
 /// the call has ended. Concurrent callers share grace periods.
 ///
-/// Not async-signal-safe. Panics if called inside a read section.
+/// Not async-signal-safe. Panics if called inside a read section (see
+/// [`try_synchronize`] for the non-panicking form).
 pub fn synchronize() {
-    assert_outside_section("synchronize");
+    if let Err(e) = try_synchronize() {
+        panic!("{e}");
+    }
+}
+
+/// [`synchronize`], or [`Error::InReadSection`] instead of a deadlock when the
+/// calling thread is inside a read section.
+pub fn try_synchronize() -> Result<(), Error> {
+    outside_section("synchronize")?;
     GLOBAL.synchronize();
+    Ok(())
 }
 
 /// Returns once every object retired before the call, by any thread, has been
 /// freed (tests use it to count leaks; shutdown code to flush). Costs two
 /// grace periods plus a lock per registered thread.
 ///
-/// Not async-signal-safe. Panics if called inside a read section.
+/// Not async-signal-safe. Panics if called inside a read section (see
+/// [`try_barrier`]).
 pub fn barrier() {
-    assert_outside_section("barrier");
+    if let Err(e) = try_barrier() {
+        panic!("{e}");
+    }
+}
+
+/// [`barrier`], or [`Error::InReadSection`] instead of a deadlock when the
+/// calling thread is inside a read section.
+pub fn try_barrier() -> Result<(), Error> {
+    outside_section("barrier")?;
     GLOBAL.barrier();
+    Ok(())
 }
 
 /// Retires a boxed value: it is dropped after a grace period, in bulk with
@@ -244,6 +264,29 @@ pub fn flush() {
     if let Some(h) = handle() {
         h.flush();
     }
+}
+
+/// Starts a grace period without waiting for it (the kernel's
+/// `start_poll_synchronize_rcu`): returns a cookie that
+/// [`poll_synchronize`] reports complete once every read section that began
+/// before this call has ended. The background reclaimer runs the grace
+/// period, so the caller never pays the membarrier; one grace period serves
+/// every cookie taken before it starts. Not async-signal-safe (it may lock).
+pub fn start_poll_synchronize() -> u64 {
+    let cookie = GLOBAL.snapshot();
+    if !GLOBAL.poll(cookie) {
+        request_gp(cookie);
+    }
+    cookie
+}
+
+/// True once the grace period named by `cookie` (from
+/// [`start_poll_synchronize`] or [`Domain::snapshot`]) has completed: every
+/// read section that began before the cookie was taken has ended. One load;
+/// async-signal-safe.
+#[inline]
+pub fn poll_synchronize(cookie: u64) -> bool {
+    GLOBAL.poll(cookie)
 }
 
 /// Reclamation figures of the global domain.

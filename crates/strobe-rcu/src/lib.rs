@@ -14,7 +14,11 @@
 //!   to readers executing a `SeqCst` fence (about 10-20 ns more per section);
 //!   [`Domain::uses_membarrier`] says which scheme runs. Sections nest, guards
 //!   are `!Send`, references loaded under a guard cannot outlive it.
-//! - **Grace periods** ([`synchronize`]): concurrent callers share them. The
+//! - **Grace periods** ([`synchronize`], or [`try_synchronize`] which returns
+//!   [`Error::InReadSection`] instead of panicking when called inside a read
+//!   section; [`start_poll_synchronize`]/[`poll_synchronize`] to start one
+//!   and check it later without waiting):
+//!   concurrent callers share them. The
 //!   expensive barrier is paid once per grace period; reclamation asks for one
 //!   per batch of about two thousand objects, never per object.
 //! - **Deferred reclamation** ([`retire`], [`retire_raw`], [`retire_head`],
@@ -39,7 +43,7 @@
 //! | [`RcuPtr::load`] | yes |
 //! | [`HashMultiMap::for_each`] / [`get`](HashMultiMap::get) / [`count`](HashMultiMap::count) | yes, if the key's `Hash`/`Eq` and the callback are |
 //! | [`LocalHandle::read_lock`] | yes |
-//! | everything else ([`register_current_thread`], [`synchronize`], [`retire`], [`barrier`], [`flush`], writers) | **no**: they may allocate, lock or sleep |
+//! | everything else ([`register_current_thread`], [`synchronize`], [`retire`], [`barrier`], [`flush`], their `try_` forms, writers) | **no**: they may allocate, lock or sleep |
 //!
 //! A handler's read section nested inside an interrupted one on the same
 //! thread is correct (the nesting counter update is signal-atomic; see
@@ -53,6 +57,7 @@
 #![cfg_attr(not(loom), deny(unsafe_op_in_unsafe_fn))]
 
 mod domain;
+mod error;
 #[cfg(not(loom))]
 mod global;
 mod multimap;
@@ -64,10 +69,12 @@ mod reclaim;
 mod sys;
 
 pub use domain::Domain;
+pub use error::Error;
 #[cfg(not(loom))]
 pub use global::{
-    barrier, flush, global, read_depth, read_lock, register_current_thread, retire, retire_head,
-    retire_raw, stats, synchronize, SCAN_PERIOD,
+    barrier, flush, global, poll_synchronize, read_depth, read_lock, register_current_thread,
+    retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, try_barrier,
+    try_synchronize, SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;

@@ -164,6 +164,7 @@ where
 
     /// Number of entries (a snapshot).
     pub fn len(&self) -> usize {
+        // Relaxed: a snapshot; written only under the writer mutex.
         self.len.load(Ordering::Relaxed)
     }
 
@@ -294,6 +295,9 @@ where
         // SAFETY: as in `insert`.
         let t = unsafe { &*self.table.load(Ordering::Relaxed) };
         let slot = t.slot & 1;
+        // Relaxed loads on the writer side (here, in `insert` and `resize`):
+        // writers are serialised by the writer mutex, whose lock and unlock
+        // order their accesses; readers never store.
         let mut link = &t.buckets[(h as usize) & t.mask];
         let mut p = link.load(Ordering::Relaxed);
         // SAFETY: nodes linked in the current table are live; we are the only

@@ -66,6 +66,7 @@ impl<T: Send + Sync + 'static> RcuPtr<T> {
 
     /// True when no value is held (a snapshot; it may change at once).
     pub fn is_none(&self) -> bool {
+        // Acquire: as in `load` (a caller may go on to act on the answer).
         self.ptr.load(Ordering::Acquire).is_null()
     }
 
@@ -106,6 +107,8 @@ impl<T: Send + Sync + 'static> RcuPtr<T> {
 
     /// Takes the value out, leaving nothing.
     pub fn take(&mut self) -> Option<Box<T>> {
+        // Relaxed: `&mut self` is exclusive; any other thread's accesses were
+        // ordered before by whatever handed us the `&mut`.
         let p = self.ptr.swap(std::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: as in `get_mut`; `p` came from Box::into_raw.
         (!p.is_null()).then(|| unsafe { Box::from_raw(p) })

@@ -153,6 +153,7 @@ pub struct ReadGuard<'h> {
     pub(crate) reader: *const Reader,
     /// The thread's TLS was already destroyed and the record was borrowed for
     /// this outermost section only (see `global.rs`).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) transient: bool,
     pub(crate) _not_send: PhantomData<(*mut (), &'h ())>,
 }

@@ -79,6 +79,43 @@ fn synchronize_inside_a_section_panics_instead_of_deadlocking() {
 }
 
 #[test]
+fn try_synchronize_and_try_barrier_report_a_read_section_instead_of_waiting() {
+    let g = read_lock();
+    let g2 = read_lock();
+    let e = strobe_rcu::try_synchronize().unwrap_err();
+    assert_eq!(e, strobe_rcu::Error::InReadSection { what: "synchronize", depth: 2 });
+    assert!(e.to_string().contains("drop every ReadGuard"), "{e}");
+    assert!(matches!(
+        strobe_rcu::try_barrier(),
+        Err(strobe_rcu::Error::InReadSection { what: "barrier", depth: 2 })
+    ));
+    drop((g2, g));
+    assert_eq!(strobe_rcu::try_synchronize(), Ok(()));
+}
+
+#[test]
+fn a_started_grace_period_completes_without_the_caller_waiting_and_outlasts_readers() {
+    let (in_section_tx, in_section_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let reader = thread::spawn(move || {
+        let g = read_lock();
+        in_section_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        drop(g);
+    });
+    in_section_rx.recv().unwrap();
+    let cookie = strobe_rcu::start_poll_synchronize();
+    // The reader's section began before the cookie: it cannot be complete.
+    assert!(!strobe_rcu::poll_synchronize(cookie));
+    go_tx.send(()).unwrap();
+    reader.join().unwrap();
+    // The background reclaimer completes it; nothing here runs a grace period.
+    while !strobe_rcu::poll_synchronize(cookie) {
+        thread::yield_now();
+    }
+}
+
+#[test]
 fn retired_objects_from_many_threads_are_freed_exactly_once_by_barrier() {
     let _s = serial();
     let drops = Arc::new(AtomicUsize::new(0));
