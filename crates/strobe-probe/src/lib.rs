@@ -71,7 +71,7 @@ pub use registry::{
     attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, sites, Action,
     Attachment, Consumer, Probe, SiteInfo,
 };
-pub use site::{Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
+pub use site::{now_ns, Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
 
 #[doc(hidden)]
 pub use linkme as __linkme;

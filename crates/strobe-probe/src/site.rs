@@ -146,8 +146,10 @@ impl Site {
         self.fire_kind(HitKind::Fire, args);
     }
 
+    /// Fires the site with an explicit kind (scope entry/exit); for the C
+    /// ABI and the macros. Same guarantees as [`fire`](Self::fire).
     #[inline]
-    pub(crate) fn fire_kind(&'static self, kind: HitKind, args: &[u64]) {
+    pub fn fire_kind(&'static self, kind: HitKind, args: &[u64]) {
         if self.state() == UNREGISTERED {
             registry::register_site(self);
             if !self.is_enabled() {
@@ -215,8 +217,9 @@ impl Hit<'_> {
     }
 }
 
-/// Monotonic nanoseconds (vDSO clock_gettime: no lock, no allocation).
-pub(crate) fn now_ns() -> u64 {
+/// Monotonic nanoseconds, the clock scoped probes time with (vDSO
+/// clock_gettime: no lock, no allocation, async-signal-safe).
+pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid timespec out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
