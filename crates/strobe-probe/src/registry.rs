@@ -224,9 +224,15 @@ pub(crate) fn register_site(site: &'static Site) {
 /// the lock.
 fn publish(p: &Probe, list: List) {
     let on = !list.is_empty();
+    let was_on = !p.consumers.is_none();
     p.consumers.replace(on.then(|| Box::new(list)));
-    for s in sites_of(p).iter() {
-        s.set_state(if on { ON } else { OFF });
+    if on != was_on {
+        // Only on a change: firing threads read the flags' cache lines on
+        // every hit, and rewriting them with the same value would still
+        // invalidate those lines under attach/detach churn.
+        for s in sites_of(p).iter() {
+            s.set_state(if on { ON } else { OFF });
+        }
     }
 }
 
