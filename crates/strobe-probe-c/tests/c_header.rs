@@ -4,6 +4,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Distinguishes the scratch directories of runs in concurrent tests.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// libstrobe_probe_c.so, built for the test programs by strobe-testprogs.
 fn library() -> PathBuf {
@@ -50,7 +54,7 @@ fn run(prog: &str, threads: u32, iters: u64, env: &[(&str, String)]) -> (String,
     let dir = std::env::temp_dir().join(format!(
         "strobe-probe-c-{}-{prog}-{}",
         std::process::id(),
-        env.len()
+        RUNS.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let out_file = dir.join("counts.jsonl");
@@ -64,6 +68,8 @@ fn run(prog: &str, threads: u32, iters: u64, env: &[(&str, String)]) -> (String,
     let out = cmd.output().expect("run probe_points");
     assert!(out.status.success(), "probe_points failed: {}", String::from_utf8_lossy(&out.stderr));
     let report = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty() || !report.is_empty(), "the report went to stderr: {err}");
     let _ = std::fs::remove_dir_all(&dir);
     (String::from_utf8_lossy(&out.stdout).into_owned(), report)
 }
@@ -97,6 +103,9 @@ fn injected_library_counts_exactly() {
 
 fn check_counts(threads: u32, iters: u64, report: &str) {
     let counts = parse_counts(report);
+    for name in ["c_tick", "c_six", "c_zero", "c_scope", "c_nope"] {
+        assert!(counts.contains_key(name), "no count for {name} in the report:\n{report}");
+    }
     let n = u64::from(threads) * iters;
     assert_eq!(counts["c_tick"].hits, n, "{report}");
     assert_eq!(counts["c_six"].hits, n, "{report}");
@@ -139,4 +148,49 @@ fn library_loaded_but_nothing_enabled_writes_nothing() {
     let (stdout, report) = run("probe_points", 2, 1000, &[]);
     assert!(stdout.contains("library present"), "{stdout}");
     assert!(report.is_empty(), "no STROBE_PROBE_* variable, no report: {report}");
+}
+
+/// STROBE_PROBE_TRACE: one line per hit, with thread, time, kind and arguments.
+#[test]
+fn traced_probe_points_write_one_line_per_hit() {
+    let dir = std::env::temp_dir().join(format!("strobe-probe-c-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.jsonl");
+    let (threads, iters) = (2u32, 500u64);
+    let (stdout, _) = run(
+        "probe_points",
+        threads,
+        iters,
+        &[
+            ("STROBE_PROBE_TRACE", "c_zero,c_scope".to_string()),
+            ("STROBE_PROBE_TRACE_OUT", trace.display().to_string()),
+        ],
+    );
+    assert!(stdout.contains("library present"), "{stdout}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let n = u64::from(threads) * iters / 10;
+    let zero: Vec<&str> = text.lines().filter(|l| l.contains("\"probe\":\"c_zero\"")).collect();
+    assert_eq!(zero.len() as u64, n, "{text}");
+    for l in &zero {
+        assert!(l.starts_with("{\"type\":\"hit\",\"probe\":\"c_zero\",\"tid\":"), "{l}");
+        assert!(l.ends_with(",\"kind\":\"fire\",\"args\":[]}"), "{l}");
+    }
+    let entries = text
+        .lines()
+        .filter(|l| l.contains("\"probe\":\"c_scope\"") && l.contains("\"kind\":\"entry\""))
+        .count();
+    let exits: Vec<&str> =
+        text.lines().filter(|l| l.contains("\"kind\":\"exit\",\"dur_ns\":")).collect();
+    assert_eq!(entries as u64, n);
+    assert_eq!(exits.len() as u64, n);
+    // Entries carry the loop index, a multiple of 10.
+    let first_entry = text.lines().find(|l| l.contains("\"kind\":\"entry\"")).unwrap();
+    let arg: u64 = first_entry.rsplit('[').next().unwrap().trim_end_matches("]}").parse().unwrap();
+    assert_eq!(arg % 10, 0, "{first_entry}");
+    let tids: std::collections::HashSet<&str> = zero
+        .iter()
+        .map(|l| l.split("\"tid\":").nth(1).unwrap().split(',').next().unwrap())
+        .collect();
+    assert_eq!(tids.len(), threads as usize, "one tid per thread");
 }

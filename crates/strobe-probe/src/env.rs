@@ -10,6 +10,8 @@
 //! | `STROBE_PROBE_COUNT=a,b` | attach a counting consumer to probes `a` and `b` (`*`: every Rust site's name) |
 //! | `STROBE_PROBE_LIST=1` | at exit, list every registered site |
 //! | `STROBE_PROBE_OUT=PATH` | where the exit report goes (default: stderr) |
+//! | `STROBE_PROBE_TRACE=a,b` | attach a tracing consumer: one JSON line per hit |
+//! | `STROBE_PROBE_TRACE_OUT=PATH` | where trace lines go (default: stderr) |
 //!
 //! The exit report is JSON lines:
 //!
@@ -24,7 +26,16 @@
 //! `[2^i, 2^(i+1))` ns (`log2_ns[0]` also holds 0 ns), enough for percentiles.
 //! `unknown` lines name requested probes that never got a site.
 //!
-//! The counting handler is async-signal-safe (relaxed atomic adds only).
+//! Trace lines, written as the hits happen (one `write(2)` each, so lines of
+//! concurrent threads never interleave):
+//!
+//! ```text
+//! {"type":"hit","probe":"NAME","tid":T,"ns":CLOCK_MONOTONIC,"kind":"fire","args":[a,b]}
+//! {"type":"hit","probe":"NAME","tid":T,"ns":N,"kind":"exit","dur_ns":D,"args":[]}
+//! ```
+//!
+//! Both handlers are async-signal-safe: the counter does relaxed atomic adds,
+//! the tracer formats into a stack buffer and calls `write(2)`.
 //!
 //! Must never: do anything at all when none of the variables is set.
 
@@ -137,7 +148,111 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// The tracing consumer's file descriptor (stderr unless
+/// `STROBE_PROBE_TRACE_OUT` names a file).
+static TRACE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
+
+/// A fixed buffer that formats without allocating (truncates when full).
+struct LineBuf {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl LineBuf {
+    fn new() -> Self {
+        LineBuf { buf: [0; 512], len: 0 }
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        for &c in b {
+            if let Some(slot) = self.buf.get_mut(self.len) {
+                *slot = c;
+                self.len += 1;
+            }
+        }
+    }
+
+    fn num(&mut self, mut v: u64) {
+        let mut d = [0u8; 20];
+        let mut i = d.len();
+        loop {
+            i -= 1;
+            if let Some(x) = d.get_mut(i) {
+                *x = b'0' + (v % 10) as u8;
+            }
+            v /= 10;
+            if v == 0 || i == 0 {
+                break;
+            }
+        }
+        self.bytes(d.get(i..).unwrap_or(&[]));
+    }
+
+    /// A JSON string body (quotes and backslashes escaped, controls dropped).
+    fn json_str(&mut self, s: &str) {
+        self.bytes(b"\"");
+        for &c in s.as_bytes() {
+            match c {
+                b'"' | b'\\' => self.bytes(&[b'\\', c]),
+                c if c < 0x20 => {}
+                c => self.bytes(&[c]),
+            }
+        }
+        self.bytes(b"\"");
+    }
+}
+
+/// Formats one trace line for `hit` and writes it with one `write(2)`.
+/// Async-signal-safe: no allocation, no lock.
+fn trace_hit(hit: &crate::Hit<'_>) {
+    let mut l = LineBuf::new();
+    l.bytes(b"{\"type\":\"hit\",\"probe\":");
+    l.json_str(hit.name());
+    l.bytes(b",\"tid\":");
+    // SAFETY: gettid has no preconditions.
+    l.num(unsafe { libc::gettid() } as u64);
+    l.bytes(b",\"ns\":");
+    l.num(crate::now_ns());
+    match hit.kind {
+        HitKind::Fire => l.bytes(b",\"kind\":\"fire\""),
+        HitKind::Entry => l.bytes(b",\"kind\":\"entry\""),
+        HitKind::Exit { ns } => {
+            l.bytes(b",\"kind\":\"exit\",\"dur_ns\":");
+            l.num(ns);
+        }
+    }
+    l.bytes(b",\"args\":[");
+    for (i, a) in hit.args.iter().enumerate() {
+        if i > 0 {
+            l.bytes(b",");
+        }
+        l.num(*a);
+    }
+    l.bytes(b"]}\n");
+    let fd = TRACE_FD.load(Ordering::Relaxed);
+    let out = l.buf.get(..l.len).unwrap_or(&[]);
+    // SAFETY: writing initialised bytes from a live buffer; a failed write
+    // loses this line only.
+    unsafe { libc::write(fd, out.as_ptr().cast(), out.len()) };
+}
+
+/// Attaches a tracing consumer to `name`: one JSON line per hit on the trace
+/// descriptor (see the module note).
+///
+/// # Errors
+/// As [`attach`].
+pub fn attach_tracer(name: &str) -> Result<Attachment, crate::ProbeError> {
+    attach(
+        name,
+        Consumer::new(|hit| {
+            trace_hit(hit);
+            Action::Keep
+        }),
+    )
+}
+
 struct EnvState {
+    _tracers: Vec<Attachment>,
     counters: Vec<(std::sync::Arc<Counts>, Attachment)>,
     list: bool,
     out: Option<std::ffi::OsString>,
@@ -153,25 +268,47 @@ pub fn init_from_env() {
     INIT.call_once(|| {
         let count = std::env::var("STROBE_PROBE_COUNT").ok().filter(|s| !s.is_empty());
         let list = std::env::var_os("STROBE_PROBE_LIST").is_some_and(|v| !v.is_empty() && v != "0");
-        if count.is_none() && !list {
+        let trace = std::env::var("STROBE_PROBE_TRACE").ok().filter(|s| !s.is_empty());
+        if count.is_none() && !list && trace.is_none() {
             return;
         }
-        let mut names: Vec<String> = Vec::new();
-        for n in count.iter().flat_map(|c| c.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
-            if n == "*" {
-                names.extend(crate::probe_names());
-            } else {
-                names.push(n.to_string());
+        if let Some(path) = std::env::var_os("STROBE_PROBE_TRACE_OUT") {
+            use std::os::unix::io::IntoRawFd;
+            if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                // Relaxed: set before any tracer is attached (the attach
+                // publishes it with the consumer list's Release).
+                TRACE_FD.store(f.into_raw_fd(), Ordering::Relaxed);
             }
         }
-        names.sort();
-        names.dedup();
+        let tracers =
+            split_names(trace.as_deref()).iter().filter_map(|n| attach_tracer(n).ok()).collect();
+        let names = split_names(count.as_deref());
         let counters = names.iter().filter_map(|n| attach_counter(n).ok()).collect();
-        let st = EnvState { counters, list, out: std::env::var_os("STROBE_PROBE_OUT") };
+        let st = EnvState {
+            _tracers: tracers,
+            counters,
+            list,
+            out: std::env::var_os("STROBE_PROBE_OUT"),
+        };
         *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(st);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(at_exit) };
     });
+}
+
+/// Probe names from a comma-separated list; `*` stands for every Rust site's name.
+fn split_names(list: Option<&str>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for n in list.into_iter().flat_map(|c| c.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+        if n == "*" {
+            names.extend(crate::probe_names());
+        } else {
+            names.push(n.to_string());
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The exit report as text (JSON lines), or None when nothing was asked.
@@ -213,14 +350,21 @@ extern "C" fn at_exit() {
     // No unwinding out of an atexit handler.
     let _ = std::panic::catch_unwind(|| {
         let Some(text) = report() else { return };
-        let out = STATE.lock().ok().and_then(|s| s.as_ref().and_then(|s| s.out.clone()));
-        let written = match out {
-            Some(path) => std::fs::write(&path, &text).is_ok(),
-            None => false,
-        };
-        if !written {
-            let _ = std::io::stderr().write_all(text.as_bytes());
+        let out =
+            STATE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|s| s.out.clone());
+        if let Some(path) = out {
+            match std::fs::write(&path, &text) {
+                Ok(()) => return,
+                Err(e) => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "strobe-probe: cannot write {}: {e}; the report follows",
+                        std::path::Path::new(&path).display()
+                    );
+                }
+            }
         }
+        let _ = std::io::stderr().write_all(text.as_bytes());
     });
 }
 
