@@ -143,27 +143,37 @@ impl Site {
     #[cold]
     #[inline(never)]
     pub fn fire(&'static self, args: &[u64]) {
-        self.fire_kind(HitKind::Fire, args);
+        self.fire_inline(HitKind::Fire, args);
     }
 
     /// Fires the site with an explicit kind (scope entry/exit); for the C
     /// ABI and the macros. Same guarantees as [`fire`](Self::fire).
-    #[inline]
+    #[inline(never)]
     pub fn fire_kind(&'static self, kind: HitKind, args: &[u64]) {
-        if self.state() == UNREGISTERED {
-            registry::register_site(self);
-            if !self.is_enabled() {
-                return;
-            }
+        self.fire_inline(kind, args);
+    }
+
+    #[inline(always)]
+    fn fire_inline(&'static self, kind: HitKind, args: &[u64]) {
+        if self.state() == UNREGISTERED && !self.register() {
+            return;
         }
         let guard = strobe_rcu::read_lock();
         // Acquire: pairs with the Release in `link`.
         let p = self.probe.load(Ordering::Acquire);
         // SAFETY: probes are never freed (one per distinct name, 'static).
-        let Some(probe) = (unsafe { p.as_ref() }) else { return };
-        let n = args.len().min(MAX_ARGS);
-        let hit = Hit { site: self, kind, args: args.get(..n).unwrap_or(&[]) };
-        probe.dispatch(&guard, &hit);
+        if let Some(probe) = unsafe { p.as_ref() } {
+            let args = args.get(..MAX_ARGS).unwrap_or(args);
+            probe.dispatch(&guard, &Hit { site: self, kind, args });
+        }
+    }
+
+    /// A C site's first hit: registers it; true if it has consumers.
+    #[cold]
+    #[inline(never)]
+    fn register(&'static self) -> bool {
+        registry::register_site(self);
+        self.is_enabled()
     }
 }
 

@@ -197,7 +197,7 @@ fn fire_race(i: u64) {
 #[test]
 fn no_handler_runs_after_detach_returns() {
     const THREADS: usize = 3;
-    const ROUNDS: usize = 200;
+    const ROUNDS: usize = 100;
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(THREADS + 1));
     let fired = Arc::new(AtomicU64::new(0));
