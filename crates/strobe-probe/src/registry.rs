@@ -7,7 +7,8 @@
 //! names is bounded by the program's sites plus the names consumers asked
 //! for). It keeps the sites that carry its name and its consumer list.
 //!
-//! The consumer list is an immutable `Vec<Arc<ConsumerInner>>` behind an
+//! The consumer list is an immutable array of entries (a consumer's handler
+//! and filter pointers and an `Arc` that owns them) behind an
 //! [`RcuPtr`], replaced copy-on-write by writers (attach, detach) that
 //! serialise on the registry's mutex, as the kernel keeps
 //! `uprobe->register_rwsem` for registration. The trigger path takes no lock,
@@ -39,6 +40,7 @@
 //! Must never: lock, allocate or touch a reference count on the trigger path;
 //! free a consumer before a grace period has passed since it was unlinked.
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -102,7 +104,31 @@ struct ConsumerInner {
     dead: AtomicBool,
 }
 
-type List = Vec<Arc<ConsumerInner>>;
+/// One consumer in a published list. The handler and filter pointers are
+/// copied out of the consumer so a trigger reaches the code in one hop less;
+/// they point into boxes `inner` owns, so they live as long as the entry.
+#[derive(Clone)]
+struct Entry {
+    handler: NonNull<HandlerFn>,
+    filter: Option<NonNull<FilterFn>>,
+    inner: Arc<ConsumerInner>,
+}
+
+// SAFETY: the pointers are shared references into `inner`'s boxes, whose
+// targets are `Send + Sync`; the entry never mutates through them.
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+impl Entry {
+    fn new(inner: Arc<ConsumerInner>) -> Self {
+        let handler = NonNull::from(&*inner.c.handler);
+        let filter = inner.c.filter.as_deref().map(NonNull::from);
+        Entry { handler, filter, inner }
+    }
+}
+
+type List = Vec<Entry>;
 
 /// One probe name: its sites and its consumers.
 pub struct Probe {
@@ -119,25 +145,27 @@ impl Probe {
     #[inline]
     pub(crate) fn dispatch(&self, guard: &ReadGuard<'_>, hit: &Hit<'_>) {
         let Some(list) = self.consumers.load(guard) else { return };
-        for c in list.iter() {
+        for e in list.iter() {
+            // SAFETY: the entry's pointers target boxes its `inner` owns; the
+            // list (and so the entry) lives until a grace period after it is
+            // replaced, and the guard's section keeps it from ending.
+            let handler = unsafe { e.handler.as_ref() };
+            let Some(filter) = e.filter else {
+                // No filter: it wants every hit and can never be removed by
+                // request, so there is no `dead` flag to check.
+                let _ = handler(hit);
+                continue;
+            };
+            // SAFETY: as for `handler`.
+            let filter = unsafe { filter.as_ref() };
             // Relaxed: `dead` guards no data; it only stops later calls, and
             // the store below is seen by this thread at once and by others
             // soon (a confirmed removal races with concurrent hits anyway).
-            if c.dead.load(Ordering::Relaxed) {
+            if e.inner.dead.load(Ordering::Relaxed) || !filter(hit) {
                 continue;
             }
-            let inner = &c.c;
-            if let Some(f) = &inner.filter {
-                if !f(hit) {
-                    continue;
-                }
-            }
-            if (inner.handler)(hit) == Action::Remove {
-                if let Some(f) = &inner.filter {
-                    if !f(hit) {
-                        c.dead.store(true, Ordering::Relaxed);
-                    }
-                }
+            if handler(hit) == Action::Remove && !filter(hit) {
+                e.inner.dead.store(true, Ordering::Relaxed);
             }
         }
     }
@@ -240,7 +268,7 @@ fn current(p: &Probe) -> List {
     let g = strobe_rcu::read_lock();
     p.consumers
         .load(&g)
-        .map(|l| l.iter().filter(|c| !c.dead.load(Ordering::Relaxed)).cloned().collect())
+        .map(|l| l.iter().filter(|e| !e.inner.dead.load(Ordering::Relaxed)).cloned().collect())
         .unwrap_or_default()
 }
 
@@ -262,7 +290,7 @@ pub fn attach(name: &str, consumer: Consumer) -> Result<Attachment, ProbeError> 
     let p = probe_for(&r.by_name, name);
     let inner = Arc::new(ConsumerInner { c: consumer, dead: AtomicBool::new(false) });
     let mut list = current(p);
-    list.push(inner.clone());
+    list.push(Entry::new(inner.clone()));
     publish(p, list);
     Ok(Attachment { probe: p, inner: Some(inner) })
 }
@@ -317,8 +345,10 @@ impl Attachment {
         let r = registry();
         {
             let _l = lock(r);
-            let list: List =
-                current(self.probe).into_iter().filter(|c| !Arc::ptr_eq(c, &inner)).collect();
+            let list: List = current(self.probe)
+                .into_iter()
+                .filter(|e| !Arc::ptr_eq(&e.inner, &inner))
+                .collect();
             publish(self.probe, list);
         }
         if wait {
