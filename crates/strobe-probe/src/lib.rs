@@ -201,6 +201,12 @@ impl<T: ?Sized> ProbeArg for &T {
 /// strobe_probe::probe!("net:rx", len);
 /// # }
 /// ```
+///
+/// More than 6 arguments do not compile:
+///
+/// ```compile_fail
+/// strobe_probe::probe!(too_many, 1, 2, 3, 4, 5, 6, 7);
+/// ```
 #[macro_export]
 macro_rules! probe {
     ($name:ident $(, $arg:expr)* $(,)?) => {

@@ -337,3 +337,40 @@ fn churn_stress() {
     assert_eq!(drops.load(Ordering::SeqCst), 2 * iters, "every consumer freed exactly once");
     assert_eq!(strobe_probe::consumer_count("t_churn"), 0);
 }
+
+static SIGNAL_HITS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_sigusr2(_: libc::c_int) {
+    probe!(t_in_signal, 7u8);
+}
+
+/// A registered site fires from a signal handler: the trigger path takes no
+/// lock and allocates nothing, so it may interrupt anything, including a
+/// probe firing on the same thread.
+#[test]
+fn probes_fire_inside_signal_handlers() {
+    strobe_rcu::register_current_thread();
+    let a = attach(
+        "t_in_signal",
+        Consumer::new(|hit| {
+            SIGNAL_HITS.fetch_add(hit.arg(0), Ordering::Relaxed);
+            Action::Keep
+        }),
+    )
+    .unwrap();
+    // SAFETY: installs a handler that only fires a probe (async-signal-safe
+    // on this registered thread with this consumer).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigusr2 as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+    }
+    for _ in 0..100 {
+        // SAFETY: signals this thread; the handler above is installed.
+        unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR2) };
+        on_sigusr2(0); // and a hit of the same site outside the handler
+    }
+    a.detach();
+    assert_eq!(SIGNAL_HITS.load(Ordering::Relaxed), 2 * 700);
+}
