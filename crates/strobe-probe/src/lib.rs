@@ -47,9 +47,10 @@
 //!
 //! # Environment (the counting consumer strobe's CLI enables)
 //!
-//! See [`env`]: `STROBE_PROBE_COUNT=name,...` attaches counting consumers at
-//! load time and `STROBE_PROBE_LIST=1` lists the sites; both are written as
-//! JSON lines at exit to `STROBE_PROBE_OUT` (or stderr).
+//! See [`env`](mod@env): `STROBE_PROBE_COUNT=name,...` attaches counting
+//! consumers at load time and `STROBE_PROBE_LIST=1` lists the sites, both
+//! written as JSON lines at exit to `STROBE_PROBE_OUT` (or stderr);
+//! `STROBE_PROBE_TRACE=name,...` writes one line per hit as it happens.
 //!
 //! # Async-signal safety
 //!
