@@ -2,20 +2,50 @@
 //! built from source in this repository, never committed binaries.
 //!
 //! A file may carry one line `// strobe-testprogs: FLAGS...` with extra compiler/linker
-//! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread`, dynamically linked (the
+//! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread -I include`, dynamically linked (the
 //! agent is injected with LD_PRELOAD, which needs a dynamic executable).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Builds libstrobe_probe_c.so (crate strobe-probe-c) with a nested cargo in a sibling
+/// target directory (as crates/strobe/build.rs does for the agent), for programs that
+/// link the probe library (`// strobe-testprogs: -lstrobe_probe_c`). Returns its directory.
+fn probe_library(manifest: &Path, out: &Path) -> PathBuf {
+    let root = manifest.join("../..").canonicalize().unwrap();
+    let target_root = out.ancestors().nth(4).map(Path::to_path_buf).unwrap_or(out.to_path_buf());
+    let target = target_root.join("probe-c");
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "strobe-probe-c", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
+        .status()
+        .expect("run cargo to build the probe library");
+    assert!(status.success(), "building libstrobe_probe_c.so (crates/strobe-probe-c) failed");
+    for dir in ["crates/strobe-probe/src", "crates/strobe-probe-c/src", "crates/strobe-rcu/src"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    target.join("release")
+}
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let src_dir = manifest.join("../../tests/c");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", src_dir.display());
+    // Programs with probe points include strobe_probe.h from the repository's include/.
+    let include_dir = manifest.join("../../include");
+    println!("cargo:rerun-if-changed={}", include_dir.display());
     let cc = env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let mut names = Vec::new();
+    let mut probe_lib: Option<PathBuf> = None;
     let mut entries: Vec<_> = std::fs::read_dir(&src_dir)
         .expect("tests/c exists")
         .filter_map(Result::ok)
@@ -31,9 +61,17 @@ fn main() {
             .find_map(|l| l.trim().strip_prefix("// strobe-testprogs:"))
             .map(|f| f.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default();
+        let mut extra = extra;
+        if extra.iter().any(|f| f == "-lstrobe_probe_c") {
+            let dir = probe_lib.get_or_insert_with(|| probe_library(&manifest, &out)).clone();
+            extra.push(format!("-L{}", dir.display()));
+            extra.push(format!("-Wl,-rpath,{}", dir.display()));
+        }
         let exe = out.join(&name);
         let status = Command::new(&cc)
-            .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
+            .args(["-O1", "-g", "-pthread", "-Wall"])
+            .arg(format!("-I{}", include_dir.display()))
+            .arg("-o")
             .arg(&exe)
             .arg(&path)
             .args(&extra)
@@ -43,9 +81,15 @@ fn main() {
         names.push(name);
     }
     let list: String = names.iter().map(|n| format!("    \"{n}\",\n")).collect();
+    let lib =
+        probe_lib.map(|d| d.join("libstrobe_probe_c.so").display().to_string()).unwrap_or_default();
     std::fs::write(
         out.join("programs.rs"),
-        format!("/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n"),
+        format!(
+            "/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n\
+             /// libstrobe_probe_c.so, which the programs with probe points link against.\n\
+             pub const PROBE_LIBRARY: &str = {lib:?};\n"
+        ),
     )
     .unwrap();
 }

@@ -13,3 +13,9 @@ pub fn path(name: &str) -> PathBuf {
     assert!(PROGRAMS.contains(&name), "no test program '{name}' in tests/c (have: {PROGRAMS:?})");
     PathBuf::from(env!("OUT_DIR")).join(name)
 }
+
+/// The probe library (`libstrobe_probe_c.so`, crate strobe-probe-c) the test programs
+/// with probe points are linked against, for tests that inject it with `LD_PRELOAD`.
+pub fn probe_library() -> PathBuf {
+    PathBuf::from(PROBE_LIBRARY)
+}

@@ -1,0 +1,94 @@
+//! The C ABI of strobe's probe points, declared by `include/strobe_probe.h`.
+//!
+//! A C probe site is a `static struct strobe_probe_site`, laid out exactly as
+//! [`strobe_probe::Site`] (the header asserts the size, the Rust crate too).
+//! The header's `STROBE_PROBE(name, ...)` tests the site's flag inline and
+//! calls [`strobe_probe_fire`] only when it is set; a site starts
+//! "unregistered", so its first hit registers it here.
+//!
+//! The functions are declared weak in the header: a program built with probe
+//! points runs without this library (each site switches itself off on its
+//! first hit), and gets it either by linking `-lstrobe_probe_c` or by
+//! `LD_PRELOAD=libstrobe_probe_c.so`, which is how `strobe probe` enables
+//! probe points by name (`STROBE_PROBE_COUNT=...`, see `strobe_probe::env`).
+//!
+//! No panic crosses the ABI: every entry point runs under `catch_unwind`, and
+//! a consumer that panics loses that hit, nothing more.
+//!
+//! Must never: grow features of its own (everything lives in strobe-probe);
+//! let a panic unwind into C.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use strobe_probe::{HitKind, Site, MAX_ARGS};
+
+/// Version of this ABI (the site layout and the functions below).
+pub const STROBE_PROBE_ABI: u32 = 1;
+
+/// The ABI version the library implements; the header checks nothing at run
+/// time, but tools can.
+#[no_mangle]
+pub extern "C" fn strobe_probe_abi_version() -> u32 {
+    STROBE_PROBE_ABI
+}
+
+/// The arguments as a slice (at most [`MAX_ARGS`]).
+///
+/// # Safety
+/// `args` points at `nargs` readable `u64`s, or `nargs` is 0.
+unsafe fn args_slice<'a>(args: *const u64, nargs: u32) -> &'a [u64] {
+    let n = (nargs as usize).min(MAX_ARGS);
+    if args.is_null() || n == 0 {
+        return &[];
+    }
+    // SAFETY: caller's contract; n is clamped to at most the caller's count.
+    unsafe { std::slice::from_raw_parts(args, n) }
+}
+
+/// Fires a C probe site (`STROBE_PROBE`). Registers the site on its first
+/// call. Lock-free and allocation-free after that first call.
+///
+/// # Safety
+/// `site` points at a `static struct strobe_probe_site` initialised by the
+/// header's macros (it must live for the rest of the process, and its name
+/// and file point at string literals); `args` points at `nargs` `uint64_t`s.
+#[no_mangle]
+pub unsafe extern "C" fn strobe_probe_fire(site: *const Site, args: *const u64, nargs: u32) {
+    // SAFETY: caller's contract: a static site, valid for the process.
+    let Some(site) = (unsafe { site.as_ref() }) else { return };
+    // SAFETY: caller's contract.
+    let args = unsafe { args_slice(args, nargs) };
+    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Fire, args)));
+}
+
+/// Enters a scoped C probe (`STROBE_PROBE_SCOPE`): fires the entry event and
+/// returns the start time to pass to [`strobe_probe_exit`].
+///
+/// # Safety
+/// As [`strobe_probe_fire`].
+#[no_mangle]
+pub unsafe extern "C" fn strobe_probe_enter(
+    site: *const Site,
+    args: *const u64,
+    nargs: u32,
+) -> u64 {
+    // SAFETY: caller's contract.
+    let Some(site) = (unsafe { site.as_ref() }) else { return 0 };
+    // SAFETY: caller's contract.
+    let args = unsafe { args_slice(args, nargs) };
+    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Entry, args)));
+    strobe_probe::now_ns()
+}
+
+/// Leaves a scoped C probe: fires the exit event with the time since `start`.
+///
+/// # Safety
+/// As [`strobe_probe_fire`]; `start` came from [`strobe_probe_enter`] on the
+/// same site.
+#[no_mangle]
+pub unsafe extern "C" fn strobe_probe_exit(site: *const Site, start: u64) {
+    // SAFETY: caller's contract.
+    let Some(site) = (unsafe { site.as_ref() }) else { return };
+    let ns = strobe_probe::now_ns().saturating_sub(start);
+    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Exit { ns }, &[])));
+}
