@@ -177,6 +177,17 @@ impl PerfEvent {
         }
     }
 
+    /// Sends this event's ring-buffer records into `target`'s ring buffer
+    /// (`PERF_EVENT_IOC_SET_OUTPUT`), so many events on one CPU share one mapping. Both
+    /// events must be on the same CPU (or follow the same task) and use the same clock.
+    pub fn set_output(&self, target: &PerfEvent) -> io::Result<()> {
+        // SAFETY: SET_OUTPUT takes the target event's fd as a plain integer; both fds are
+        // live perf events.
+        Self::ioctl_result(unsafe {
+            libc::ioctl(self.raw_fd(), ioctl::SET_OUTPUT, target.raw_fd() as libc::c_ulong)
+        })
+    }
+
     /// Routes this event's overflow signal to thread `tid` as signal `sig` (with `si_fd`
     /// set): `F_SETOWN_EX(F_OWNER_TID)`, `F_SETSIG`, and `O_ASYNC`. The per-thread
     /// alternative to `sigtrap=1`.

@@ -16,11 +16,11 @@ pub use perf_event_open_sys::bindings::{
     PERF_COUNT_SW_PAGE_FAULTS_MAJ, PERF_COUNT_SW_PAGE_FAULTS_MIN, PERF_COUNT_SW_TASK_CLOCK,
     PERF_FLAG_FD_CLOEXEC, PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_LOST,
     PERF_FORMAT_TOTAL_TIME_ENABLED, PERF_FORMAT_TOTAL_TIME_RUNNING, PERF_RECORD_LOST,
-    PERF_RECORD_SAMPLE, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_ID,
-    PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD, PERF_SAMPLE_READ,
-    PERF_SAMPLE_STREAM_ID, PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_TYPE_BREAKPOINT,
-    PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE,
-    PERF_TYPE_TRACEPOINT,
+    PERF_RECORD_LOST_SAMPLES, PERF_RECORD_SAMPLE, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN,
+    PERF_SAMPLE_CPU, PERF_SAMPLE_ID, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD,
+    PERF_SAMPLE_READ, PERF_SAMPLE_STREAM_ID, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_TYPE_BREAKPOINT, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW,
+    PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT,
 };
 
 /// The `PERF_EVENT_IOC_*` request numbers, computed like the kernel's `_IO/_IOW/_IOR`
@@ -130,4 +130,41 @@ pub unsafe fn perf_event_open(
 pub fn gettid() -> libc::pid_t {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+}
+
+/// The leading fields of a `siginfo_t` raised by a perf event with `sigtrap=1`
+/// (`si_code == TRAP_PERF`): the kernel's `_sigfault._perf` layout on LP64 Linux
+/// (x86-64, arm64). The libc crate does not expose `si_perf_*`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PerfSigInfo {
+    /// `si_signo`.
+    pub signo: libc::c_int,
+    /// `si_errno`.
+    pub errno: libc::c_int,
+    /// `si_code`: [`TRAP_PERF`] for perf's synchronous SIGTRAP.
+    pub code: libc::c_int,
+    _pad: libc::c_int,
+    /// `si_addr`: the sample address (0 for time events).
+    pub addr: u64,
+    /// `si_perf_data`: the event's `attr.sig_data`.
+    pub perf_data: u64,
+    /// `si_perf_type`: the event's `attr.type`.
+    pub perf_type: u32,
+    /// `si_perf_flags`: [`TRAP_PERF_FLAG_ASYNC`] when delivered late.
+    pub perf_flags: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<PerfSigInfo>() <= std::mem::size_of::<libc::siginfo_t>());
+
+/// Views a `siginfo_t` as its perf fields. Async-signal-safe.
+///
+/// # Safety
+/// `info` must point to a valid `siginfo_t` (as passed to an `SA_SIGINFO` handler); the
+/// perf fields are meaningful only when `code == TRAP_PERF`.
+#[inline]
+pub unsafe fn perf_siginfo<'a>(info: *const libc::siginfo_t) -> &'a PerfSigInfo {
+    // SAFETY: siginfo_t is 128 bytes and at least 8-aligned, PerfSigInfo is a prefix of
+    // its layout made of plain integers (any bit pattern is valid).
+    unsafe { &*info.cast::<PerfSigInfo>() }
 }

@@ -1,0 +1,219 @@
+//! Attaching kernel uprobes: perf events of the uprobe PMU.
+//!
+//! A uprobe event is `perf_event_open` with `type` = the dynamic PMU type read from
+//! `/sys/bus/event_source/devices/uprobe/type`, `config1` = a pointer to the file's path,
+//! `config2` = the file offset, and two fields whose bit positions the PMU publishes in
+//! sysfs (`format/retprobe`, `format/ref_ctr_offset`): the return-probe flag and the USDT
+//! semaphore offset. The kernel copies the path during the call.
+//!
+//! Costs on the reference machine (docs: DESIGN.md): opening one uprobe event takes about
+//! 1-10 ms, closing one about 60-90 ms (the kernel waits for a grace period on unregister),
+//! and closing several from parallel threads is slower still, so events are opened once
+//! per run, closed sequentially at its end, and never per hit.
+//!
+//! This module must never run inside the target.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+
+use strobe_perf::pmu::{self, FormatField};
+use strobe_perf::ring::{self, Wakeup};
+use strobe_perf::sys::{self, perf_event_attr};
+use strobe_perf::{PerfEvent, Target};
+
+use crate::resolve::Site;
+use crate::Error;
+
+/// The uprobe PMU of this kernel: its type and where its flag fields live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UprobePmu {
+    /// `perf_event_attr.type` for uprobes.
+    pub type_: u32,
+    /// The return-probe flag (normally `config:0`).
+    pub retprobe: FormatField,
+    /// The semaphore offset (normally `config:32-63`); absent before Linux 4.20.
+    pub ref_ctr_offset: Option<FormatField>,
+}
+
+impl UprobePmu {
+    /// Reads the uprobe PMU's description from sysfs.
+    pub fn detect() -> Result<UprobePmu, Error> {
+        let type_ = pmu::pmu_type("uprobe").map_err(|e| Error::NoUprobePmu {
+            why: format!(
+                "/sys/bus/event_source/devices/uprobe is unreadable ({e}); the kernel needs \
+                 CONFIG_UPROBE_EVENTS (Linux 4.17 or later)"
+            ),
+        })?;
+        let retprobe = pmu::pmu_format("uprobe", "retprobe").map_err(|e| Error::NoUprobePmu {
+            why: format!("the uprobe PMU does not describe its retprobe flag ({e})"),
+        })?;
+        let ref_ctr_offset = pmu::pmu_format("uprobe", "ref_ctr_offset").ok();
+        Ok(UprobePmu { type_, retprobe, ref_ctr_offset })
+    }
+
+    /// The attr of a (counting, disabled) uprobe on `site`; `path` must be the site's path
+    /// as a C string and stay alive until the event is opened.
+    pub fn attr(
+        &self,
+        site: &Site,
+        retprobe: bool,
+        path: &CString,
+    ) -> Result<perf_event_attr, Error> {
+        let mut attr = sys::new_attr(self.type_, 0);
+        // config1 and config2 carry the path pointer and the offset, so the PMU's flag
+        // fields must live in `config` (they do on every kernel with a uprobe PMU).
+        let in_config = |f: FormatField| {
+            if f.word == 0 {
+                Ok(f)
+            } else {
+                Err(Error::NoUprobePmu {
+                    why: format!("unexpected uprobe PMU format (a flag in config{})", f.word),
+                })
+            }
+        };
+        if retprobe {
+            attr.config |= in_config(self.retprobe)?.encode(1);
+        }
+        if let Some(off) = site.ref_ctr_offset {
+            let field = self.ref_ctr_offset.ok_or_else(|| Error::NoUprobePmu {
+                why: "this kernel's uprobe PMU has no ref_ctr_offset field (Linux 4.20+), so \
+                      USDT probes guarded by a semaphore cannot be enabled"
+                    .to_string(),
+            })?;
+            attr.config |= in_config(field)?.encode(off);
+        }
+        attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+        attr.__bindgen_anon_4.config2 = site.offset;
+        Ok(attr)
+    }
+}
+
+/// How the probes' events are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Count in threads (and processes) the target creates after the event is opened.
+    pub inherit: bool,
+    /// Enable when the target calls `execve` (open before exec, disabled).
+    pub enable_on_exec: bool,
+    /// Record a sample per hit into a ring buffer, with this wakeup policy.
+    pub sampling: Option<Wakeup>,
+}
+
+/// The sample fields of sampling uprobes: which event (entry or return of which probe),
+/// which thread, when.
+pub const SAMPLE_TYPE: u64 =
+    (sys::PERF_SAMPLE_IDENTIFIER | sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME) as u64;
+
+/// Opens one uprobe event on `site` for `target`. `what` names it in errors.
+pub fn open_uprobe(
+    pmu: &UprobePmu,
+    site: &Site,
+    retprobe: bool,
+    target: Target,
+    settings: EventSettings,
+    what: &str,
+) -> Result<PerfEvent, Error> {
+    let path = CString::new(site.path.as_os_str().as_bytes()).map_err(|_| Error::BadSpec {
+        spec: what.to_string(),
+        why: "the file path contains a NUL byte".to_string(),
+    })?;
+    let mut attr = pmu.attr(site, retprobe, &path)?;
+    attr.set_inherit(u64::from(settings.inherit));
+    attr.set_enable_on_exec(u64::from(settings.enable_on_exec));
+    if let Some(wakeup) = settings.sampling {
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.sample_type = SAMPLE_TYPE;
+        ring::use_monotonic_clock(&mut attr);
+        wakeup.apply(&mut attr);
+    }
+    // `path` outlives the call: the kernel copies the string during perf_event_open.
+    let ev = PerfEvent::open(&attr, target, None, what)?;
+    drop(path);
+    Ok(ev)
+}
+
+/// The CPUs that are online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
+pub fn online_cpus() -> Result<Vec<i32>, Error> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").map_err(|source| {
+        Error::Io { what: "reading /sys/devices/system/cpu/online".to_string(), source }
+    })?;
+    parse_cpu_list(&text).ok_or_else(|| Error::Io {
+        what: "parsing /sys/devices/system/cpu/online".to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, text.trim().to_string()),
+    })
+}
+
+/// Parses a kernel CPU list such as `0-3,6`.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<i32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<i32>().ok()?..=b.parse::<i32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn attr_places_flags_where_sysfs_says() {
+        let pmu = UprobePmu {
+            type_: 9,
+            retprobe: FormatField::parse("config:0").unwrap(),
+            ref_ctr_offset: FormatField::parse("config:32-63"),
+        };
+        let site = Site { path: "/bin/true".into(), offset: 0x1234, ref_ctr_offset: Some(0x40) };
+        let path = CString::new("/bin/true").unwrap();
+        let a = pmu.attr(&site, true, &path).unwrap();
+        assert_eq!(a.type_, 9);
+        assert_eq!(a.config, 1 | (0x40 << 32));
+        // SAFETY: reading the union fields we just wrote as u64.
+        let (c1, c2) = unsafe { (a.__bindgen_anon_3.config1, a.__bindgen_anon_4.config2) };
+        assert_eq!(c1, path.as_ptr() as u64);
+        assert_eq!(c2, 0x1234);
+    }
+
+    /// A function whose calls the uprobe counts. `#[inline(never)]` and a black box keep
+    /// one real call per iteration.
+    #[inline(never)]
+    #[no_mangle]
+    extern "C" fn strobe_uprobe_attach_test_target(x: u64) -> u64 {
+        std::hint::black_box(x.wrapping_mul(3))
+    }
+
+    #[test]
+    fn a_counting_uprobe_counts_every_call_in_this_process() {
+        let pmu = match UprobePmu::detect() {
+            Ok(p) => p,
+            Err(e) => return eprintln!("skipping: {e}"),
+        };
+        let addr = strobe_uprobe_attach_test_target as usize as u64;
+        let (path, offset) = crate::maps::resolve_address(0, addr).unwrap().unwrap();
+        let site = Site { path, offset, ref_ctr_offset: None };
+        let settings = EventSettings { inherit: false, enable_on_exec: false, sampling: None };
+        let ev = match open_uprobe(&pmu, &site, false, Target::CALLING_THREAD, settings, "t") {
+            Ok(ev) => ev,
+            Err(Error::Open(e @ strobe_perf::OpenError::NeedsCapability { .. })) => {
+                return eprintln!("skipping: {e}")
+            }
+            Err(e) => panic!("{e}"),
+        };
+        ev.enable().unwrap();
+        for i in 0..1000 {
+            strobe_uprobe_attach_test_target(i);
+        }
+        ev.disable().unwrap();
+        assert_eq!(ev.read_count().unwrap(), 1000);
+    }
+}
