@@ -41,7 +41,9 @@ use serde_json::{json, Value};
 use strobe_perf::{OpenError, PerfEvent, Target};
 use strobe_watch::bp::{self, Breakpoint, Mode, PerfTrap, Scope};
 use strobe_watch::slots::DEBUG_REGISTERS;
-use strobe_watch::{Access, HitCounters, Len, ListMap, MutexHashMap, SlotTable, ThreadMultiMap};
+use strobe_watch::{
+    Access, HitCounters, Len, ListMap, MutexHashMap, RcuHashMap, SlotTable, ThreadMultiMap,
+};
 
 use crate::report::{machine_summary, row};
 use crate::stats::median;
@@ -114,17 +116,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     // (b) strobe's slot table.
     let table: Vec<(&'static str, Vec<f64>)> = vec![
         ("list", table_series::<ListMap>(&plan, repeats)),
+        ("hash", table_series::<RcuHashMap>(&plan, repeats)),
         ("hash-mutex", table_series::<MutexHashMap>(&plan, repeats)),
     ];
-    // strobe-rcu's HashMultiMap (variant "hash") joins here once it is merged.
-    let hash_name = if table.iter().any(|(v, _)| *v == "hash") { "hash" } else { "hash-mutex" };
-    if hash_name != "hash" {
-        notes.push(
-            "variant 'hash' (strobe-rcu's HashMultiMap) is not built yet; the goals below are \
-             checked on 'hash-mutex', the same O(1) shape behind a mutex"
-                .into(),
-        );
-    }
+    let hash_name = "hash";
     for (variant, series) in &table {
         for (t, us) in THREADS.iter().zip(series) {
             report.rows.push(row([
@@ -665,8 +660,7 @@ fn install_hit_handler() -> Result<libc::sigaction, String> {
     // the old one through valid pointers.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            on_hit;
+        let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_hit;
         sa.sa_sigaction = handler as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
@@ -774,7 +768,7 @@ fn render(r: &RenderInput) -> String {
         "Slot reservation: reserve 1 slot + release it, for one thread among T threads each \
          holding {HELD} of {DEBUG_REGISTERS} (usecs/op)"
     );
-    let hash_name = if r.table.iter().any(|(v, _)| *v == "hash") { "hash" } else { "hash-mutex" };
+    let hash_name = "hash";
     let _ = write!(s, "{:>8}", "threads");
     for (v, _) in r.table {
         let _ = write!(s, " {v:>12}");
@@ -796,8 +790,9 @@ fn render(r: &RenderInput) -> String {
     }
     let _ = writeln!(
         s,
-        "  list: one list of every reservation, scanned per reserve (O(threads)); hash-mutex: \
-         std HashMap keyed by thread behind a mutex;\n  kernel: perf_event_open + close of a \
+        "  list: one list of every reservation, scanned per reserve (O(threads)); hash: \
+         strobe-rcu's HashMultiMap keyed by thread;\n  hash-mutex: std HashMap keyed by thread \
+         behind a mutex;\n  kernel: perf_event_open + close of a \
          breakpoint on one of T live threads (the kernel's own table is a hash since 6.0)\n"
     );
 
@@ -813,7 +808,8 @@ fn render(r: &RenderInput) -> String {
             "threads", "kernel-inherit", "threads-only", "breakpoint share"
         );
         for (t, w, wo) in r.inherit {
-            let _ = writeln!(s, "{t:>8} {:>14} {:>14} {:>16}", fmt_us(*w), fmt_us(*wo), fmt_us(w - wo));
+            let _ =
+                writeln!(s, "{t:>8} {:>14} {:>14} {:>16}", fmt_us(*w), fmt_us(*wo), fmt_us(w - wo));
         }
         if let Some(p) = r.perf {
             let ours = r.inherit.iter().find(|(t, ..)| *t == PERF_T).map(|(_, w, _)| *w);
@@ -878,6 +874,8 @@ mod tests {
         let us = table_usecs::<ListMap>(64, Duration::from_micros(200), 1);
         assert!(us.is_finite() && us > 0.0);
         let us = table_usecs::<MutexHashMap>(64, Duration::from_micros(200), 1);
+        assert!(us.is_finite() && us > 0.0);
+        let us = table_usecs::<RcuHashMap>(64, Duration::from_micros(200), 1);
         assert!(us.is_finite() && us > 0.0);
     }
 
