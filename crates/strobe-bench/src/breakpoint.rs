@@ -7,11 +7,13 @@
 //!   T thread ids are registered, each holding 3 of its 4 slots (3 reservations of one
 //!   slot, as a thread watched at 3 locations); one op reserves the 4th slot of one of
 //!   them and releases it. `list` keeps every reservation in one list and scans it to
-//!   count the thread's slots (the kernel before the seed); `hash` is the multimap keyed
-//!   by thread from strobe-rcu; `hash-mutex` is a `std` `HashMap` behind a mutex. The
-//!   threads are registered ids, not live threads: the table's cost depends only on how
-//!   many reservations it holds, and 4096 live threads would only add scheduler noise to
-//!   a sub-microsecond operation (the kernel rows below do use live threads).
+//!   count the thread's slots (the kernel before the seed); `hash` is strobe-rcu's
+//!   `HashMultiMap` keyed by thread (the kernel's `rhltable` after it); `hash-mutex` is a
+//!   `std` `HashMap` behind a mutex. The threads are registered ids, not live threads: the
+//!   table's cost depends only on how many reservations it holds, and 4096 live threads
+//!   would only add scheduler noise to a sub-microsecond operation (the kernel rows below
+//!   do use live threads). **VARIANT-lookup** rows time the lookup of one thread's used
+//!   slots alone (`task_bp_pinned()`, the function the seed's patch changed).
 //! - **kernel**: the same op done by the kernel: T live threads each hold 3 real
 //!   `PERF_TYPE_BREAKPOINT` events opened on themselves; one op opens a 4th breakpoint on
 //!   one of them with `perf_event_open` and closes it (reserve_bp_slot / release_bp_slot).
@@ -26,7 +28,10 @@
 //!   synchronous SIGTRAP to a handler that only counts; and with a handler doing what
 //!   the watch agent does per hit (decode `si_perf_*`, count, read the new value and the
 //!   interrupted IP, append a record to a preallocated buffer). The last two differ by the
-//!   agent's own share.
+//!   agent's own share. **watch-agent** is the real thing end to end: `strobe watch counter
+//!   --count -- target N` on a small C target compiled here with `cc`, per hit =
+//!   (time at N hits - time at 0 hits) / N, so it includes the agent's handler, its writer
+//!   thread, the pipe and strobe's own reading and symbolizing.
 //!
 //! Must never be linked into the agent or a target.
 
@@ -114,16 +119,30 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let mut notes: Vec<String> = Vec::new();
 
     // (b) strobe's slot table.
-    let table: Vec<(&'static str, Vec<f64>)> = vec![
+    let series: Vec<(&'static str, Vec<(f64, f64)>)> = vec![
         ("list", table_series::<ListMap>(&plan, repeats)),
         ("hash", table_series::<RcuHashMap>(&plan, repeats)),
         ("hash-mutex", table_series::<MutexHashMap>(&plan, repeats)),
     ];
+    let table: Vec<(&'static str, Vec<f64>)> =
+        series.iter().map(|(v, s)| (*v, s.iter().map(|x| x.0).collect())).collect();
+    let lookups: Vec<(&'static str, Vec<f64>)> =
+        series.iter().map(|(v, s)| (*v, s.iter().map(|x| x.1).collect())).collect();
     let hash_name = "hash";
     for (variant, series) in &table {
         for (t, us) in THREADS.iter().zip(series) {
             report.rows.push(row([
                 ("variant", (*variant).into()),
+                ("threads", (*t).into()),
+                ("usecs_per_op", round(*us)),
+                ("held_per_thread", HELD.into()),
+            ]));
+        }
+    }
+    for (variant, series) in &lookups {
+        for (t, us) in THREADS.iter().zip(series) {
+            report.rows.push(row([
+                ("variant", format!("{variant}-lookup").into()),
                 ("threads", (*t).into()),
                 ("usecs_per_op", round(*us)),
                 ("held_per_thread", HELD.into()),
@@ -213,6 +232,21 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             Err(e) => notes.push(format!("{} not measured: {e}", kind.name())),
         }
     }
+    match &opts.strobe_exe {
+        Some(exe) => match watch_agent_cost(exe, plan.hits, repeats) {
+            Ok(us) => {
+                report.rows.push(row([
+                    ("variant", "watch-agent".into()),
+                    ("threads", 1.into()),
+                    ("usecs_per_op", round(us)),
+                    ("hits_per_s", (1e6 / us).round().into()),
+                ]));
+                hits.push(("watch-agent", us));
+            }
+            Err(e) => notes.push(format!("watch-agent not measured: {e}")),
+        },
+        None => notes.push("watch-agent not measured: no strobe executable given".into()),
+    }
 
     // Goals.
     let hash = table.iter().find(|(v, _)| *v == hash_name).map(|(_, s)| s.clone());
@@ -239,6 +273,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         repeats,
         quick: opts.quick,
         table: &table,
+        lookups: &lookups,
         kernel: &kernel,
         inherit: &inherit,
         perf,
@@ -293,11 +328,18 @@ fn usecs_per_iter(min: Duration, mut run: impl FnMut(u64)) -> f64 {
 }
 
 /// usecs per reserve+release at each of [`THREADS`], medians of `repeats`.
-fn table_series<M: ThreadMultiMap + Default>(plan: &Plan, repeats: usize) -> Vec<f64> {
+/// (reserve+release, lookup) usecs at each of [`THREADS`], medians of `repeats`.
+fn table_series<M: ThreadMultiMap + Default>(plan: &Plan, repeats: usize) -> Vec<(f64, f64)> {
     THREADS.iter().map(|&t| table_usecs::<M>(t, plan.table_min, repeats)).collect()
 }
 
-fn table_usecs<M: ThreadMultiMap + Default>(threads: usize, min: Duration, repeats: usize) -> f64 {
+/// usecs of one reserve+release, and of one lookup of the thread's used slots alone (the
+/// `task_bp_pinned()` the seed's patch made O(1)), for one thread among `threads`.
+fn table_usecs<M: ThreadMultiMap + Default>(
+    threads: usize,
+    min: Duration,
+    repeats: usize,
+) -> (f64, f64) {
     let table: SlotTable<M> = SlotTable::default();
     const BASE: i32 = 10_000;
     let mut held = Vec::with_capacity(threads * HELD as usize);
@@ -307,20 +349,26 @@ fn table_usecs<M: ThreadMultiMap + Default>(threads: usize, min: Duration, repea
         }
     }
     let tid = BASE + (threads / 2) as i32;
-    let xs: Vec<f64> = (0..repeats)
-        .map(|_| {
-            usecs_per_iter(min, |iters| {
-                for _ in 0..iters {
-                    let r = table.reserve(std::hint::black_box(tid), 1).expect("one slot is free");
-                    table.release(std::hint::black_box(r));
-                }
-            })
-        })
-        .collect();
+    let op = |iters: u64| {
+        for _ in 0..iters {
+            let r = table.reserve(std::hint::black_box(tid), 1).expect("one slot is free");
+            table.release(std::hint::black_box(r));
+        }
+    };
+    let lookup = |iters: u64| {
+        for _ in 0..iters {
+            std::hint::black_box(table.used(std::hint::black_box(tid)));
+        }
+    };
+    // Warm-up (first use of the map's read side registers the thread, first retirements
+    // start the reclaimer): not part of any figure.
+    usecs_per_iter(min, op);
+    let xs: Vec<f64> = (0..repeats).map(|_| usecs_per_iter(min, op)).collect();
+    let ys: Vec<f64> = (0..repeats).map(|_| usecs_per_iter(min, lookup)).collect();
     for r in held {
         table.release(r);
     }
-    median(&xs)
+    (median(&xs), median(&ys))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -727,6 +775,64 @@ fn hit_cost_here(kind: HitKind, n: u64) -> Result<f64, String> {
     result
 }
 
+/// The target `watch-agent` runs: stores `0..N` into a global.
+const WATCH_TARGET_C: &str = "#include <stdlib.h>\n\
+volatile long counter;\n\
+int main(int argc, char **argv) {\n\
+    long n = argc > 1 ? atol(argv[1]) : 0;\n\
+    for (long i = 1; i <= n; i++) counter = i;\n\
+    return 0;\n\
+}\n";
+
+/// usecs per hit of the real thing: `strobe watch counter --count -- target N`, the whole
+/// pipeline (agent handler, ring, writer thread, pipe, strobe reading and symbolizing),
+/// as (time at N hits - time at 0 hits) / N, medians of `repeats`. The target is compiled
+/// here from [`WATCH_TARGET_C`] with `cc`.
+fn watch_agent_cost(strobe: &std::path::Path, n: u64, repeats: usize) -> Result<f64, String> {
+    let dir = std::env::temp_dir().join(format!("strobe-bench-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let src = dir.join("target.c");
+    let exe = dir.join("target");
+    let result = (|| {
+        std::fs::write(&src, WATCH_TARGET_C)
+            .map_err(|e| format!("writing {}: {e}", src.display()))?;
+        let cc = Command::new("cc")
+            .args(["-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .map_err(|e| format!("cannot run cc (install gcc): {e}"))?;
+        if !cc.success() {
+            return Err("compiling the watch target failed".to_string());
+        }
+        let time = |hits: u64| -> Result<f64, String> {
+            let t = Instant::now();
+            let out = Command::new(strobe)
+                .args(["watch", "counter", "--count", "--"])
+                .arg(&exe)
+                .arg(hits.to_string())
+                .output()
+                .map_err(|e| format!("cannot run strobe watch: {e}"))?;
+            let el = t.elapsed().as_secs_f64();
+            let text = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() || !text.contains(&format!("-- {hits} hits")) {
+                let err = String::from_utf8_lossy(&out.stderr);
+                return Err(format!("strobe watch did not report {hits} hits: {}", err.trim()));
+            }
+            Ok(el)
+        };
+        let mut xs = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let base = time(0)?;
+            let full = time(n)?;
+            xs.push((full - base).max(0.0) * 1e6 / n as f64);
+        }
+        Ok(median(&xs))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 // ---------------------------------------------------------------------------------------
 // The text report.
 
@@ -734,6 +840,7 @@ struct RenderInput<'a> {
     repeats: usize,
     quick: bool,
     table: &'a [(&'static str, Vec<f64>)],
+    lookups: &'a [(&'static str, Vec<f64>)],
     kernel: &'a [Option<f64>],
     inherit: &'a [(usize, f64, f64)],
     perf: Option<f64>,
@@ -796,6 +903,31 @@ fn render(r: &RenderInput) -> String {
          breakpoint on one of T live threads (the kernel's own table is a hash since 6.0)\n"
     );
 
+    let _ = writeln!(
+        s,
+        "The lookup alone (a thread's used slots: task_bp_pinned(), what the seed made O(1)), \
+         usecs"
+    );
+    let _ = write!(s, "{:>8}", "threads");
+    for (v, _) in r.lookups {
+        let _ = write!(s, " {v:>12}");
+    }
+    let _ = writeln!(s, " {:>14}", "list/hash");
+    for (i, t) in THREADS.iter().enumerate() {
+        let _ = write!(s, "{t:>8}");
+        for (_, series) in r.lookups {
+            let _ = write!(s, " {:>12}", fmt_us(series[i]));
+        }
+        let l = r.lookups.iter().find(|(v, _)| *v == "list").map(|(_, x)| x[i]);
+        let h = r.lookups.iter().find(|(v, _)| *v == "hash").map(|(_, x)| x[i]);
+        let ratio = match (l, h) {
+            (Some(l), Some(h)) => format!("{:.0}x", l / h),
+            _ => "-".into(),
+        };
+        let _ = writeln!(s, " {ratio:>14}");
+    }
+    let _ = writeln!(s);
+
     if !r.inherit.is_empty() {
         let _ = writeln!(
             s,
@@ -832,6 +964,18 @@ fn render(r: &RenderInput) -> String {
         }
         let trap = r.hits.iter().find(|(v, _)| *v == "hit-sigtrap").map(|x| x.1);
         let agent = r.hits.iter().find(|(v, _)| *v == "hit-sigtrap-agent").map(|x| x.1);
+        let real = r.hits.iter().find(|(v, _)| *v == "watch-agent").map(|x| x.1);
+        if let (Some(t), Some(w)) = (trap, real) {
+            let _ = writeln!(
+                s,
+                "  strobe watch end to end: {} usecs per hit, {:.0} hits/s sustained; {} usecs \
+                 ({:.0}%) above the bare synchronous signal",
+                fmt_us(w),
+                1e6 / w,
+                fmt_us(w - t),
+                100.0 * (w - t) / w
+            );
+        }
         if let (Some(t), Some(a)) = (trap, agent) {
             let _ = writeln!(
                 s,
@@ -871,12 +1015,13 @@ mod tests {
 
     #[test]
     fn the_table_op_is_measured_for_both_maps() {
-        let us = table_usecs::<ListMap>(64, Duration::from_micros(200), 1);
-        assert!(us.is_finite() && us > 0.0);
-        let us = table_usecs::<MutexHashMap>(64, Duration::from_micros(200), 1);
-        assert!(us.is_finite() && us > 0.0);
-        let us = table_usecs::<RcuHashMap>(64, Duration::from_micros(200), 1);
-        assert!(us.is_finite() && us > 0.0);
+        for (op, lookup) in [
+            table_usecs::<ListMap>(64, Duration::from_micros(200), 1),
+            table_usecs::<MutexHashMap>(64, Duration::from_micros(200), 1),
+            table_usecs::<RcuHashMap>(64, Duration::from_micros(200), 1),
+        ] {
+            assert!(op.is_finite() && op > 0.0 && lookup.is_finite() && lookup > 0.0);
+        }
     }
 
     #[test]

@@ -131,7 +131,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for e in &run.errors {
         eprintln!("strobe: warning: the agent could not watch: {e}");
     }
-    if !run.started && run.errors.is_empty() {
+    if !run.started && run.errors.is_empty() && status.signal().is_some() {
+        eprintln!(
+            "strobe: warning: {} was killed by signal {} before the agent reported anything",
+            args.command[0],
+            status.signal().unwrap_or(0)
+        );
+    } else if !run.started && run.errors.is_empty() {
         eprintln!(
             "strobe: warning: the agent did not start in {} (a statically linked or setuid \
              program ignores LD_PRELOAD); nothing was watched",

@@ -215,3 +215,17 @@ fn the_programs_exit_status_is_strobes() {
     };
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
+
+#[test]
+fn thread_watches_only_the_initial_thread() {
+    // main stores hits32 once; only the writer threads store counter.
+    let p = prog("watch_writers");
+    let Some(out) = watch(&["hits32:4", "counter", "--thread", "--", &p, "2", "50"]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hits = hits(&stdout);
+    assert_eq!(hits.len(), 1, "only main's store is seen: {stdout}");
+    assert_eq!((hits[0].wp.as_str(), hits[0].new, hits[0].func.as_str()), ("hits32:4", 1, "main"));
+}
