@@ -8,6 +8,9 @@
  *              prints "own traps: K" (K must be N) and "watched=N".
  *   signal:    the same with a handler installed by signal().
  *   blocked:   blocks SIGTRAP, stores N values, unblocks it, prints "done".
+ *   fork:      stores 1, forks a child that stores 100 and exits 0, waits, stores 2,
+ *              prints "child exit: S".
+ *   exec:      stores 1000, then execs itself as "sigaction 2".
  *
  * Built with frame pointers everywhere, so a watch hit's call stack is
  * store <- outer <- main. */
@@ -15,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 volatile long watched;
 static volatile int own_traps;
@@ -65,6 +70,25 @@ int main(int argc, char **argv) {
         sigprocmask(SIG_UNBLOCK, &set, NULL);
         printf("done\n");
         return 0;
+    }
+    if (!strcmp(mode, "fork")) {
+        outer(1);
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            outer(100);
+            exit(0); /* runs atexit handlers, strobe's too: must not hang */
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        outer(2);
+        printf("child exit: %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        return 0;
+    }
+    if (!strcmp(mode, "exec")) {
+        outer(1000);
+        execl("/proc/self/exe", argv[0], "sigaction", "2", (char *)NULL);
+        return 5;
     }
     return 2;
 }

@@ -121,6 +121,9 @@ static STATE: OnceLock<State> = OnceLock::new();
 static STOP: AtomicBool = AtomicBool::new(false);
 /// Set by the writer thread when its last line is written.
 static DONE: AtomicBool = AtomicBool::new(false);
+/// The process that armed the watchpoints: a forked child (which has no writer thread)
+/// must not wait for one at exit.
+static OWNER_PID: AtomicU64 = AtomicU64::new(0);
 
 /// The handler's view of the state. Async-signal-safe (one Acquire load).
 fn state() -> Option<&'static State> {
@@ -136,15 +139,32 @@ struct Opts {
     rotate: Duration,
 }
 
-/// Whether `strobe watch` asked this process to watch (the channel fd is set and open).
+/// Whether `strobe watch` asked this process to watch (the channel fd is set and is a
+/// pipe). Also resolves the C library's `sigaction` and `signal` behind this library's
+/// interposers, so that a target calling them from a signal handler never reaches
+/// `dlsym` there.
 pub fn configured() -> bool {
+    trap::resolve_next();
     channel_fd().is_some()
 }
 
 fn channel_fd() -> Option<RawFd> {
     let fd: RawFd = std::env::var("STROBE_WATCH_FD").ok()?.parse().ok()?;
-    // SAFETY: F_GETFD on an arbitrary number only reports whether it is an open fd.
-    (unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0).then_some(fd)
+    // SAFETY: fstat on an arbitrary number writes one stat or fails with EBADF.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `st` is a valid out-parameter.
+    let is_pipe =
+        unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
+    is_pipe.then_some(fd)
+}
+
+/// Removes strobe's variables from the environment, so that a program this one execs (or
+/// spawns) does not mistake an unrelated fd with the same number for the channel.
+fn forget_config() {
+    for v in ["STROBE_WATCH_FD", "STROBE_WATCH_POINTS", "STROBE_WATCH_OPTS"] {
+        // Edition 2021: safe. Called from the constructor, before the target's main.
+        std::env::remove_var(v);
+    }
 }
 
 fn opts() -> Opts {
@@ -250,7 +270,9 @@ pub fn start() {
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     let mut ch = Channel { fd, buf: Vec::with_capacity(64 * 1024), broken: false };
     let opts = opts();
-    let wps = match parse_points(exe_bias()) {
+    let wps = parse_points(exe_bias());
+    forget_config();
+    let wps = match wps {
         Ok(w) => w,
         Err(e) => return fail(&mut ch, &e),
     };
@@ -278,6 +300,7 @@ pub fn start() {
     // Armed on this thread, after the writer exists (so it inherits nothing).
     let armed = arm(st, opts);
     let _ = tx.send(armed);
+    OWNER_PID.store(u64::from(std::process::id()), Ordering::Relaxed);
     // SAFETY: registers a plain extern "C" fn to run at exit.
     unsafe { libc::atexit(at_exit) };
 }
@@ -364,6 +387,10 @@ fn fail(ch: &mut Channel, msg: &str) {
 }
 
 extern "C" fn at_exit() {
+    // Relaxed: written once before atexit registration, in this same thread of the owner.
+    if OWNER_PID.load(Ordering::Relaxed) != u64::from(std::process::id()) {
+        return;
+    }
     STOP.store(true, Ordering::Release);
     // Wait for the writer's last line, at most 2 s: exit must never hang on strobe.
     for _ in 0..2000 {
@@ -476,6 +503,7 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
     ch.flush();
     let mut mods = Modules::default();
     let mut next_rotate = monotonic_ns() + opts.rotate.as_nanos() as u64;
+    let mut idle = 0u32;
     loop {
         // Acquire: pairs with at_exit's Release.
         let stopping = STOP.load(Ordering::Acquire);
@@ -484,7 +512,9 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
                 let _ = ev.disable();
             }
         }
+        let mut drained = false;
         while let Some(h) = st.ring.pop() {
+            drained = true;
             write_hit(&h, &mut mods, &mut ch);
             if ch.buf.len() > 48 * 1024 {
                 ch.flush();
@@ -499,7 +529,15 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
         if stopping {
             break;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        // Poll every millisecond while hits arrive, backing off to 16 ms when idle (but
+        // never past the next rotation), so an idle target is woken rarely.
+        idle = if drained { 0 } else { (idle + 1).min(4) };
+        let mut nap = Duration::from_millis(1 << idle);
+        if multiplexed {
+            let to_rotation = next_rotate.saturating_sub(monotonic_ns());
+            nap = nap.min(Duration::from_nanos(to_rotation.max(100_000)));
+        }
+        std::thread::sleep(nap);
     }
     let now = monotonic_ns();
     if let Some(mux) = armed.mux.as_mut() {

@@ -57,6 +57,13 @@ fn next_symbol(cache: &AtomicUsize, name: &std::ffi::CStr) -> usize {
     f
 }
 
+/// Resolves the C library's `sigaction` and `signal` now (normal context), so the
+/// interposers never call `dlsym` later, possibly from a signal handler.
+pub fn resolve_next() {
+    next_symbol(&REAL_SIGACTION, c"sigaction");
+    next_symbol(&REAL_SIGNAL, c"signal");
+}
+
 /// Calls the C library's `sigaction`, bypassing the interposer below.
 ///
 /// # Safety

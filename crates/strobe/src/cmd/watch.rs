@@ -435,8 +435,10 @@ fn render(run: &RunLog, labels: &[String], _exe: &Path, count: bool) -> anyhow::
         let _ = writeln!(s, "-- {} SIGTRAPs passed to the program's own handler", run.chained);
     }
     if run.started && !run.ended {
-        let _ =
-            writeln!(s, "-- the program ended without exit() (killed or _exit): no armed times");
+        let _ = writeln!(
+            s,
+            "-- the program ended without exit() (exec, _exit or a signal): no armed times"
+        );
     }
     Ok(s)
 }

@@ -229,3 +229,23 @@ fn thread_watches_only_the_initial_thread() {
     assert_eq!(hits.len(), 1, "only main's store is seen: {stdout}");
     assert_eq!((hits[0].wp.as_str(), hits[0].new, hits[0].func.as_str()), ("hits32:4", 1, "main"));
 }
+
+#[test]
+fn a_forked_child_is_not_watched_and_not_harmed() {
+    let Some(out) = watch(&["watched", "--", &prog("watch_sigtrap"), "fork"]) else { return };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("child exit: 0\n"), "{stdout}");
+    let news: Vec<i64> = hits(&stdout).iter().map(|h| h.new).collect();
+    assert_eq!(news, [1, 2], "the parent's stores only: {stdout}");
+}
+
+#[test]
+fn an_execd_image_runs_unwatched_with_its_own_traps() {
+    let Some(out) = watch(&["watched", "--", &prog("watch_sigtrap"), "exec"]) else { return };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("own traps: 2\n"), "{stdout}");
+    // The new image's stores (1 and 2) are not watched: watchpoints end at exec.
+    assert!(hits(&stdout).iter().all(|h| h.new == 1000), "{stdout}");
+}
