@@ -289,8 +289,9 @@ fn on_hit(t: PerfTrap, uc: *mut libc::c_void) {
     // The stored value from the instruction and registers when it is a plain store (exact
     // even when other threads write the word meanwhile), else from memory.
     let mut code = [0u8; 15];
+    // An imprecise hit's IP is not the store (and its page neighbours may be unmapped).
     let exact = match decode::gprs(uc) {
-        Some(regs) if decode::code_before(ip, &mut code) => {
+        Some(regs) if !t.is_async() && decode::code_before(ip, &mut code) => {
             decode::stored_value(&code, ip, &regs, w.addr, w.len)
         }
         _ => None,
@@ -332,6 +333,22 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         }
         return;
     }
+    // The target's sa_mask applies while its handler runs, as the kernel would apply it.
+    let mask = CHAIN_MASK.load(Ordering::Relaxed);
+    let mut saved = 0u64;
+    if mask != 0 {
+        // SAFETY: rt_sigprocmask with 8-byte kernel sigsets on valid locals; a system call
+        // is async-signal-safe.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &mask as *const u64,
+                &mut saved as *mut u64,
+                8usize,
+            )
+        };
+    }
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the target installed `h` as an SA_SIGINFO handler; it gets the kernel's
         // own arguments.
@@ -342,6 +359,18 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         // SAFETY: the target installed `h` as a plain handler.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
         f(sig);
+    }
+    if mask != 0 {
+        // SAFETY: as above; restores the mask the handler started with.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &saved as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
     }
     if flags & libc::SA_RESETHAND as libc::c_int != 0 {
         CHAIN_HANDLER.store(libc::SIG_DFL, Ordering::Relaxed);
