@@ -249,3 +249,17 @@ fn an_execd_image_runs_unwatched_with_its_own_traps() {
     // The new image's stores (1 and 2) are not watched: watchpoints end at exec.
     assert!(hits(&stdout).iter().all(|h| h.new == 1000), "{stdout}");
 }
+
+#[test]
+fn a_raw_address_is_watched_in_a_position_dependent_program() {
+    let p = strobe_testprogs::path("watch_writers_nopie");
+    let syms = strobe_watch::ElfSymbols::open(&p).unwrap();
+    let addr = syms.lookup("counter").unwrap().expect("counter in the program").vaddr;
+    let spec = format!("{addr:#x}:8");
+    let Some(out) = watch(&[&spec, "--", &p.display().to_string(), "2", "10"]) else { return };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hits = hits(&stdout);
+    assert_eq!(hits.len(), 20, "{stdout}");
+    assert!(hits.iter().all(|h| h.func == format!("writer_{}", h.new / 1_000_000)), "{stdout}");
+}
