@@ -177,7 +177,8 @@ where
         // SAFETY: the table pointer is never null and a table lives as long as
         // the map or a grace period after it is replaced; Acquire pairs with
         // the publishing store.
-        unsafe { (&(*self.table.load(Ordering::Acquire)).buckets).len() }
+        let table = unsafe { &*self.table.load(Ordering::Acquire) };
+        table.buckets.len()
     }
 
     /// Calls `f` with every value stored under `key`. Lock-free; allocates
