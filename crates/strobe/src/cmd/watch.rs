@@ -7,7 +7,7 @@
 //! exit status (strobe exits with it).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -117,17 +117,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut child = cmd.spawn().with_context(|| format!("cannot run {}", args.command[0]))?;
     drop(write_end);
 
+    // Like perf and time: Ctrl-C is for the program; strobe keeps reading until the
+    // program ends, then prints the summary.
+    // SAFETY: ignoring SIGINT in strobe itself, after the child was spawned with the
+    // default disposition.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+
+    let labels: Vec<String> = wps.iter().map(|w| w.label.clone()).collect();
     let mut run = RunLog::default();
+    let mut symbols = Symbols::new();
+    let mut counts: BTreeMap<usize, BTreeMap<String, (u64, Option<String>)>> = BTreeMap::new();
+    // Line-buffered (std's stdout): each hit line leaves in one write, never split by
+    // the program's own output to the same terminal or pipe.
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
     let reader = std::io::BufReader::new(std::fs::File::from(read_end));
     for line in reader.lines() {
         let line = line.context("reading the agent's hits")?;
-        run.take(&line);
+        let Some(h) = run.take(&line) else { continue };
+        if args.count {
+            let c = h.addrs.first().map(|&a| symbols.code(&run, a)).unwrap_or_default();
+            let e = counts.entry(h.wp).or_default().entry(c.func).or_insert((0, c.source));
+            e.0 += 1;
+        } else {
+            write_hit(&mut out, &h, &run, &labels, &mut symbols)?;
+        }
     }
     let status = child.wait().context("waiting for the program")?;
-
-    let labels: Vec<String> = wps.iter().map(|w| w.label.clone()).collect();
-    let out = render(&run, &labels, &exe, args.count)?;
-    print!("{out}");
+    if args.count {
+        write_counts(&mut out, &counts, &labels)?;
+    }
+    write_summary(&mut out, &run, &labels)?;
+    out.flush()?;
+    drop(out);
     for e in &run.errors {
         eprintln!("strobe: warning: the agent could not watch: {e}");
     }
@@ -238,7 +260,7 @@ struct RunLog {
     slots: u32,
     modules: HashMap<u32, PathBuf>,
     wp_len: HashMap<usize, u64>,
-    hits: Vec<HitLine>,
+    hits: u64,
     armed: BTreeMap<usize, Armed>,
     lost: u64,
     chained: u64,
@@ -247,7 +269,8 @@ struct RunLog {
 }
 
 impl RunLog {
-    fn take(&mut self, line: &str) {
+    /// Takes one line; returns it if it is a hit.
+    fn take(&mut self, line: &str) -> Option<HitLine> {
         let mut f = line.split(' ');
         let hex = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok()).unwrap_or(0);
         let dec = |s: Option<&str>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
@@ -282,7 +305,8 @@ impl RunLog {
                         Some((m.parse().ok()?, u64::from_str_radix(v, 16).ok()?))
                     })
                     .collect();
-                self.hits.push(HitLine { wp, tid, flags, old, new, addrs });
+                self.hits += 1;
+                return Some(HitLine { wp, tid, flags, old, new, addrs });
             }
             Some("armed") => {
                 let i = dec(f.next()) as usize;
@@ -300,6 +324,7 @@ impl RunLog {
             Some("end") => self.ended = true,
             _ => {}
         }
+        None
     }
 }
 
@@ -319,128 +344,144 @@ impl std::fmt::Display for Code {
     }
 }
 
-/// Symbolizes every (module, vaddr) of the run, one blazesym call per module. A hit's IP
-/// is the instruction after the access (the trap comes after it), and a frame's is a
-/// return address: both are looked up at `vaddr - 1`, inside the instruction that caused
-/// them.
-fn symbolize(run: &RunLog) -> HashMap<(u32, u64), Code> {
-    let mut by_mod: HashMap<u32, Vec<u64>> = HashMap::new();
-    for h in &run.hits {
-        for &(m, v) in &h.addrs {
-            by_mod.entry(m).or_default().push(v);
-        }
+/// Symbolized code addresses, looked up once each: one blazesym call per new
+/// (module, vaddr). A hit's IP is the instruction after the access (the trap comes after
+/// it), and a frame's is a return address: both are looked up at `vaddr - 1`, inside the
+/// instruction that caused them.
+struct Symbols {
+    symbolizer: Symbolizer,
+    cache: HashMap<(u32, u64), Code>,
+}
+
+impl Symbols {
+    fn new() -> Symbols {
+        let symbolizer =
+            Symbolizer::builder().enable_code_info(true).enable_inlined_fns(false).build();
+        Symbols { symbolizer, cache: HashMap::new() }
     }
-    let symbolizer = Symbolizer::builder().enable_code_info(true).enable_inlined_fns(false).build();
-    let mut out = HashMap::new();
-    for (m, mut vs) in by_mod {
-        vs.sort_unstable();
-        vs.dedup();
-        let Some(path) = run.modules.get(&m) else { continue };
-        let src = Source::Elf(Elf::new(path));
-        let lookups: Vec<u64> = vs.iter().map(|v| v.saturating_sub(1)).collect();
-        let Ok(syms) = symbolizer.symbolize(&src, Input::VirtOffset(&lookups)) else { continue };
-        for (v, s) in vs.iter().zip(syms) {
-            if let Symbolized::Sym(sym) = s {
-                let source = sym.code_info.as_ref().map(|ci| match ci.line {
-                    Some(line) => format!("{}:{line}", file_name(&ci.to_path())),
-                    None => file_name(&ci.to_path()),
-                });
-                out.insert((m, *v), Code { func: sym.name.to_string(), source });
+
+    fn code(&mut self, run: &RunLog, a: (u32, u64)) -> Code {
+        if let Some(c) = self.cache.get(&a) {
+            return c.clone();
+        }
+        let found = run.modules.get(&a.0).and_then(|path| {
+            let src = Source::Elf(Elf::new(path));
+            let at = [a.1.saturating_sub(1)];
+            let syms = self.symbolizer.symbolize(&src, Input::VirtOffset(&at)).ok()?;
+            match syms.into_iter().next()? {
+                Symbolized::Sym(sym) => Some(Code {
+                    func: sym.name.to_string(),
+                    source: sym.code_info.as_ref().map(|ci| match ci.line {
+                        Some(line) => format!("{}:{line}", file_name(&ci.to_path())),
+                        None => file_name(&ci.to_path()),
+                    }),
+                }),
+                Symbolized::Unknown(_) => None,
             }
-        }
+        });
+        let c = found.unwrap_or_else(|| Code {
+            func: match a {
+                (0, v) => format!("{v:#x}"),
+                (m, v) => format!("[module {m}]+{v:#x}"),
+            },
+            source: None,
+        });
+        self.cache.insert(a, c.clone());
+        c
     }
-    out
 }
 
 fn file_name(p: &Path) -> String {
     p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
-fn code_at(codes: &HashMap<(u32, u64), Code>, a: (u32, u64)) -> Code {
-    codes.get(&a).cloned().unwrap_or_else(|| Code {
-        func: if a.0 == 0 { format!("{:#x}", a.1) } else { format!("[module {}]+{:#x}", a.0, a.1) },
-        source: None,
-    })
+fn label(labels: &[String], wp: usize) -> &str {
+    labels.get(wp).map_or("?", String::as_str)
 }
 
-fn render(run: &RunLog, labels: &[String], _exe: &Path, count: bool) -> anyhow::Result<String> {
-    use std::fmt::Write;
-    let codes = symbolize(run);
-    let label = |wp: usize| labels.get(wp).map_or("?", String::as_str);
-    let mut s = String::new();
-    if count {
-        // wp -> function -> (hits, a source line of it)
-        let mut per: BTreeMap<usize, BTreeMap<String, (u64, Option<String>)>> = BTreeMap::new();
-        for h in &run.hits {
-            let c = h.addrs.first().map(|&a| code_at(&codes, a)).unwrap_or_default();
-            let e = per.entry(h.wp).or_default().entry(c.func).or_insert((0, c.source));
-            e.0 += 1;
-        }
-        for (wp, funcs) in &per {
-            let _ = writeln!(s, "{}:", label(*wp));
-            let mut rows: Vec<_> = funcs.iter().collect();
-            rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
-            for (func, (n, src)) in rows {
-                let _ = writeln!(
-                    s,
-                    "  {n:>10}  {func}{}",
-                    src.as_ref().map_or(String::new(), |x| format!(" ({x})"))
-                );
-            }
-        }
-    } else {
-        for h in &run.hits {
-            let at = h.addrs.first().map(|&a| code_at(&codes, a)).unwrap_or_default();
-            let len = run.wp_len.get(&h.wp).copied().unwrap_or(8);
-            let mut line = format!("tid={} wp={} ", h.tid, label(h.wp));
-            if h.flags & 2 == 0 {
-                let _ = write!(line, "old={} ", show_value(h.old, len));
-            }
-            let _ = write!(line, "new={} at {at}", show_value(h.new, len));
-            if h.flags & 1 != 0 {
-                line.push_str(" [imprecise: SIGTRAP was blocked]");
-            }
-            let _ = writeln!(s, "{line}");
-            for &f in h.addrs.iter().skip(1) {
-                let _ = writeln!(s, "    <- {}", code_at(&codes, f));
-            }
+/// One hit: `tid=T wp=LABEL old=O new=V at FUNC (FILE:LINE)`, then its frames, all in
+/// one write.
+fn write_hit(
+    out: &mut impl Write,
+    h: &HitLine,
+    run: &RunLog,
+    labels: &[String],
+    symbols: &mut Symbols,
+) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let at = h.addrs.first().map(|&a| symbols.code(run, a)).unwrap_or_default();
+    let len = run.wp_len.get(&h.wp).copied().unwrap_or(8);
+    let mut s = format!("tid={} wp={} ", h.tid, label(labels, h.wp));
+    if h.flags & 2 == 0 {
+        let _ = write!(s, "old={} ", show_value(h.old, len));
+    }
+    let _ = write!(s, "new={} at {at}", show_value(h.new, len));
+    if h.flags & 1 != 0 {
+        s.push_str(" [imprecise: SIGTRAP was blocked]");
+    }
+    s.push('\n');
+    for &f in h.addrs.iter().skip(1) {
+        let _ = writeln!(s, "    <- {}", symbols.code(run, f));
+    }
+    out.write_all(s.as_bytes())
+}
+
+/// `--count`: per watchpoint, hits per accessing function, most first.
+fn write_counts(
+    out: &mut impl Write,
+    counts: &BTreeMap<usize, BTreeMap<String, (u64, Option<String>)>>,
+    labels: &[String],
+) -> std::io::Result<()> {
+    for (wp, funcs) in counts {
+        writeln!(out, "{}:", label(labels, *wp))?;
+        let mut rows: Vec<_> = funcs.iter().collect();
+        rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        for (func, (n, src)) in rows {
+            let src = src.as_ref().map_or(String::new(), |x| format!(" ({x})"));
+            writeln!(out, "  {n:>10}  {func}{src}")?;
         }
     }
-    let _ = writeln!(s, "-- {} hits", run.hits.len());
+    Ok(())
+}
+
+/// The totals, each watchpoint's armed fraction, and what was lost or passed on.
+fn write_summary(out: &mut impl Write, run: &RunLog, labels: &[String]) -> std::io::Result<()> {
+    writeln!(out, "-- {} hits", run.hits)?;
     for (wp, a) in &run.armed {
         let frac = if a.enabled_ns > 0 { a.armed_ns as f64 / a.enabled_ns as f64 } else { 1.0 };
         let scaled = if frac > 0.0 { a.hits as f64 / frac } else { 0.0 };
-        let _ = writeln!(
-            s,
+        writeln!(
+            out,
             "armed {}: {:.1}% of the time ({} turns), {} hits, about {:.0} if always armed",
-            label(*wp),
+            label(labels, *wp),
             frac * 100.0,
             a.times,
             a.hits,
             scaled
-        );
+        )?;
     }
     if run.multiplexed {
-        let _ = writeln!(
-            s,
-            "-- {} watchpoints took turns in {} debug registers; scale counts by the armed fraction",
+        writeln!(
+            out,
+            "-- {} watchpoints took turns in {} debug registers; scale counts by the armed \
+             fraction",
             labels.len(),
             run.slots
-        );
+        )?;
     }
     if run.lost > 0 {
-        let _ = writeln!(s, "-- {} hits lost (the agent's buffer was full)", run.lost);
+        writeln!(out, "-- {} hits lost (the agent's buffer was full)", run.lost)?;
     }
     if run.chained > 0 {
-        let _ = writeln!(s, "-- {} SIGTRAPs passed to the program's own handler", run.chained);
+        writeln!(out, "-- {} SIGTRAPs passed to the program's own handler", run.chained)?;
     }
     if run.started && !run.ended {
-        let _ = writeln!(
-            s,
+        writeln!(
+            out,
             "-- the program ended without exit() (exec, _exit or a signal): no armed times"
-        );
+        )?;
     }
-    Ok(s)
+    Ok(())
 }
 
 /// A value of `len` bytes as a signed decimal (the usual reading of a counter).
