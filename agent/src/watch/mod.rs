@@ -240,12 +240,26 @@ fn parse_points(bias: u64) -> Result<Vec<Wp>, String> {
 /// Writes whole lines to the channel; stops quietly once `strobe watch` went away.
 struct Channel {
     fd: RawFd,
+    /// The pipe's identity (device, inode): a target that closes the fd and opens a file
+    /// that gets the same number must never receive our lines.
+    id: (u64, u64),
     buf: Vec<u8>,
     broken: bool,
 }
 
+/// `(st_dev, st_ino)` of an open fd.
+fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed stat is a valid out-parameter; fstat fails cleanly on a bad fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
 impl Channel {
     fn flush(&mut self) {
+        if !self.buf.is_empty() && fd_identity(self.fd) != Some(self.id) {
+            self.broken = true;
+        }
         let mut off = 0;
         while off < self.buf.len() && !self.broken {
             let rest = self.buf.get(off..).unwrap_or_default();
@@ -268,7 +282,8 @@ pub fn start() {
     let Some(fd) = channel_fd() else { return };
     // SAFETY: marks our own fd close-on-exec, so an exec'd image does not inherit it.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    let mut ch = Channel { fd, buf: Vec::with_capacity(64 * 1024), broken: false };
+    let Some(id) = fd_identity(fd) else { return };
+    let mut ch = Channel { fd, id, buf: Vec::with_capacity(64 * 1024), broken: false };
     let opts = opts();
     let wps = parse_points(exe_bias());
     forget_config();

@@ -494,3 +494,32 @@ fn show_value(v: u64, len: u64) -> String {
     };
     x.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_lines_are_read_back() {
+        let mut run = RunLog::default();
+        for l in ["start 42 2 2 0", "wp 0 5000 4 w", "mod 1 1000 /bin/prog"] {
+            assert!(run.take(l).is_none());
+        }
+        let h = run.take("hit 0 77 1 ffffffff 5 1:1a2b 1:30").unwrap();
+        assert_eq!((h.wp, h.tid, h.flags, h.old, h.new), (0, 77, 1, 0xffff_ffff, 5));
+        assert_eq!(h.addrs, [(1, 0x1a2b), (1, 0x30)]);
+        for l in ["armed 0 1 500 1000 3", "lost 2", "chained 4", "err no slots", "end"] {
+            assert!(run.take(l).is_none());
+        }
+        assert!(run.started && run.ended && !run.multiplexed);
+        assert_eq!((run.slots, run.hits, run.lost, run.chained), (2, 1, 2, 4));
+        assert_eq!(run.wp_len[&0], 4);
+        assert_eq!(run.modules[&1], PathBuf::from("/bin/prog"));
+        assert_eq!((run.armed[&0].armed_ns, run.armed[&0].times), (500, 3));
+        assert_eq!(run.errors, ["no slots"]);
+        // A 4-byte -1 reads as -1, not 4294967295.
+        assert_eq!(show_value(h.old, 4), "-1");
+        assert_eq!(show_value(0xff, 1), "-1");
+        assert_eq!(show_value(7, 8), "7");
+    }
+}
