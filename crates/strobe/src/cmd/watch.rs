@@ -22,14 +22,16 @@ use strobe_watch::{Access, ElfSymbols, Len, Multiplexer, Place, Policy, WatchSpe
 
 const EXAMPLE: &str = "\
 Examples:
-  strobe watch counter -- ./server            every write to the global `counter`
-  strobe watch 'table+16:4:rw' --count -- ./app   reads and writes of 4 bytes at table+16, per function
-  strobe watch 0x601040:8 --stack -- ./app    a raw address, with a short call stack per hit
+  strobe watch counter -- ./server          every write to the global `counter`
+  strobe watch 'table+16:4:rw' --count -- ./app
+                                            reads and writes of table+16, per function
+  strobe watch 0x601040:8 --stack -- ./app  a raw address, with a call stack per hit
 
 Each hit prints the thread, the accessing function and source line, and the old and new
-value for writes. With more watchpoints than the 4 debug registers they take turns
-(round-robin every 4 ms); the summary gives each one's armed fraction so counts can be
-scaled (hits / armed).";
+value for writes, as it happens. Symbols are data symbols of the program's executable.
+With more watchpoints than the 4 debug registers they take turns (round-robin every
+4 ms); the summary gives each one's armed fraction so counts can be scaled (hits / armed).
+Hits of a thread that blocks SIGTRAP arrive late and are marked imprecise.";
 
 /// Arguments of `strobe watch`.
 #[derive(Debug, clap::Args)]
