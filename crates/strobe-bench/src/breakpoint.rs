@@ -327,48 +327,76 @@ fn usecs_per_iter(min: Duration, mut run: impl FnMut(u64)) -> f64 {
     }
 }
 
-/// usecs per reserve+release at each of [`THREADS`], medians of `repeats`.
-/// (reserve+release, lookup) usecs at each of [`THREADS`], medians of `repeats`.
+/// (reserve+release, lookup) usecs at each of [`THREADS`], medians of `repeats`. The
+/// thread counts are timed in rounds (each round measures every T once, back to back), so
+/// a noisy moment on a shared machine falls on every T alike rather than on one.
 fn table_series<M: ThreadMultiMap + Default>(plan: &Plan, repeats: usize) -> Vec<(f64, f64)> {
-    THREADS.iter().map(|&t| table_usecs::<M>(t, plan.table_min, repeats)).collect()
-}
-
-/// usecs of one reserve+release, and of one lookup of the thread's used slots alone (the
-/// `task_bp_pinned()` the seed's patch made O(1)), for one thread among `threads`.
-fn table_usecs<M: ThreadMultiMap + Default>(
-    threads: usize,
-    min: Duration,
-    repeats: usize,
-) -> (f64, f64) {
-    let table: SlotTable<M> = SlotTable::default();
-    const BASE: i32 = 10_000;
-    let mut held = Vec::with_capacity(threads * HELD as usize);
-    for t in 0..threads {
-        for _ in 0..HELD {
-            held.push(table.reserve(BASE + t as i32, 1).expect("a fresh thread has free slots"));
-        }
-    }
-    let tid = BASE + (threads / 2) as i32;
-    let op = |iters: u64| {
-        for _ in 0..iters {
-            let r = table.reserve(std::hint::black_box(tid), 1).expect("one slot is free");
-            table.release(std::hint::black_box(r));
-        }
-    };
-    let lookup = |iters: u64| {
-        for _ in 0..iters {
-            std::hint::black_box(table.used(std::hint::black_box(tid)));
-        }
-    };
+    let tables: Vec<Filled<M>> = THREADS.iter().map(|&t| Filled::new(t)).collect();
     // Warm-up (first use of the map's read side registers the thread, first retirements
     // start the reclaimer): not part of any figure.
-    usecs_per_iter(min, op);
-    let xs: Vec<f64> = (0..repeats).map(|_| usecs_per_iter(min, op)).collect();
-    let ys: Vec<f64> = (0..repeats).map(|_| usecs_per_iter(min, lookup)).collect();
-    for r in held {
-        table.release(r);
+    for f in &tables {
+        usecs_per_iter(plan.table_min, |n| f.reserve_release(n));
     }
-    (median(&xs), median(&ys))
+    let mut ops = vec![Vec::with_capacity(repeats); tables.len()];
+    let mut lookups = vec![Vec::with_capacity(repeats); tables.len()];
+    for _ in 0..repeats {
+        for (i, f) in tables.iter().enumerate() {
+            ops[i].push(usecs_per_iter(plan.table_min, |n| f.reserve_release(n)));
+            lookups[i].push(usecs_per_iter(plan.table_min, |n| f.lookup(n)));
+        }
+    }
+    ops.iter().zip(&lookups).map(|(o, l)| (median(o), median(l))).collect()
+}
+
+/// A slot table holding [`HELD`] slots for each of `threads` registered thread ids.
+struct Filled<M: ThreadMultiMap> {
+    table: SlotTable<M>,
+    held: Vec<strobe_watch::Reservation<M::Handle>>,
+    /// The thread the timed ops work on (one in the middle).
+    tid: i32,
+}
+
+impl<M: ThreadMultiMap + Default> Filled<M> {
+    fn new(threads: usize) -> Self {
+        const BASE: i32 = 10_000;
+        let table: SlotTable<M> = SlotTable::default();
+        let mut held = Vec::with_capacity(threads * HELD as usize);
+        for t in 0..threads {
+            for _ in 0..HELD {
+                held.push(
+                    table.reserve(BASE + t as i32, 1).expect("a fresh thread has free slots"),
+                );
+            }
+        }
+        Filled { table, held, tid: BASE + (threads / 2) as i32 }
+    }
+}
+
+impl<M: ThreadMultiMap> Filled<M> {
+    /// `n` ops: reserve the thread's last free slot and release it.
+    fn reserve_release(&self, n: u64) {
+        for _ in 0..n {
+            let r =
+                self.table.reserve(std::hint::black_box(self.tid), 1).expect("one slot is free");
+            self.table.release(std::hint::black_box(r));
+        }
+    }
+
+    /// `n` lookups of the thread's used slots alone (the `task_bp_pinned()` the seed's
+    /// patch made O(1)).
+    fn lookup(&self, n: u64) {
+        for _ in 0..n {
+            std::hint::black_box(self.table.used(std::hint::black_box(self.tid)));
+        }
+    }
+}
+
+impl<M: ThreadMultiMap> Drop for Filled<M> {
+    fn drop(&mut self) {
+        for r in self.held.drain(..) {
+            self.table.release(r);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1014,12 +1042,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_op_is_measured_for_both_maps() {
-        for (op, lookup) in [
-            table_usecs::<ListMap>(64, Duration::from_micros(200), 1),
-            table_usecs::<MutexHashMap>(64, Duration::from_micros(200), 1),
-            table_usecs::<RcuHashMap>(64, Duration::from_micros(200), 1),
-        ] {
+    fn the_table_ops_are_measured_for_every_map() {
+        fn once<M: ThreadMultiMap + Default>() -> (f64, f64) {
+            let f = Filled::<M>::new(64);
+            let min = Duration::from_micros(200);
+            (usecs_per_iter(min, |n| f.reserve_release(n)), usecs_per_iter(min, |n| f.lookup(n)))
+        }
+        for (op, lookup) in [once::<ListMap>(), once::<MutexHashMap>(), once::<RcuHashMap>()] {
             assert!(op.is_finite() && op > 0.0 && lookup.is_finite() && lookup > 0.0);
         }
     }
