@@ -15,17 +15,21 @@
 //! - `STROBE_WATCH_POINTS=P;P;...`, each `P` = `KIND,ADDR,LEN,ACCESS`: `KIND` is `pie` (an
 //!   address in the main executable, relocated by its load bias) or `abs`; `ADDR` hex;
 //!   `LEN` 1, 2, 4 or 8; `ACCESS` `w` or `rw`.
-//! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (watch only the thread that runs the
-//!   constructor: per-thread events, no inheritance), `nomux` (never rotate), `stack`
-//!   (walk frame pointers per hit), `rotate_us=N` (rotation interval).
+//! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (per-thread events: each thread gets its own,
+//!   opened by the writer thread when it finds the thread in `/proc/self/task`, instead of
+//!   inherited ones), `nomux` (never rotate), `stack` (walk frame pointers per hit),
+//!   `rotate_us=N` (rotation interval).
 //!
 //! # Arming
 //!
 //! The writer thread is created first, so it never inherits the breakpoints. Then one
 //! event per slot is opened on the constructor's thread, process-wide (`inherit` +
 //! `inherit_thread`: every thread the target creates later gets the slot's breakpoint, and
-//! forked children do not) or, with `thread`, on that thread alone; slots are reserved in
-//! a [`strobe_watch::SlotTable`] over strobe-rcu's hash multimap keyed by thread. Each
+//! forked children do not) or, with `thread`, on that thread alone, every other thread
+//! getting its own events within about a millisecond of appearing (accesses before that
+//! are missed; the writer polls `/proc/self/task`). Each thread's slots are reserved in a
+//! [`strobe_watch::SlotTable`] over strobe-rcu's hash multimap keyed by thread, so
+//! reserving and releasing them costs the same with 1 or 4096 threads. Each
 //! event raises SIGTRAP (perf's `sigtrap`, `remove_on_exec`) carrying `sig_data` =
 //! [`SIG_TAG`] << 32 | watchpoint index, which is how the handler tells our traps from
 //! the target's. With more watchpoints than slots, the writer thread rotates one slot
@@ -42,6 +46,7 @@
 //! armed WP HITS ARMED_NS ENABLED_NS TIMES_ARMED
 //! lost N            hits dropped (ring full)
 //! chained N         SIGTRAPs handed to the target's own handler
+//! threads N         per-thread mode: threads that got their own events
 //! err MESSAGE       the agent could not watch; the target runs on unwatched
 //! end
 //! ```
@@ -256,6 +261,8 @@ fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 impl Channel {
+    /// Writes what the pipe takes now (the fd is non-blocking, so a slow reader never
+    /// stalls rotation); the rest stays buffered for the next call.
     fn flush(&mut self) {
         if !self.buf.is_empty() && fd_identity(self.fd) != Some(self.id) {
             self.broken = true;
@@ -266,22 +273,50 @@ impl Channel {
             // SAFETY: writes from a valid buffer to our channel fd.
             let n = unsafe { libc::write(self.fd, rest.as_ptr().cast(), rest.len()) };
             if n < 0 {
-                if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                    self.broken = true; // EPIPE: SIGPIPE is blocked in this thread
+                match std::io::Error::last_os_error().kind() {
+                    std::io::ErrorKind::Interrupted => {}
+                    std::io::ErrorKind::WouldBlock => break,
+                    // EPIPE (SIGPIPE is blocked in this thread) or anything else.
+                    _ => self.broken = true,
                 }
             } else {
                 off += n as usize;
             }
         }
-        self.buf.clear();
+        if self.broken {
+            self.buf.clear();
+        } else {
+            self.buf.drain(..off);
+        }
+    }
+
+    /// Writes everything, waiting for the reader at most `budget`.
+    fn flush_all(&mut self, budget: Duration) {
+        let until = monotonic_ns() + budget.as_nanos() as u64;
+        loop {
+            self.flush();
+            if self.buf.is_empty() || self.broken || monotonic_ns() >= until {
+                return;
+            }
+            let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLOUT, revents: 0 };
+            // SAFETY: one valid pollfd, for at most 10 ms.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
+        }
     }
 }
 
 /// Starts watching: called from the agent's constructor when [`configured`].
 pub fn start() {
     let Some(fd) = channel_fd() else { return };
-    // SAFETY: marks our own fd close-on-exec, so an exec'd image does not inherit it.
-    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: marks our own fd close-on-exec, so an exec'd image does not inherit it, and
+    // non-blocking (strobe holds only the read end, so no one else shares the flag).
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+    }
     let Some(id) = fd_identity(fd) else { return };
     let mut ch = Channel { fd, id, buf: Vec::with_capacity(64 * 1024), broken: false };
     let opts = opts();
@@ -322,12 +357,28 @@ pub fn start() {
 
 /// What arming produced, handed to the writer thread.
 struct Armed {
+    /// The constructor thread's events (process-wide: the parents every thread inherits).
     events: Vec<PerfEvent>,
     mux: Option<Multiplexer>,
     scope: Scope,
     error: Option<String>,
+    /// Per-thread slot accounting, keyed by thread in strobe-rcu's hash multimap.
     table: SlotTable<RcuHashMap>,
-    reservation: Option<strobe_watch::Reservation<(i32, strobe_watch::slots::SlotEntry)>>,
+    reservation: Option<Slots>,
+    /// The thread that ran the constructor.
+    own_tid: i32,
+    /// Per-thread mode: the other threads' own events, opened as they are found.
+    others: HashMap<i32, ThreadEvents>,
+    /// Per-thread mode: threads that got events, over the run.
+    threads_armed: u64,
+}
+
+type Slots = strobe_watch::Reservation<(i32, strobe_watch::slots::SlotEntry)>;
+
+/// One thread's events in per-thread mode.
+struct ThreadEvents {
+    events: Vec<PerfEvent>,
+    reservation: Slots,
 }
 
 fn sig_data(wp: usize) -> u64 {
@@ -338,8 +389,17 @@ fn arm(st: &State, opts: Opts) -> Armed {
     let scope = if opts.per_thread { Scope::Thread } else { Scope::Process };
     let n = st.wps.len();
     let table: SlotTable<RcuHashMap> = SlotTable::default();
-    let mut armed =
-        Armed { events: Vec::new(), mux: None, scope, error: None, table, reservation: None };
+    let mut armed = Armed {
+        events: Vec::new(),
+        mux: None,
+        scope,
+        error: None,
+        table,
+        reservation: None,
+        own_tid: strobe_perf::sys::gettid(),
+        others: HashMap::new(),
+        threads_armed: 1,
+    };
     let want = n.min(strobe_watch::slots::DEBUG_REGISTERS as usize);
     // Open one event per slot, aimed at the first watchpoints; stop at the first slot the
     // kernel refuses (ENOSPC: another user holds the thread's debug registers).
@@ -398,7 +458,7 @@ fn arm(st: &State, opts: Opts) -> Armed {
 fn fail(ch: &mut Channel, msg: &str) {
     let _ = writeln!(ch.buf, "err {}", msg.replace('\n', " "));
     let _ = writeln!(ch.buf, "end");
-    ch.flush();
+    ch.flush_all(Duration::from_secs(1));
 }
 
 extern "C" fn at_exit() {
@@ -430,6 +490,9 @@ fn block_all_signals() {
 
 /// `dladdr1` flag: return the `link_map` (glibc `<dlfcn.h>`; not in the libc crate).
 const RTLD_DL_LINKMAP: libc::c_int = 2;
+
+/// Bytes of written-out lines the writer keeps while strobe reads slower than hits arrive.
+const CHANNEL_BACKLOG: usize = 4 << 20;
 
 /// Modules seen in hit addresses, numbered from 1.
 #[derive(Default)]
@@ -519,16 +582,22 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
     let mut mods = Modules::default();
     let mut next_rotate = monotonic_ns() + opts.rotate.as_nanos() as u64;
     let mut idle = 0u32;
+    let me = strobe_perf::sys::gettid();
     loop {
         // Acquire: pairs with at_exit's Release.
         let stopping = STOP.load(Ordering::Acquire);
         if stopping {
-            for ev in &armed.events {
+            for ev in armed.events.iter().chain(armed.others.values().flat_map(|t| &t.events)) {
                 let _ = ev.disable();
             }
+        } else if opts.per_thread {
+            follow_threads(st, &mut armed, me);
         }
         let mut drained = false;
-        while let Some(h) = st.ring.pop() {
+        // While strobe lags, hits wait in the ring (and past it are counted lost) rather
+        // than in an ever-growing buffer; at stop everything left is written.
+        while ch.buf.len() < CHANNEL_BACKLOG || stopping {
+            let Some(h) = st.ring.pop() else { break };
             drained = true;
             write_hit(&h, &mut mods, &mut ch);
             if ch.buf.len() > 48 * 1024 {
@@ -546,7 +615,8 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
         }
         // Poll every millisecond while hits arrive, backing off to 16 ms when idle (but
         // never past the next rotation), so an idle target is woken rarely.
-        idle = if drained { 0 } else { (idle + 1).min(4) };
+        // Per-thread mode looks for new threads every millisecond.
+        idle = if drained || opts.per_thread { 0 } else { (idle + 1).min(4) };
         let mut nap = Duration::from_millis(1 << idle);
         if multiplexed {
             let to_rotation = next_rotate.saturating_sub(monotonic_ns());
@@ -570,23 +640,90 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
     if let Some(r) = armed.reservation.take() {
         armed.table.release(r);
     }
+    for (_, t) in armed.others.drain() {
+        armed.table.release(t.reservation);
+    }
+    if opts.per_thread {
+        let _ = writeln!(ch.buf, "threads {}", armed.threads_armed);
+    }
     let _ = writeln!(ch.buf, "lost {}", st.ring.lost());
     let _ = writeln!(ch.buf, "chained {}", trap::CHAINED.load(Ordering::Relaxed));
     let _ = writeln!(ch.buf, "end");
-    ch.flush();
+    // Within at_exit's two-second wait for us.
+    ch.flush_all(Duration::from_millis(1500));
     // Release: at_exit may return once everything above is written.
     DONE.store(true, Ordering::Release);
 }
 
 fn rotate(st: &State, armed: &mut Armed) {
-    let scope = armed.scope;
-    let events = &armed.events;
-    let Some(mux) = armed.mux.as_mut() else { return };
-    let _ = mux.rotate(monotonic_ns(), |c| {
-        let (Some(ev), Some(wp)) = (events.get(c.slot as usize), c.arm) else { return Ok(()) };
+    let Armed { events, mux, scope, others, .. } = armed;
+    let scope = *scope;
+    let Some(mux) = mux.as_mut() else { return };
+    let _: std::io::Result<bool> = mux.rotate(monotonic_ns(), |c| {
+        let Some(wp) = c.arm else { return Ok(()) };
         let Some(w) = st.wps.get(wp) else { return Ok(()) };
         let Some(bpt) = w.breakpoint() else { return Ok(()) };
         w.refresh_shadow();
-        bp::retarget(ev, bpt, Mode::Trap { sig_data: sig_data(wp) }, scope)
+        let mode = Mode::Trap { sig_data: sig_data(wp) };
+        // The constructor thread's event decides; other threads follow (one that has just
+        // exited may refuse, which changes nothing for the rest).
+        if let Some(ev) = events.get(c.slot as usize) {
+            bp::retarget(ev, bpt, mode, scope)?;
+        }
+        for t in others.values() {
+            if let Some(ev) = t.events.get(c.slot as usize) {
+                let _ = bp::retarget(ev, bpt, mode, scope);
+            }
+        }
+        Ok(())
     });
+}
+
+/// Per-thread mode: gives every thread that appeared in `/proc/self/task` its own events
+/// (aimed at the watchpoints armed now), reserving its slots in the table, and releases
+/// the slots of threads that are gone. A thread's accesses before it is found (within
+/// about a millisecond of its start) are not seen.
+fn follow_threads(st: &State, armed: &mut Armed, me: i32) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return };
+    let mut live = std::collections::HashSet::new();
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        live.insert(tid);
+        if tid == me || tid == armed.own_tid || armed.others.contains_key(&tid) {
+            continue;
+        }
+        // strobe's own helper threads (this writer, strobe-rcu's reclaimer) never touch
+        // the target's memory.
+        let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"));
+        if comm.is_ok_and(|c| c.starts_with("strobe-")) {
+            continue;
+        }
+        let Some(mux) = armed.mux.as_ref() else { return };
+        let Ok(reservation) = armed.table.reserve(tid, mux.slots()) else { continue };
+        let mut events = Vec::new();
+        for slot in 0..mux.slots() {
+            let wp = mux.armed_in(slot).unwrap_or(0);
+            let Some(bpt) = st.wps.get(wp).and_then(Wp::breakpoint) else { break };
+            let mode = Mode::Trap { sig_data: sig_data(wp) };
+            match bp::open(bpt, mode, Scope::Thread, Target::thread(tid), "watchpoint") {
+                Ok(ev) if ev.enable().is_ok() => events.push(ev),
+                _ => break,
+            }
+        }
+        if events.len() == mux.slots() as usize {
+            armed.others.insert(tid, ThreadEvents { events, reservation });
+            armed.threads_armed += 1;
+        } else {
+            // The thread exited meanwhile (or refused): nothing to keep.
+            armed.table.release(reservation);
+        }
+    }
+    let gone: Vec<i32> = armed.others.keys().filter(|t| !live.contains(t)).copied().collect();
+    for t in gone {
+        if let Some(te) = armed.others.remove(&t) {
+            armed.table.release(te.reservation);
+        }
+    }
 }

@@ -49,7 +49,9 @@ pub struct Args {
     /// frame pointers).
     #[arg(long)]
     stack: bool,
-    /// Watch only the program's initial thread (per-thread events, not inherited).
+    /// Give each thread its own watchpoint events (found within about a millisecond of the
+    /// thread's start; earlier accesses are missed) instead of inherited ones, with slots
+    /// accounted per thread.
     #[arg(long)]
     thread: bool,
     /// Refuse more watchpoints than debug registers instead of rotating them.
@@ -266,6 +268,8 @@ struct RunLog {
     armed: BTreeMap<usize, Armed>,
     lost: u64,
     chained: u64,
+    /// Per-thread mode: threads that got their own events.
+    threads: Option<u64>,
     errors: Vec<String>,
     ended: bool,
 }
@@ -322,6 +326,7 @@ impl RunLog {
             }
             Some("lost") => self.lost = dec(f.next()),
             Some("chained") => self.chained = dec(f.next()),
+            Some("threads") => self.threads = Some(dec(f.next())),
             Some("err") => self.errors.push(line.trim_start_matches("err ").to_string()),
             Some("end") => self.ended = true,
             _ => {}
@@ -470,6 +475,9 @@ fn write_summary(out: &mut impl Write, run: &RunLog, labels: &[String]) -> std::
             labels.len(),
             run.slots
         )?;
+    }
+    if let Some(n) = run.threads {
+        writeln!(out, "-- per-thread watchpoints in {n} threads")?;
     }
     if run.lost > 0 {
         writeln!(out, "-- {} hits lost (the agent's buffer was full)", run.lost)?;

@@ -133,6 +133,10 @@ fn eight_watchpoints_over_four_slots_are_all_reported_with_armed_fractions() {
         let (frac, turns, hits) = a[lane.as_str()];
         assert!(frac > 0.0 && frac < 1.0, "{lane} armed part of the time: {frac}\n{stdout}");
         assert!(turns >= 1 && hits > 0, "{lane} was armed and hit\n{stdout}");
+        // Scaled by its armed fraction, a lane's count estimates its 4 x 4000 writes
+        // (loosely: the writers' pace varies over the run).
+        let scaled = hits as f64 / frac;
+        assert!((8_000.0..=32_000.0).contains(&scaled), "{lane}: {scaled}\n{stdout}");
         // The per-function summary names the writers.
         let section = stdout.split(&format!("{lane}:\n")).nth(1).expect("a section per lane");
         assert!(section.lines().next().unwrap_or("").contains("writer_"), "{stdout}");
@@ -217,17 +221,25 @@ fn the_programs_exit_status_is_strobes() {
 }
 
 #[test]
-fn thread_watches_only_the_initial_thread() {
-    // main stores hits32 once; only the writer threads store counter.
+fn per_thread_events_follow_every_thread() {
+    // main stores hits32 once (armed from the constructor); the writers, found by the
+    // agent while they sleep 100 ms, each store counter 50 times.
     let p = prog("watch_writers");
-    let Some(out) = watch(&["hits32:4", "counter", "--thread", "--", &p, "2", "50"]) else {
+    let Some(out) = watch(&["hits32:4", "counter", "--thread", "--", &p, "4", "50", "100"]) else {
         return;
     };
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let hits = hits(&stdout);
-    assert_eq!(hits.len(), 1, "only main's store is seen: {stdout}");
-    assert_eq!((hits[0].wp.as_str(), hits[0].new, hits[0].func.as_str()), ("hits32:4", 1, "main"));
+    let main: Vec<_> = hits.iter().filter(|h| h.wp == "hits32:4").collect();
+    assert_eq!(main.len(), 1, "{stdout}");
+    assert_eq!((main[0].new, main[0].func.as_str()), (1, "main"));
+    let writes: Vec<_> = hits.iter().filter(|h| h.wp == "counter").collect();
+    assert_eq!(writes.len(), 200, "every writer's stores: {stdout}");
+    assert!(writes.iter().all(|h| h.func == format!("writer_{}", h.new / 1_000_000)));
+    let tids: HashSet<i32> = writes.iter().map(|h| h.tid).collect();
+    assert_eq!(tids.len(), 4);
+    assert!(stdout.contains("-- per-thread watchpoints in 5 threads"), "{stdout}");
 }
 
 #[test]
