@@ -1,5 +1,6 @@
-//! libstrobe_agent.so: the in-process capture agent that `strobe record` injects into a
-//! target with LD_PRELOAD.
+//! libstrobe_agent.so: the in-process capture agent that `strobe record` and `strobe watch`
+//! inject into a target with LD_PRELOAD. Watchpoints live in [`watch`]; everything else
+//! here serves recording.
 //!
 //! It owns: reading its configuration from the environment (`config`), following the
 //! target's threads (its `pthread_create` wraps the start routine so each new thread opens
@@ -51,6 +52,7 @@
 mod config;
 mod sampler;
 mod slots;
+mod watch;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -113,6 +115,10 @@ static INIT: extern "C" fn() = agent_init;
 static FINI: extern "C" fn() = agent_fini;
 
 extern "C" fn agent_init() {
+    // First, on every load: it also resolves libc's sigaction up front.
+    if watch::configured() {
+        watch::start();
+    }
     let cfg = match config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return, // not launched by strobe record: stay inert
@@ -596,7 +602,7 @@ macro_rules! wrap_exec {
     };
 }
 
-/// Interposes `sigaction`: for SIGTRAP, once the agent's handler is installed, the target
+/// Interposes `sigaction`: for SIGTRAP, once the agent's sampling (or watch) handler is installed, the target
 /// sees and sets a virtual disposition that the agent's handler chains to for every
 /// SIGTRAP that is not a perf sample; other signals go to libc unchanged.
 ///
@@ -609,6 +615,10 @@ pub unsafe extern "C" fn sigaction(
     old: *mut libc::sigaction,
 ) -> libc::c_int {
     if let Some(rc) = sampler::virtual_sigaction(sig, act, old) {
+        return rc;
+    }
+    // SAFETY: forwarded with the caller's pointers, under sigaction's own contract.
+    if let Some(rc) = unsafe { watch::virtual_sigaction(sig, act, old) } {
         return rc;
     }
     type F = unsafe extern "C" fn(
@@ -642,6 +652,9 @@ pub unsafe extern "C" fn signal(
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
     if let Some(old) = sampler::virtual_signal(sig, handler) {
+        return old;
+    }
+    if let Some(old) = watch::virtual_signal(sig, handler) {
         return old;
     }
     type F = unsafe extern "C" fn(libc::c_int, libc::sighandler_t) -> libc::sighandler_t;

@@ -1,6 +1,8 @@
 /* Writers of known globals, for strobe watch.
  *
- * usage: watch_writers [THREADS [WRITES]]   (defaults 4 and 1000; THREADS <= 4)
+ * usage: watch_writers [THREADS [WRITES [DELAY_MS]]]   (defaults 4, 1000, 0; THREADS <= 4)
+ *
+ * With DELAY_MS each writer sleeps that long before its first write.
  *
  * Thread i runs writer_i (writer_0 .. writer_3, one function each, so a report can name
  * the accessing function) and stores WRITES values into `counter`: thread i writes
@@ -13,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 volatile long counter;                        /* 8 bytes */
 volatile long lanes[8];                       /* 64 bytes, 8-aligned */
@@ -24,10 +27,12 @@ __thread volatile long per_thread;            /* thread-local */
 static volatile long file_local;              /* local symbol */
 
 static long writes = 1000;
+static long delay_ms = 0;
 
 #define WRITER(N)                                                     \
     __attribute__((noinline)) void *writer_##N(void *arg) {           \
         (void)arg;                                                    \
+        if (delay_ms > 0) usleep(delay_ms * 1000);                    \
         for (long k = 1; k <= writes; k++) {                          \
             counter = (long)N * 1000000 + k;                          \
             for (int l = 0; l < 8; l++) lanes[l] = (long)N * 1000000 + k; \
@@ -44,6 +49,7 @@ int main(int argc, char **argv) {
     void *(*writers[4])(void *) = {writer_0, writer_1, writer_2, writer_3};
     int n = argc > 1 ? atoi(argv[1]) : 4;
     if (argc > 2) writes = atol(argv[2]);
+    if (argc > 3) delay_ms = atol(argv[3]);
     if (n < 1 || n > 4 || writes < 0) return 2;
     pthread_t t[4];
     hits32 = 1;

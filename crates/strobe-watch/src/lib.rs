@@ -28,5 +28,7 @@ pub mod spec;
 pub use mux::{HitCounters, Multiplexer, MuxError, Policy, WatchStats};
 #[cfg(feature = "resolve")]
 pub use resolve::{resolve, ElfSymbols, ResolveError};
-pub use slots::{ListMap, MutexHashMap, Reservation, SlotError, SlotTable, ThreadMultiMap, Tid};
+pub use slots::{
+    ListMap, MutexHashMap, RcuHashMap, Reservation, SlotError, SlotTable, ThreadMultiMap, Tid,
+};
 pub use spec::{Access, Len, Location, Place, SpecError, WatchSpec, Watchpoint};

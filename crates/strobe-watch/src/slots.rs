@@ -13,7 +13,7 @@
 //!   `list_del` are), so the scan is the only cost that grows.
 //! - A hash multimap keyed by thread (the kernel's `rhltable`) visits only that thread's
 //!   entries: O(1). strobe's is `strobe_rcu::HashMultiMap` (lock-free lookups under a read
-//!   guard, serialised writers); [`MutexHashMap`] is the lock-based alternative, a
+//!   guard, serialised writers), wrapped as [`RcuHashMap`]; [`MutexHashMap`] is the lock-based alternative, a
 //!   `std::collections::HashMap` behind a mutex.
 //!
 //! Both plug into [`SlotTable`] through the small [`ThreadMultiMap`] trait: insert an entry,
@@ -196,6 +196,36 @@ impl ThreadMultiMap for MutexHashMap {
     }
 }
 
+/// strobe-rcu's [`HashMultiMap`](strobe_rcu::HashMultiMap) keyed by thread: the
+/// `rhltable` of seed 000. Visiting a thread's entries is a lock-free walk of one bucket
+/// under a read section; writers are serialised inside the map (and by [`SlotTable`]).
+#[derive(Debug, Default)]
+pub struct RcuHashMap {
+    inner: strobe_rcu::HashMultiMap<Tid, SlotEntry>,
+}
+
+impl ThreadMultiMap for RcuHashMap {
+    type Handle = (Tid, SlotEntry);
+
+    fn insert(&self, tid: Tid, entry: SlotEntry) -> (Tid, SlotEntry) {
+        self.inner.insert(tid, entry);
+        (tid, entry)
+    }
+
+    fn remove(&self, (tid, entry): &(Tid, SlotEntry)) -> bool {
+        self.inner.remove(tid, entry)
+    }
+
+    fn for_each(&self, tid: Tid, f: &mut dyn FnMut(SlotEntry)) {
+        let guard = strobe_rcu::read_lock();
+        self.inner.for_each(&tid, &guard, |e| f(*e));
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+}
+
 /// Why slots could not be reserved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SlotError {
@@ -375,6 +405,11 @@ mod tests {
     #[test]
     fn list_reserves_and_releases() {
         behaves::<ListMap>();
+    }
+
+    #[test]
+    fn rcu_hash_reserves_and_releases() {
+        behaves::<RcuHashMap>();
     }
 
     #[test]
