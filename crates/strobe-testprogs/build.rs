@@ -4,6 +4,12 @@
 //! A file may carry one line `// strobe-testprogs: FLAGS...` with extra compiler/linker
 //! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread`, dynamically linked (the
 //! agent is injected with LD_PRELOAD, which needs a dynamic executable).
+//!
+//! The word `shared` among the flags makes the file a shared library instead:
+//! `tests/c/NAME.c` becomes `libNAME.so` (built before the programs, with `-shared -fPIC`
+//! and soname `libNAME.so`). A program that links one (`-lNAME`) gets `-L` and a
+//! `DT_RUNPATH` to the output directory, so it runs from anywhere and tools find the
+//! library the way the dynamic linker does.
 
 use std::env;
 use std::path::PathBuf;
@@ -23,19 +29,46 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "c"))
         .collect();
     entries.sort();
-    for path in entries {
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let extra: Vec<String> = text
-            .lines()
+    let flags_of = |path: &PathBuf| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines()
             .find_map(|l| l.trim().strip_prefix("// strobe-testprogs:"))
             .map(|f| f.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default();
+            .unwrap_or_default()
+    };
+    // Shared libraries first: programs link against them.
+    let mut libs = Vec::new();
+    for path in entries.iter().filter(|p| flags_of(p).iter().any(|f| f == "shared")) {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let extra: Vec<String> = flags_of(path).into_iter().filter(|f| f != "shared").collect();
+        let so = out.join(format!("lib{name}.so"));
+        let status = Command::new(&cc)
+            .args(["-O1", "-g", "-pthread", "-Wall", "-shared", "-fPIC"])
+            .arg(format!("-Wl,-soname,lib{name}.so"))
+            .arg("-o")
+            .arg(&so)
+            .arg(path)
+            .args(&extra)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
+        assert!(status.success(), "compiling {} failed", path.display());
+        libs.push(name);
+    }
+    for path in entries.iter().filter(|p| !flags_of(p).iter().any(|f| f == "shared")) {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let extra = flags_of(path);
+        let links_ours = extra.iter().any(|f| libs.iter().any(|l| *f == format!("-l{l}")));
+        let mut local_libs = Vec::new();
+        if links_ours {
+            local_libs.push(format!("-L{}", out.display()));
+            local_libs.push(format!("-Wl,-rpath,{}", out.display()));
+        }
         let exe = out.join(&name);
         let status = Command::new(&cc)
             .args(["-O1", "-g", "-pthread", "-Wall", "-o"])
             .arg(&exe)
-            .arg(&path)
+            .arg(path)
+            .args(&local_libs)
             .args(&extra)
             .status()
             .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
@@ -43,9 +76,14 @@ fn main() {
         names.push(name);
     }
     let list: String = names.iter().map(|n| format!("    \"{n}\",\n")).collect();
+    let lib_list: String = libs.iter().map(|n| format!("    \"{n}\",\n")).collect();
     std::fs::write(
         out.join("programs.rs"),
-        format!("/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n"),
+        format!(
+            "/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n\
+             /// Every shared library built from tests/c (`shared` marker).\n\
+             pub const SHARED_LIBS: &[&str] = &[\n{lib_list}];\n"
+        ),
     )
     .unwrap();
 }

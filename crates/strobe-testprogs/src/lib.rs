@@ -13,3 +13,13 @@ pub fn path(name: &str) -> PathBuf {
     assert!(PROGRAMS.contains(&name), "no test program '{name}' in tests/c (have: {PROGRAMS:?})");
     PathBuf::from(env!("OUT_DIR")).join(name)
 }
+
+/// The path of shared library `name` (`tests/c/NAME.c` with the `shared` marker), built as
+/// `libNAME.so`.
+///
+/// # Panics
+/// If no such library was built (a typo in the test).
+pub fn shared_lib(name: &str) -> PathBuf {
+    assert!(SHARED_LIBS.contains(&name), "no shared library '{name}' in tests/c (have: {SHARED_LIBS:?})");
+    PathBuf::from(env!("OUT_DIR")).join(format!("lib{name}.so"))
+}

@@ -263,9 +263,10 @@ impl Session {
         &self.probes
     }
 
-    /// Waits for the target to exit, handing each hit to `on_hit` (with `--trace` or
-    /// `--latency`, in time order per thread), then reports.
-    pub fn run(&mut self, mut on_hit: impl FnMut(&Hit<'_>)) -> Result<Report, Error> {
+    /// Waits for the target to exit, then reports. With `trace`, hits are handed to
+    /// `on_hits` as they are read, a batch per wakeup, in time order within the batch (and
+    /// always in order per thread; see the module doc).
+    pub fn run(&mut self, mut on_hits: impl FnMut(&[Hit<'_>])) -> Result<Report, Error> {
         let _guard = InterruptGuard::ignore();
         let layout = SampleLayout::new(attach::SAMPLE_TYPE);
         let mut matcher = Matcher::new(self.probes.len());
@@ -295,6 +296,7 @@ impl Session {
             if !pending.is_empty() {
                 pending.sort_by_key(|p| p.time);
                 let ready = pending.partition_point(|p| p.time < horizon);
+                let mut batch = Vec::new();
                 for p in pending.drain(..ready) {
                     let kind = if p.ret {
                         HitKind::Return { duration_ns: matcher.ret(p.tid, p.probe, p.time) }
@@ -305,7 +307,7 @@ impl Session {
                         HitKind::Entry
                     };
                     if self.opts.trace {
-                        on_hit(&Hit {
+                        batch.push(Hit {
                             probe: p.probe,
                             name: &self.probes[p.probe].name,
                             pid: p.pid,
@@ -314,6 +316,9 @@ impl Session {
                             kind,
                         });
                     }
+                }
+                if !batch.is_empty() {
+                    on_hits(&batch);
                 }
             }
             if status.is_some() {
