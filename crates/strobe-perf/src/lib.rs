@@ -8,6 +8,8 @@
 //!   went wrong and what to do (perf_event_paranoid, missing hardware PMU, no debug registers).
 //! - [`pmu`] reads what this machine offers: dynamic PMU types (uprobe), whether a hardware
 //!   PMU exists, the paranoid level.
+//! - [`group::EventGroup`] opens a parsed group on one thread: a sampling leader that
+//!   raises a synchronous SIGTRAP, and counted members read with it.
 //! - [`names`] maps perf's event names to (type, config); [`spec`] parses event specs
 //!   such as `{task-clock/period=1ms,window=20us/,page-faults}`; [`ring`] reads the mmap
 //!   ring buffer.
@@ -16,6 +18,7 @@
 
 pub mod error;
 pub mod event;
+pub mod group;
 pub mod names;
 pub mod pmu;
 pub mod ring;
@@ -24,3 +27,4 @@ pub mod sys;
 
 pub use error::OpenError;
 pub use event::{GroupRead, PerfEvent, Target};
+pub use group::EventGroup;

@@ -27,6 +27,12 @@ pub fn perfmon_capable() -> bool {
     caps & (1 << CAP_SYS_ADMIN) != 0 || caps & (1 << CAP_PERFMON) != 0
 }
 
+/// Whether events may count kernel activity here: with CAP_PERFMON/CAP_SYS_ADMIN or at
+/// `perf_event_paranoid <= 1`. Without it strobe counts user space only (`:u`).
+pub fn kernel_counting_allowed() -> bool {
+    perfmon_capable() || paranoid_level().is_some_and(|l| l <= 1)
+}
+
 /// The `type` number of a dynamic PMU (`uprobe`, `kprobe`, `breakpoint`, ...), read from
 /// `/sys/bus/event_source/devices/NAME/type`.
 pub fn pmu_type(name: &str) -> io::Result<u32> {

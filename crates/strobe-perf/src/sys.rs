@@ -131,3 +131,40 @@ pub fn gettid() -> libc::pid_t {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
 }
+
+/// The leading fields of a `siginfo_t` raised by a perf event with `sigtrap=1`
+/// (`si_code == TRAP_PERF`): the kernel's `_sigfault._perf` layout on LP64 Linux
+/// (x86-64, arm64). The libc crate does not expose `si_perf_*`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PerfSigInfo {
+    /// `si_signo`.
+    pub signo: libc::c_int,
+    /// `si_errno`.
+    pub errno: libc::c_int,
+    /// `si_code`: [`TRAP_PERF`] for perf's synchronous SIGTRAP.
+    pub code: libc::c_int,
+    _pad: libc::c_int,
+    /// `si_addr`: the sample address (0 for time events).
+    pub addr: u64,
+    /// `si_perf_data`: the event's `attr.sig_data`.
+    pub perf_data: u64,
+    /// `si_perf_type`: the event's `attr.type`.
+    pub perf_type: u32,
+    /// `si_perf_flags`: [`TRAP_PERF_FLAG_ASYNC`] when delivered late.
+    pub perf_flags: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<PerfSigInfo>() <= std::mem::size_of::<libc::siginfo_t>());
+
+/// Views a `siginfo_t` as its perf fields. Async-signal-safe.
+///
+/// # Safety
+/// `info` must point to a valid `siginfo_t` (as passed to an `SA_SIGINFO` handler); the
+/// perf fields are meaningful only when `code == TRAP_PERF`.
+#[inline]
+pub unsafe fn perf_siginfo<'a>(info: *const libc::siginfo_t) -> &'a PerfSigInfo {
+    // SAFETY: siginfo_t is 128 bytes and at least 8-aligned, PerfSigInfo is a prefix of
+    // its layout made of plain integers (any bit pattern is valid).
+    unsafe { &*info.cast::<PerfSigInfo>() }
+}

@@ -1,16 +1,130 @@
-//! `strobe report`. (Being built.)
+//! `strobe report`: reads a record file and prints per-function metrics. The work is in
+//! crate strobe-report; this module turns arguments into its plain options.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use strobe_report::{Format, RenderOptions, WindowPolicy};
+
+/// Output format of `strobe report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FormatArg {
+    /// An aligned table with the recording's totals above it.
+    Table,
+    /// Comma-separated values, one row per function.
+    Csv,
+    /// A JSON object with a `functions` array and the totals.
+    Json,
+}
+
+/// What to do with a window whose start and end fall in different functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PolicyArg {
+    /// Drop its counter deltas (its samples still count).
+    Discard,
+    /// Attribute its deltas to the function where it ended.
+    Fold,
+}
+
+fn after_help() -> String {
+    format!(
+        "Columns: samples (time samples in the function), time% (its share of all time \
+samples), windows (windows attributed to it), then every metric whose counters were \
+recorded:\n{}\nExamples:\n  \
+strobe report run.strobe\n  \
+strobe report run.strobe --sort faults/ms --top 10\n  \
+strobe report run.strobe --format json --window-policy fold > report.json",
+        strobe_report::metrics::help_table()
+    )
+}
 
 /// Arguments of `strobe report`.
 #[derive(Debug, clap::Args)]
+#[command(
+    long_about = "Print per-function metrics from a record file.\n\n\
+Each function's share of time comes from its sample count. Its metrics come from the short \
+windows that started and ended in it: the counter deltas of each window (end sample minus \
+start sample of the same thread) are attributed to a function only when both samples fall \
+in it (--window-policy discard, the default) or to the function where the window ended \
+(fold). A function too small to hold whole windows keeps its sample count and rank.",
+    after_help = after_help()
+)]
 pub struct Args {
-    /// Everything after the subcommand (placeholder until the command exists).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    /// The record file written by `strobe record`.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    format: FormatArg,
+    /// Sort by this column: samples (default), time_pct, windows, function, module, or a
+    /// metric by key or header (cpi, CPI, page_faults_per_ms, faults/ms, ...).
+    #[arg(long, value_name = "COLUMN")]
+    sort: Option<String>,
+    /// Show only the first N functions after sorting.
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Windows whose start and end fall in different functions: discard their counter
+    /// deltas, or fold them into the function where the window ended.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Discard, value_name = "POLICY")]
+    window_policy: PolicyArg,
+    /// Print on stderr how long the report took and how many samples per second it
+    /// processed.
+    #[arg(long)]
+    stats: bool,
 }
 
 /// Runs `strobe report`.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("strobe report is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policy = match args.window_policy {
+        PolicyArg::Discard => WindowPolicy::Discard,
+        PolicyArg::Fold => WindowPolicy::Fold,
+    };
+    let format = match args.format {
+        FormatArg::Table => Format::Table,
+        FormatArg::Csv => Format::Csv,
+        FormatArg::Json => Format::Json,
+    };
+    let started = Instant::now();
+    let loaded = strobe_report::recording::read(&args.file, policy)?;
+    let read_s = started.elapsed().as_secs_f64();
+    let report = &loaded.report;
+
+    // Problems with the data go to stderr first, one line each, so they are seen even
+    // when stdout goes to a file or a JSON consumer.
+    let mut err = std::io::stderr().lock();
+    if let Some(at) = loaded.truncated_at {
+        writeln!(
+            err,
+            "strobe: warning: {} is cut short at byte {at} (the recording was interrupted); \
+             reporting everything before it",
+            args.file.display()
+        )?;
+    }
+    if report.lost_samples > 0 && format != Format::Table {
+        writeln!(err, "strobe: {}", strobe_report::render::lost_warning(report))?;
+    }
+    for note in &loaded.notes {
+        writeln!(err, "strobe: {note}")?;
+    }
+
+    let opts = RenderOptions {
+        format,
+        sort: args.sort,
+        top: args.top,
+        file: Some(args.file.display().to_string()),
+    };
+    let text = strobe_report::render(report, &opts)?;
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    if args.stats {
+        let total = started.elapsed().as_secs_f64();
+        let n = loaded.samples_read;
+        writeln!(
+            err,
+            "strobe: report read {n} samples in {read_s:.3} s and finished in {total:.3} s: {:.2} M samples/s",
+            n as f64 / total.max(1e-9) / 1e6
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -19,7 +19,8 @@ pub struct Scratch {
 impl Scratch {
     /// Creates `target/it-scratch/<name>-<pid>`.
     pub fn new(name: &str) -> Scratch {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch { dir }

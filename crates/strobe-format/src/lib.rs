@@ -1,0 +1,73 @@
+//! strobe-format: the record file `strobe record` writes and `strobe report` reads.
+//!
+//! The byte-level layout is documented in `docs/format.md`; this crate is its only
+//! implementation. In short: an 8-byte preamble (`STROBE` + major version), then an
+//! append-only stream of self-delimiting chunks, each `sync, tag, stream, length, crc32,
+//! payload`. Because every chunk is whole and checksummed:
+//!
+//! - several writers (the recorder, a forked child, an exec'd image) append whole chunks
+//!   to one file opened with `O_APPEND`, each chunk carrying its writer's [`StreamId`];
+//! - a file cut anywhere (a target killed with SIGKILL) reads up to its last whole chunk
+//!   and then reports [`Record::Truncated`] with the byte offset of the cut;
+//! - a damaged chunk is reported as [`FormatError::Corrupt`] naming its byte offset.
+//!
+//! Writing: [`Encoder`] appends encoded chunks to a reusable buffer (the agent's writer
+//! thread drains sample buffers into it and hands the bytes to one `write(2)`). Samples
+//! are encoded per thread in batches with delta + varint encoding ([`SampleBatchEncoder`]).
+//!
+//! Reading: [`Reader`] streams records; sample batches stay encoded until iterated
+//! ([`SampleBatch::iter`]), which decodes without allocating. [`read_all`] collects a
+//! whole file into a [`Recording`] for callers that want everything in memory.
+//!
+//! This crate never decides where files go, and never panics on bad input: every
+//! malformed byte becomes a [`FormatError`] naming its offset.
+
+mod encode;
+mod error;
+mod read;
+mod types;
+mod varint;
+
+pub use encode::{Encoder, SampleBatchEncoder};
+pub use error::FormatError;
+pub use read::{read_all, ProcessData, Reader, Record, Recording, SampleBatch, SampleIter};
+pub use types::*;
+
+/// The file's first six bytes.
+pub const MAGIC: [u8; 6] = *b"STROBE";
+/// The major format version this crate writes and reads (bytes 6..8 of the file, LE).
+/// A reader rejects any other major version; compatible additions bump
+/// [`MINOR_VERSION`] instead (new chunk tags are skipped, new trailing fields ignored).
+pub const MAJOR_VERSION: u16 = 1;
+/// The minor version this crate writes in the header chunk.
+pub const MINOR_VERSION: u32 = 0;
+/// Length of the file preamble (magic + major version).
+pub const PREAMBLE_LEN: usize = 8;
+/// The two bytes every chunk starts with, so a reader can find the next chunk after damage.
+pub const CHUNK_SYNC: [u8; 2] = [0xB5, 0x7E];
+/// Length of a chunk header.
+pub const CHUNK_HEADER_LEN: usize = 16;
+/// The largest payload a chunk may carry; a larger length field is corruption.
+pub const MAX_PAYLOAD: u32 = 16 << 20;
+/// The most counters (leader first) a sample carries.
+pub const MAX_COUNTERS: usize = 8;
+
+/// Chunk tags (byte 2 of a chunk header).
+pub mod tag {
+    /// The recording's header, written by the recorder before the target starts.
+    pub const HEADER: u8 = 1;
+    /// One process (agent instance) and the sampling parameters it used.
+    pub const PROCESS: u8 = 2;
+    /// Thread ids and names.
+    pub const THREADS: u8 = 3;
+    /// Executable memory mappings.
+    pub const MAPS: u8 = 4;
+    /// A batch of one thread's samples.
+    pub const SAMPLES: u8 = 5;
+    /// Per-thread counts of samples dropped because a buffer was full.
+    pub const LOST: u8 = 6;
+    /// A process's end-of-recording statistics.
+    pub const END: u8 = 7;
+    /// A message from the agent (a warning, or why it could not start).
+    pub const NOTE: u8 = 8;
+}

@@ -1,0 +1,784 @@
+//! The streaming reader.
+//!
+//! [`Reader`] reads the preamble and header at open, then yields one [`Record`] per
+//! chunk. Damage is handled so that a reader always gets everything that is intact:
+//!
+//! - a file that ends inside a chunk (a writer was killed) yields every whole chunk and
+//!   then [`Record::Truncated`] with the offset of the incomplete chunk;
+//! - a chunk whose sync bytes, length or checksum are wrong yields
+//!   `Err(FormatError::Corrupt { offset, .. })`; iterating further skips to the next
+//!   intact chunk (found by its sync bytes and checksum), so a caller may choose to
+//!   stop at the first error (as [`read_all`] does) or to salvage the rest;
+//! - an incomplete chunk followed by intact ones (a writer killed in the middle of a
+//!   write while another process kept appending) is reported as corrupt, not truncated,
+//!   and reading resumes after it.
+//!
+//! Sample batches are returned undecoded ([`SampleBatch`]); iterating one decodes
+//! samples into plain values without allocating.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::encode::chunk_crc;
+use crate::error::FormatError;
+use crate::types::*;
+use crate::varint::{unzigzag, Cursor};
+use crate::{
+    tag, CHUNK_HEADER_LEN, CHUNK_SYNC, MAGIC, MAJOR_VERSION, MAX_COUNTERS, MAX_PAYLOAD,
+    PREAMBLE_LEN,
+};
+
+/// One record of the stream.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// A process (agent instance) began; its stream's chunks follow.
+    Process {
+        /// The stream.
+        stream: StreamId,
+        /// The process and its sampling parameters.
+        info: ProcessInfo,
+    },
+    /// Thread names.
+    Threads {
+        /// The stream.
+        stream: StreamId,
+        /// Threads; a later entry for a tid replaces an earlier one.
+        threads: Vec<ThreadInfo>,
+    },
+    /// A snapshot of executable mappings, in effect for the stream's later samples.
+    Maps {
+        /// The stream.
+        stream: StreamId,
+        /// The mappings.
+        maps: MapsSnapshot,
+    },
+    /// A batch of one thread's samples, decoded lazily.
+    Samples(SampleBatch),
+    /// Lost-sample counts (add them up per thread).
+    Lost {
+        /// The stream.
+        stream: StreamId,
+        /// Per-thread counts.
+        lost: Vec<LostCount>,
+    },
+    /// End-of-process statistics.
+    End {
+        /// The stream.
+        stream: StreamId,
+        /// The statistics.
+        end: ProcessEnd,
+    },
+    /// A message from the agent.
+    Note {
+        /// The stream.
+        stream: StreamId,
+        /// The message.
+        note: Note,
+    },
+    /// The file ends inside the chunk at `offset` (its writer was stopped mid-write);
+    /// everything before it was yielded. Always the last record.
+    Truncated {
+        /// Byte offset of the incomplete chunk.
+        offset: u64,
+    },
+}
+
+/// A batch of one thread's samples as stored: decode it with [`SampleBatch::iter`].
+#[derive(Debug, Clone)]
+pub struct SampleBatch {
+    /// The stream.
+    pub stream: StreamId,
+    /// The thread.
+    pub tid: u32,
+    /// Counter values per sample.
+    pub ncounters: usize,
+    /// Samples in the batch.
+    pub count: u32,
+    /// The chunk payload; samples start at `start`.
+    data: Vec<u8>,
+    start: usize,
+    data_offset: u64,
+    path: PathBuf,
+}
+
+impl SampleBatch {
+    /// Decodes the samples in order. Allocation-free.
+    pub fn iter(&self) -> SampleIter<'_> {
+        SampleIter {
+            batch: self,
+            cur: Cursor::new(self.data.get(self.start..).unwrap_or(&[])),
+            remaining: self.count,
+            time: 0,
+            ip: 0,
+            prev: [0; MAX_COUNTERS],
+        }
+    }
+
+    /// Encoded size of the samples, in bytes.
+    pub fn encoded_len(&self) -> usize {
+        self.data.len() - self.start
+    }
+}
+
+/// Iterator over a [`SampleBatch`].
+#[derive(Debug, Clone)]
+pub struct SampleIter<'a> {
+    batch: &'a SampleBatch,
+    cur: Cursor<'a>,
+    remaining: u32,
+    time: u64,
+    ip: u64,
+    prev: [u64; MAX_COUNTERS],
+}
+
+impl SampleIter<'_> {
+    fn corrupt(&mut self, what: &str) -> Option<Result<Sample, FormatError>> {
+        self.remaining = 0;
+        Some(Err(FormatError::Corrupt {
+            path: self.batch.path.clone(),
+            offset: self.batch.data_offset + self.cur.pos as u64,
+            what: what.to_string(),
+        }))
+    }
+}
+
+impl Iterator for SampleIter<'_> {
+    type Item = Result<Sample, FormatError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let Some(tk) = self.cur.varint() else { return self.corrupt("sample time cut short") };
+        let Some(kind) = SampleKind::from_bits(tk & 3) else {
+            return self.corrupt("unknown sample kind 3");
+        };
+        self.time = self.time.wrapping_add(tk >> 2);
+        let Some(dip) = self.cur.varint() else { return self.corrupt("sample IP cut short") };
+        self.ip = self.ip.wrapping_add(unzigzag(dip) as u64);
+        let n = self.batch.ncounters.min(MAX_COUNTERS);
+        for i in 0..n {
+            let Some(d) = self.cur.varint() else {
+                return self.corrupt("sample counter cut short");
+            };
+            self.prev[i] = self.prev[i].wrapping_add(d);
+        }
+        self.remaining -= 1;
+        let mut counters = Counters::default();
+        if let Some(c) = Counters::from_slice(&self.prev[..n]) {
+            counters = c;
+        }
+        Some(Ok(Sample { tid: self.batch.tid, time: self.time, ip: self.ip, kind, counters }))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining as usize))
+    }
+}
+
+/// Streams the records of a recording.
+#[derive(Debug)]
+pub struct Reader<R = File> {
+    src: R,
+    path: PathBuf,
+    /// Bytes read but not consumed; `buf[0]` is at file offset `buf_off`.
+    buf: Vec<u8>,
+    buf_off: u64,
+    eof: bool,
+    /// After a corrupt chunk: scan for the next intact one before reading on.
+    resync_from: Option<u64>,
+    done: bool,
+    header: Header,
+}
+
+impl Reader<File> {
+    /// Opens `path` and reads its preamble and header.
+    pub fn open(path: impl AsRef<Path>) -> Result<Reader<File>, FormatError> {
+        let path = path.as_ref();
+        let f = File::open(path)
+            .map_err(|source| FormatError::Io { path: path.to_path_buf(), source })?;
+        Reader::new(f, path)
+    }
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads a recording from `src`; `path` names it in errors.
+    pub fn new(src: R, path: impl AsRef<Path>) -> Result<Reader<R>, FormatError> {
+        let mut r = Reader {
+            src,
+            path: path.as_ref().to_path_buf(),
+            buf: Vec::with_capacity(1 << 16),
+            buf_off: 0,
+            eof: false,
+            resync_from: None,
+            done: false,
+            header: empty_header(),
+        };
+        r.fill(PREAMBLE_LEN)?;
+        let pre = &r.buf[..r.buf.len().min(PREAMBLE_LEN)];
+        if pre.len() < PREAMBLE_LEN {
+            if MAGIC.starts_with(&pre[..pre.len().min(MAGIC.len())]) {
+                return Err(FormatError::NoHeader {
+                    path: r.path.clone(),
+                    offset: pre.len() as u64,
+                });
+            }
+            return Err(FormatError::NotARecording { path: r.path.clone() });
+        }
+        if pre[..6] != MAGIC {
+            return Err(FormatError::NotARecording { path: r.path.clone() });
+        }
+        let version = u16::from_le_bytes([pre[6], pre[7]]);
+        if version != MAJOR_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                path: r.path.clone(),
+                found: version,
+                supported: MAJOR_VERSION,
+            });
+        }
+        r.consume(PREAMBLE_LEN);
+        match r.next_chunk()? {
+            Chunk::Whole { tag: tag::HEADER, offset, payload, .. } => {
+                r.header = parse_header(&payload, offset + CHUNK_HEADER_LEN as u64, &r.path)?;
+                Ok(r)
+            }
+            Chunk::Whole { offset, .. } => Err(FormatError::Corrupt {
+                path: r.path.clone(),
+                offset,
+                what: "the first chunk is not the header".into(),
+            }),
+            Chunk::Truncated { offset } | Chunk::End { offset } => {
+                Err(FormatError::NoHeader { path: r.path.clone(), offset })
+            }
+        }
+    }
+
+    /// The recording's header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The file name errors mention.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// File offset of the next unread byte.
+    pub fn offset(&self) -> u64 {
+        self.buf_off
+    }
+
+    /// Ensures `n` unconsumed bytes are buffered, unless the input ends first.
+    fn fill(&mut self, n: usize) -> Result<(), FormatError> {
+        while self.buf.len() < n && !self.eof {
+            let have = self.buf.len();
+            let want = (n - have).max(1 << 16);
+            self.buf.resize(have + want, 0);
+            let got = loop {
+                match self.src.read(&mut self.buf[have..]) {
+                    Ok(g) => break g,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(source) => {
+                        self.buf.truncate(have);
+                        return Err(FormatError::Io { path: self.path.clone(), source });
+                    }
+                }
+            };
+            self.buf.truncate(have + got);
+            if got == 0 {
+                self.eof = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.buf.drain(..n.min(self.buf.len()));
+        self.buf_off += n as u64;
+    }
+
+    /// Checks whether a whole, intact chunk starts at `buf[at]`; reads more as needed.
+    fn check_at(&mut self, at: usize) -> Result<Check, FormatError> {
+        self.fill(at + CHUNK_HEADER_LEN)?;
+        let avail = self.buf.len().saturating_sub(at);
+        if avail == 0 {
+            return Ok(Check::End);
+        }
+        if avail < CHUNK_HEADER_LEN {
+            let sync_ok = self.buf[at..].iter().zip(CHUNK_SYNC).all(|(a, b)| *a == b);
+            return Ok(if sync_ok { Check::Short } else { Check::Bad("bad chunk sync bytes") });
+        }
+        let h = &self.buf[at..at + CHUNK_HEADER_LEN];
+        if h[..2] != CHUNK_SYNC {
+            return Ok(Check::Bad("bad chunk sync bytes"));
+        }
+        let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+        if len > MAX_PAYLOAD {
+            return Ok(Check::Bad("chunk length out of range"));
+        }
+        let total = CHUNK_HEADER_LEN + len as usize;
+        self.fill(at + total)?;
+        if self.buf.len() - at < total {
+            return Ok(Check::Short);
+        }
+        let h = &self.buf[at..at + CHUNK_HEADER_LEN];
+        let want = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
+        let got = chunk_crc(&h[..12], &self.buf[at + CHUNK_HEADER_LEN..at + total]);
+        if want != got {
+            return Ok(Check::Bad("checksum mismatch"));
+        }
+        Ok(Check::Whole { total })
+    }
+
+    /// Scans forward from `buf[from]` for the next intact chunk; returns its index.
+    fn find_next_whole(&mut self, from: usize) -> Result<Option<usize>, FormatError> {
+        let mut i = from;
+        loop {
+            self.fill(i + CHUNK_HEADER_LEN)?;
+            let Some(rel) =
+                self.buf.get(i..).and_then(|s| s.windows(2).position(|w| w == CHUNK_SYNC))
+            else {
+                if self.eof {
+                    return Ok(None);
+                }
+                // Keep the last byte: it may be the first sync byte.
+                i = self.buf.len().saturating_sub(1).max(i);
+                self.fill(self.buf.len() + (1 << 16))?;
+                continue;
+            };
+            let at = i + rel;
+            if let Check::Whole { .. } = self.check_at(at)? {
+                return Ok(Some(at));
+            }
+            i = at + 1;
+        }
+    }
+
+    fn next_chunk(&mut self) -> Result<Chunk, FormatError> {
+        if let Some(bad) = self.resync_from.take() {
+            // `buf[0]` is the damaged chunk at `bad`: skip to the next intact one.
+            debug_assert_eq!(bad, self.buf_off);
+            match self.find_next_whole(1)? {
+                Some(at) => self.consume(at),
+                None => {
+                    let n = self.buf.len();
+                    self.consume(n);
+                    return Ok(Chunk::End { offset: self.buf_off });
+                }
+            }
+        }
+        let offset = self.buf_off;
+        match self.check_at(0)? {
+            Check::End => Ok(Chunk::End { offset }),
+            Check::Whole { total } => {
+                let h = &self.buf[..CHUNK_HEADER_LEN];
+                let tag = h[2];
+                let stream = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+                let payload = self.buf[CHUNK_HEADER_LEN..total].to_vec();
+                self.consume(total);
+                Ok(Chunk::Whole { tag, stream, offset, payload })
+            }
+            Check::Short => {
+                // The file ends inside this chunk. If intact chunks follow its start, it
+                // was torn by a killed writer while others appended: that is damage.
+                if self.find_next_whole(1)?.is_some() {
+                    self.resync_from = Some(offset);
+                    return Err(
+                        self.corrupt(offset, "incomplete chunk (its writer was killed mid-write)")
+                    );
+                }
+                Ok(Chunk::Truncated { offset })
+            }
+            Check::Bad(what) => {
+                self.resync_from = Some(offset);
+                Err(self.corrupt(offset, what))
+            }
+        }
+    }
+
+    fn corrupt(&self, offset: u64, what: &str) -> FormatError {
+        FormatError::Corrupt { path: self.path.clone(), offset, what: what.to_string() }
+    }
+
+    fn parse(
+        &self,
+        tag: u8,
+        stream: StreamId,
+        offset: u64,
+        payload: Vec<u8>,
+    ) -> Result<Option<Record>, FormatError> {
+        let base = offset + CHUNK_HEADER_LEN as u64;
+        let mut c = Cursor::new(&payload);
+        let path = &self.path;
+        let bad = |c: &Cursor<'_>, what: &str| FormatError::Corrupt {
+            path: path.clone(),
+            offset: base + c.pos as u64,
+            what: what.to_string(),
+        };
+        macro_rules! v {
+            ($what:literal) => {
+                c.varint().ok_or_else(|| bad(&c, concat!("bad ", $what)))?
+            };
+        }
+        macro_rules! b {
+            ($what:literal) => {
+                c.u8().ok_or_else(|| bad(&c, concat!("bad ", $what)))?
+            };
+        }
+        macro_rules! s {
+            ($what:literal) => {
+                String::from_utf8_lossy(c.bytes().ok_or_else(|| bad(&c, concat!("bad ", $what)))?)
+                    .into_owned()
+            };
+        }
+        macro_rules! p {
+            ($what:literal) => {
+                PathBuf::from(std::ffi::OsStr::from_bytes(
+                    c.bytes().ok_or_else(|| bad(&c, concat!("bad ", $what)))?,
+                ))
+            };
+        }
+        let rec = match tag {
+            tag::HEADER => return Err(bad(&c, "a second header chunk")),
+            tag::PROCESS => {
+                let pid = v!("pid") as u32;
+                let ppid = v!("parent pid") as u32;
+                let origin = match b!("process origin") {
+                    0 => ProcessOrigin::Start,
+                    1 => ProcessOrigin::Fork,
+                    2 => ProcessOrigin::Exec,
+                    _ => return Err(bad(&c, "unknown process origin")),
+                };
+                let exe = p!("executable path");
+                let info = ProcessInfo {
+                    pid,
+                    ppid,
+                    origin,
+                    exe,
+                    start_mono_ns: v!("start time"),
+                    period: v!("period"),
+                    window: v!("window"),
+                    jitter: v!("jitter"),
+                    period_source: match b!("period source") {
+                        0 => PeriodSource::Budget,
+                        1 => PeriodSource::Explicit,
+                        _ => return Err(bad(&c, "unknown period source")),
+                    },
+                    sample_cost_ns: v!("sample cost"),
+                    floor_cost_ns: v!("floor cost"),
+                    predicted_overhead_ppm: v!("predicted overhead"),
+                };
+                Record::Process { stream, info }
+            }
+            tag::THREADS => {
+                let n = v!("thread count");
+                let mut threads = Vec::with_capacity(n.min(4096) as usize);
+                for _ in 0..n {
+                    let tid = v!("thread id") as u32;
+                    threads.push(ThreadInfo { tid, name: s!("thread name") });
+                }
+                Record::Threads { stream, threads }
+            }
+            tag::MAPS => {
+                let time_mono_ns = v!("maps time");
+                let n = v!("mapping count");
+                let mut maps = Vec::with_capacity(n.min(4096) as usize);
+                for _ in 0..n {
+                    let start = v!("mapping start");
+                    let len = v!("mapping length");
+                    let file_offset = v!("mapping offset");
+                    maps.push(Mapping {
+                        start,
+                        end: start.wrapping_add(len),
+                        file_offset,
+                        path: p!("mapping path"),
+                    });
+                }
+                Record::Maps { stream, maps: MapsSnapshot { time_mono_ns, maps } }
+            }
+            tag::SAMPLES => {
+                let tid = v!("sample thread id") as u32;
+                let ncounters = usize::from(b!("counter count"));
+                if ncounters > MAX_COUNTERS {
+                    return Err(bad(&c, "more counters than a sample may carry"));
+                }
+                let count = c.u32_le().ok_or_else(|| bad(&c, "bad sample count"))?;
+                let start = c.pos;
+                return Ok(Some(Record::Samples(SampleBatch {
+                    stream,
+                    tid,
+                    ncounters,
+                    count,
+                    data: payload,
+                    start,
+                    data_offset: base + start as u64,
+                    path: self.path.clone(),
+                })));
+            }
+            tag::LOST => {
+                let n = v!("lost count");
+                let mut lost = Vec::with_capacity(n.min(4096) as usize);
+                for _ in 0..n {
+                    let tid = v!("lost thread id") as u32;
+                    lost.push(LostCount { tid, lost: v!("lost samples") });
+                }
+                Record::Lost { stream, lost }
+            }
+            tag::END => {
+                let reason = match b!("end reason") {
+                    0 => EndReason::Exit,
+                    1 => EndReason::Exec,
+                    2 => EndReason::Stopped,
+                    _ => return Err(bad(&c, "unknown end reason")),
+                };
+                let end = ProcessEnd {
+                    reason,
+                    time_mono_ns: v!("end time"),
+                    samples: v!("sample total"),
+                    lost: v!("lost total"),
+                    writer_wakeups: v!("writer wakeups"),
+                    windows: v!("window count"),
+                    window_sum: v!("window sum"),
+                };
+                Record::End { stream, end }
+            }
+            tag::NOTE => {
+                let level = match b!("note level") {
+                    0 => NoteLevel::Info,
+                    1 => NoteLevel::Warning,
+                    _ => NoteLevel::Error,
+                };
+                Record::Note { stream, note: Note { level, message: s!("note text") } }
+            }
+            // A tag from a newer minor version: skip it.
+            _ => return Ok(None),
+        };
+        Ok(Some(rec))
+    }
+}
+
+enum Check {
+    End,
+    Short,
+    Bad(&'static str),
+    Whole { total: usize },
+}
+
+enum Chunk {
+    Whole { tag: u8, stream: StreamId, offset: u64, payload: Vec<u8> },
+    Truncated { offset: u64 },
+    End { offset: u64 },
+}
+
+impl<R: Read> Iterator for Reader<R> {
+    type Item = Result<Record, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            match self.next_chunk() {
+                Err(e) => {
+                    if self.resync_from.is_none() {
+                        self.done = true; // an I/O error: nothing more to read
+                    }
+                    return Some(Err(e));
+                }
+                Ok(Chunk::End { .. }) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(Chunk::Truncated { offset }) => {
+                    self.done = true;
+                    return Some(Ok(Record::Truncated { offset }));
+                }
+                Ok(Chunk::Whole { tag, stream, offset, payload }) => {
+                    match self.parse(tag, stream, offset, payload) {
+                        Ok(Some(r)) => return Some(Ok(r)),
+                        Ok(None) => continue,
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn empty_header() -> Header {
+    Header {
+        minor_version: 0,
+        strobe_version: String::new(),
+        start_unix_ns: 0,
+        start_mono_ns: 0,
+        command: Vec::new(),
+        events: Vec::new(),
+        period: None,
+        window: None,
+        jitter: None,
+        wakeup: 0,
+        buffer_capacity: 0,
+        overhead_ppm: 0,
+        follow_fork: false,
+    }
+}
+
+fn parse_header(payload: &[u8], base: u64, path: &Path) -> Result<Header, FormatError> {
+    let mut c = Cursor::new(payload);
+    let bad = |c: &Cursor<'_>, what: &str| FormatError::Corrupt {
+        path: path.to_path_buf(),
+        offset: base + c.pos as u64,
+        what: format!("bad {what} in the header"),
+    };
+    let v = |c: &mut Cursor<'_>, what: &str| c.varint().ok_or_else(|| bad(c, what));
+    let mut h = empty_header();
+    h.minor_version = v(&mut c, "minor version")? as u32;
+    let s = |c: &mut Cursor<'_>, what: &str| {
+        c.bytes().map(|b| String::from_utf8_lossy(b).into_owned()).ok_or_else(|| bad(c, what))
+    };
+    h.strobe_version = s(&mut c, "strobe version")?;
+    h.start_unix_ns = v(&mut c, "start time")?;
+    h.start_mono_ns = v(&mut c, "start time")?;
+    let n = v(&mut c, "command length")?;
+    for _ in 0..n {
+        h.command.push(s(&mut c, "command")?);
+    }
+    let n = v(&mut c, "event count")?;
+    for _ in 0..n {
+        let name = s(&mut c, "event name")?;
+        let type_ = v(&mut c, "event type")? as u32;
+        let config = v(&mut c, "event config")?;
+        let flags = v(&mut c, "event flags")?;
+        h.events.push(EventDesc {
+            name,
+            type_,
+            config,
+            is_time: flags & 1 != 0,
+            is_hardware: flags & 2 != 0,
+            exclude_user: flags & 4 != 0,
+            exclude_kernel: flags & 8 != 0,
+        });
+    }
+    let opt = |x: u64| x.checked_sub(1);
+    h.period = opt(v(&mut c, "period")?);
+    h.window = opt(v(&mut c, "window")?);
+    h.jitter = opt(v(&mut c, "jitter")?);
+    h.wakeup = v(&mut c, "wakeup")?;
+    h.buffer_capacity = v(&mut c, "buffer capacity")?;
+    h.overhead_ppm = v(&mut c, "overhead budget")?;
+    h.follow_fork = c.u8().ok_or_else(|| bad(&c, "follow-fork flag"))? != 0;
+    Ok(h)
+}
+
+/// Everything a recording holds about one process (one stream).
+#[derive(Debug, Clone, Default)]
+pub struct ProcessData {
+    /// The stream.
+    pub stream: StreamId,
+    /// The process chunk (`None` if the file lost it).
+    pub info: Option<ProcessInfo>,
+    /// Threads, one entry per tid, with the last name recorded.
+    pub threads: Vec<ThreadInfo>,
+    /// Mapping snapshots in file order.
+    pub maps: Vec<MapsSnapshot>,
+    /// All samples in file order (per thread, in time order).
+    pub samples: Vec<Sample>,
+    /// Lost samples per thread, summed.
+    pub lost: Vec<LostCount>,
+    /// The last end-of-process chunk.
+    pub end: Option<ProcessEnd>,
+    /// Notes from the agent.
+    pub notes: Vec<Note>,
+}
+
+impl ProcessData {
+    /// Lost samples of all threads.
+    pub fn lost_total(&self) -> u64 {
+        self.lost.iter().map(|l| l.lost).sum()
+    }
+}
+
+/// A whole recording in memory (see [`read_all`]).
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The header.
+    pub header: Header,
+    /// One entry per stream, in order of first appearance (the recorder's stream 0
+    /// appears only if it wrote notes).
+    pub processes: Vec<ProcessData>,
+    /// Where the file was cut, if it was.
+    pub truncated_at: Option<u64>,
+}
+
+impl Recording {
+    /// Samples of all processes.
+    pub fn total_samples(&self) -> usize {
+        self.processes.iter().map(|p| p.samples.len()).sum()
+    }
+
+    /// Lost samples of all processes.
+    pub fn total_lost(&self) -> u64 {
+        self.processes.iter().map(ProcessData::lost_total).sum()
+    }
+}
+
+/// Reads a whole recording into memory. A truncated file is not an error (see
+/// [`Recording::truncated_at`]); a corrupt one is.
+pub fn read_all(path: impl AsRef<Path>) -> Result<Recording, FormatError> {
+    let reader = Reader::open(path)?;
+    collect(reader)
+}
+
+pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, FormatError> {
+    let header = reader.header().clone();
+    let mut processes: Vec<ProcessData> = Vec::new();
+    let mut truncated_at = None;
+    fn proc_mut(ps: &mut Vec<ProcessData>, stream: StreamId) -> &mut ProcessData {
+        let i = match ps.iter().position(|p| p.stream == stream) {
+            Some(i) => i,
+            None => {
+                ps.push(ProcessData { stream, ..Default::default() });
+                ps.len() - 1
+            }
+        };
+        &mut ps[i]
+    }
+    for rec in reader.by_ref() {
+        match rec? {
+            Record::Process { stream, info } => proc_mut(&mut processes, stream).info = Some(info),
+            Record::Threads { stream, threads } => {
+                let p = proc_mut(&mut processes, stream);
+                for t in threads {
+                    match p.threads.iter_mut().find(|x| x.tid == t.tid) {
+                        Some(x) => x.name = t.name,
+                        None => p.threads.push(t),
+                    }
+                }
+            }
+            Record::Maps { stream, maps } => proc_mut(&mut processes, stream).maps.push(maps),
+            Record::Samples(batch) => {
+                let p = proc_mut(&mut processes, batch.stream);
+                p.samples.reserve(batch.count as usize);
+                for s in batch.iter() {
+                    p.samples.push(s?);
+                }
+            }
+            Record::Lost { stream, lost } => {
+                let p = proc_mut(&mut processes, stream);
+                for l in lost {
+                    match p.lost.iter_mut().find(|x| x.tid == l.tid) {
+                        Some(x) => x.lost += l.lost,
+                        None => p.lost.push(l),
+                    }
+                }
+            }
+            Record::End { stream, end } => proc_mut(&mut processes, stream).end = Some(end),
+            Record::Note { stream, note } => proc_mut(&mut processes, stream).notes.push(note),
+            Record::Truncated { offset } => truncated_at = Some(offset),
+        }
+    }
+    Ok(Recording { header, processes, truncated_at })
+}

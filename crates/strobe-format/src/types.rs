@@ -1,0 +1,287 @@
+//! The values a recording holds, as plain data shared by the encoder and the reader.
+
+use std::path::PathBuf;
+
+use crate::MAX_COUNTERS;
+
+/// Which writer a chunk came from. `0` is the recorder (`strobe record`, which writes
+/// the header); each agent instance (a process, or a new image after exec) picks a random
+/// non-zero id and announces it with a [`ProcessInfo`] chunk.
+pub type StreamId = u32;
+
+/// The recorder's stream.
+pub const RECORDER_STREAM: StreamId = 0;
+
+/// One event of the recorded group, leader first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDesc {
+    /// The name as the user wrote it, canonicalised (`task-clock`, `page-faults`).
+    pub name: String,
+    /// `perf_event_attr.type`.
+    pub type_: u32,
+    /// `perf_event_attr.config`.
+    pub config: u64,
+    /// The count is in nanoseconds (task-clock, cpu-clock).
+    pub is_time: bool,
+    /// Counted by a hardware PMU.
+    pub is_hardware: bool,
+    /// User-space activity excluded.
+    pub exclude_user: bool,
+    /// Kernel activity excluded.
+    pub exclude_kernel: bool,
+}
+
+/// The recording's header: what was asked for, written before the target starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    /// The minor format version of the writer.
+    pub minor_version: u32,
+    /// The strobe version that recorded.
+    pub strobe_version: String,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// `CLOCK_MONOTONIC` at the same instant; sample times use this clock.
+    pub start_mono_ns: u64,
+    /// The command that was profiled.
+    pub command: Vec<String>,
+    /// The event group, leader first (the leader samples, members are counted).
+    pub events: Vec<EventDesc>,
+    /// The requested long period in leader units (ns for time events), `None` when derived
+    /// from the overhead budget.
+    pub period: Option<u64>,
+    /// The requested window in leader units, `None` for the default; `Some(0)` disables
+    /// windows (plain fixed-period sampling).
+    pub window: Option<u64>,
+    /// The requested jitter (random extra on the long period), `None` for the default.
+    pub jitter: Option<u64>,
+    /// Samples a thread buffers before the writer is woken.
+    pub wakeup: u64,
+    /// Samples a thread buffer holds before it counts losses.
+    pub buffer_capacity: u64,
+    /// The overhead budget in parts per million of the target's CPU time (2% = 20000).
+    pub overhead_ppm: u64,
+    /// Forked children are profiled too.
+    pub follow_fork: bool,
+}
+
+/// How a process's recording began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessOrigin {
+    /// The command strobe launched.
+    Start,
+    /// A child forked by a profiled process (`--follow-fork`).
+    Fork,
+    /// A new image in a process that called exec (or a descendant's fresh image).
+    Exec,
+}
+
+/// Where the long period came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeriodSource {
+    /// Derived from the overhead budget and the measured per-sample cost.
+    Budget,
+    /// Given with `period=`.
+    Explicit,
+}
+
+/// One profiled process (one agent instance) and the parameters it actually used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Why this stream began.
+    pub origin: ProcessOrigin,
+    /// The executable (`/proc/self/exe`).
+    pub exe: PathBuf,
+    /// `CLOCK_MONOTONIC` when the agent started.
+    pub start_mono_ns: u64,
+    /// The long period used, in leader units.
+    pub period: u64,
+    /// The window used, in leader units (0: fixed-period sampling, no windows).
+    pub window: u64,
+    /// The jitter used: each long period is `period + uniform(0..=jitter)`.
+    pub jitter: u64,
+    /// Where the period came from.
+    pub period_source: PeriodSource,
+    /// Measured CPU cost of one sample on strobe's handler path, in ns (0: not measured).
+    pub sample_cost_ns: u64,
+    /// Measured cost of the floor (signal delivery + one group read), in ns (0: not measured).
+    pub floor_cost_ns: u64,
+    /// Predicted slowdown at these settings, in parts per million.
+    pub predicted_overhead_ppm: u64,
+}
+
+/// A thread id and its name (`comm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name; a later entry for the same tid replaces an earlier one.
+    pub name: String,
+}
+
+/// One executable mapping, from `/proc/self/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub file_offset: u64,
+    /// The mapped file, or a pseudo-path such as `[vdso]`.
+    pub path: PathBuf,
+}
+
+/// A snapshot of a process's executable mappings. It applies to the samples in chunks
+/// that follow it in the file (until the next snapshot of the same stream).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MapsSnapshot {
+    /// `CLOCK_MONOTONIC` when `/proc/self/maps` was read.
+    pub time_mono_ns: u64,
+    /// The mappings, sorted by start address.
+    pub maps: Vec<Mapping>,
+}
+
+/// Samples of one thread dropped because its buffer was full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostCount {
+    /// Thread id.
+    pub tid: u32,
+    /// Samples lost since the previous count for this thread (counts add up).
+    pub lost: u64,
+}
+
+/// Why a process's recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// The process exited.
+    Exit,
+    /// The process called exec; the new image may start a new stream.
+    Exec,
+    /// The agent stopped sampling for another reason (see its notes).
+    Stopped,
+}
+
+/// A process's end-of-recording statistics. A later END of the same stream replaces an
+/// earlier one (an exec that failed lets the process go on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessEnd {
+    /// Why it ended.
+    pub reason: EndReason,
+    /// `CLOCK_MONOTONIC` at the end.
+    pub time_mono_ns: u64,
+    /// Samples written.
+    pub samples: u64,
+    /// Samples lost (full buffers), all threads.
+    pub lost: u64,
+    /// Times the writer thread was woken to drain buffers.
+    pub writer_wakeups: u64,
+    /// Completed windows (a window-start sample followed by its window-end sample).
+    pub windows: u64,
+    /// Sum over completed windows of the leader's delta (ns for time events): divide by
+    /// `windows` for the mean measured window.
+    pub window_sum: u64,
+}
+
+impl ProcessEnd {
+    /// The mean measured window length in leader units, if any window completed.
+    pub fn mean_window(&self) -> Option<f64> {
+        (self.windows > 0).then(|| self.window_sum as f64 / self.windows as f64)
+    }
+}
+
+/// How serious a note is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoteLevel {
+    /// For information.
+    Info,
+    /// Something the user should know (a period above the budget, a thread not profiled).
+    Warning,
+    /// The agent could not do its job in this process (the target ran unprofiled).
+    Error,
+}
+
+/// A message from an agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Severity.
+    pub level: NoteLevel,
+    /// One line, phrased for the user.
+    pub message: String,
+}
+
+/// What a sample marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// A fixed-period sample (no windows).
+    Plain = 0,
+    /// The end of a long period: a window begins here.
+    WindowStart = 1,
+    /// The end of a window: its counters minus the window start's are the window's deltas.
+    WindowEnd = 2,
+}
+
+impl SampleKind {
+    pub(crate) fn from_bits(b: u64) -> Option<SampleKind> {
+        match b {
+            0 => Some(SampleKind::Plain),
+            1 => Some(SampleKind::WindowStart),
+            2 => Some(SampleKind::WindowEnd),
+            _ => None,
+        }
+    }
+}
+
+/// The counter values of a sample (cumulative since the thread's group was opened,
+/// leader first), stored inline: no allocation per sample.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    len: u8,
+    values: [u64; MAX_COUNTERS],
+}
+
+impl Counters {
+    /// Counters from a slice; `None` if it holds more than [`MAX_COUNTERS`].
+    pub fn from_slice(values: &[u64]) -> Option<Counters> {
+        let mut c = Counters { len: u8::try_from(values.len()).ok()?, values: [0; MAX_COUNTERS] };
+        c.values.get_mut(..values.len())?.copy_from_slice(values);
+        Some(c)
+    }
+
+    /// The values, leader first.
+    #[inline]
+    pub fn as_slice(&self) -> &[u64] {
+        &self.values[..usize::from(self.len).min(MAX_COUNTERS)]
+    }
+}
+
+impl std::ops::Deref for Counters {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+/// One decoded sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// The thread that was interrupted.
+    pub tid: u32,
+    /// `CLOCK_MONOTONIC` in the handler, ns.
+    pub time: u64,
+    /// The interrupted instruction pointer.
+    pub ip: u64,
+    /// What the sample marks.
+    pub kind: SampleKind,
+    /// The group's cumulative counter values, leader first.
+    pub counters: Counters,
+}

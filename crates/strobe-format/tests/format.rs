@@ -1,0 +1,373 @@
+//! The record format through its public API: round trips, truncation at every byte,
+//! corruption, torn writes, and the size of a window.
+
+use std::path::PathBuf;
+
+use strobe_format::*;
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn header() -> Header {
+    Header {
+        minor_version: MINOR_VERSION,
+        strobe_version: "0.1.0".into(),
+        start_unix_ns: 1_700_000_000_000_000_000,
+        start_mono_ns: 7_000_000_000_000,
+        command: vec!["./prog".into(), "--flag".into(), "ünïcode arg".into()],
+        events: vec![
+            EventDesc {
+                name: "task-clock".into(),
+                type_: 1,
+                config: 1,
+                is_time: true,
+                is_hardware: false,
+                exclude_user: false,
+                exclude_kernel: true,
+            },
+            EventDesc {
+                name: "page-faults".into(),
+                type_: 1,
+                config: 2,
+                is_time: false,
+                is_hardware: false,
+                exclude_user: false,
+                exclude_kernel: false,
+            },
+        ],
+        period: None,
+        window: Some(20_000),
+        jitter: Some(0),
+        wakeup: 512,
+        buffer_capacity: 2048,
+        overhead_ppm: 20_000,
+        follow_fork: true,
+    }
+}
+
+fn process(pid: u32) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        ppid: 1,
+        origin: ProcessOrigin::Start,
+        exe: PathBuf::from("/usr/bin/prog"),
+        start_mono_ns: 7_000_000_100_000,
+        period: 2_600_000,
+        window: 20_000,
+        jitter: 325_000,
+        period_source: PeriodSource::Budget,
+        sample_cost_ns: 26_000,
+        floor_cost_ns: 15_700,
+        predicted_overhead_ppm: 19_800,
+    }
+}
+
+/// Realistic window samples of one thread: long period ~1 ms with jitter, window ~27 us.
+fn window_samples(rng: &mut Rng, n_windows: usize, ncounters: usize) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut t = 7_000_001_000_000u64;
+    let mut c = [0u64; 8];
+    let text = 0x5555_5555_0000u64;
+    for _ in 0..n_windows {
+        // end of a long period: counters advance a lot.
+        t += 1_000_000 + rng.below(125_000);
+        let ip = text + rng.below(2 << 20);
+        let long = [3_000_000, 6_000_000, 2_000, 1_000, 40, 3, 1, 0];
+        for i in 0..ncounters {
+            c[i] += long[i] / 2 + rng.below(long[i] + 1);
+        }
+        out.push(sample(1234, t, ip, SampleKind::WindowStart, &c[..ncounters]));
+        // end of the window: a few hundred cycles later, usually in the same function.
+        t += 27_000 + rng.below(4_000);
+        let ip2 = ip.wrapping_add(rng.below(400)).wrapping_sub(200);
+        let short = [300, 600, 2, 1, 1, 0, 0, 0];
+        for i in 0..ncounters {
+            c[i] += short[i] / 2 + rng.below(short[i] + 1);
+        }
+        out.push(sample(1234, t, ip2, SampleKind::WindowEnd, &c[..ncounters]));
+    }
+    out
+}
+
+fn sample(tid: u32, time: u64, ip: u64, kind: SampleKind, c: &[u64]) -> Sample {
+    Sample { tid, time, ip, kind, counters: Counters::from_slice(c).unwrap() }
+}
+
+/// A small file: preamble, header, and one of each chunk. Returns the bytes and the
+/// offset at which each chunk after the header starts.
+fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
+    let mut e = Encoder::new();
+    e.preamble();
+    e.header(&header());
+    let mut starts = vec![e.len()];
+    e.process(7, &process(100));
+    starts.push(e.len());
+    e.threads(7, &[ThreadInfo { tid: 100, name: "main".into() }]);
+    starts.push(e.len());
+    e.maps(
+        7,
+        &MapsSnapshot {
+            time_mono_ns: 5,
+            maps: vec![Mapping {
+                start: 0x1000,
+                end: 0x3000,
+                file_offset: 0x1000,
+                path: "/usr/bin/prog".into(),
+            }],
+        },
+    );
+    starts.push(e.len());
+    let samples = window_samples(&mut Rng(9), 3, 2);
+    let mut b = e.samples(7, 1234, 2);
+    for s in &samples {
+        b.push(s.kind, s.time, s.ip, &s.counters);
+    }
+    b.finish();
+    starts.push(e.len());
+    e.lost(7, &[LostCount { tid: 1234, lost: 2 }]);
+    starts.push(e.len());
+    e.end_process(
+        7,
+        &ProcessEnd {
+            reason: EndReason::Exit,
+            time_mono_ns: 9,
+            samples: 6,
+            lost: 2,
+            writer_wakeups: 1,
+            windows: 3,
+            window_sum: 81_000,
+        },
+    );
+    starts.push(e.len());
+    e.note(7, &Note { level: NoteLevel::Warning, message: "a note".into() });
+    (e.as_bytes().to_vec(), starts, samples)
+}
+
+fn records(bytes: &[u8]) -> Vec<Result<Record, FormatError>> {
+    Reader::new(bytes, "mem").unwrap().collect()
+}
+
+#[test]
+fn every_chunk_round_trips() {
+    let (bytes, _, samples) = small_file();
+    let r = Reader::new(&bytes[..], "mem").unwrap();
+    assert_eq!(r.header(), &header());
+    let recs: Vec<Record> = r.map(Result::unwrap).collect();
+    assert_eq!(recs.len(), 7, "{recs:?}");
+    assert!(matches!(&recs[0], Record::Process { stream: 7, info } if *info == process(100)));
+    assert!(matches!(&recs[1], Record::Threads { threads, .. } if threads[0].name == "main"));
+    assert!(matches!(&recs[2], Record::Maps { maps, .. } if maps.maps[0].end == 0x3000));
+    let Record::Samples(batch) = &recs[3] else { panic!("{:?}", recs[3]) };
+    let got: Vec<Sample> = batch.iter().map(Result::unwrap).collect();
+    assert_eq!(got, samples);
+    assert!(matches!(&recs[4], Record::Lost { lost, .. } if lost[0].lost == 2));
+    assert!(matches!(&recs[5], Record::End { end, .. } if end.mean_window() == Some(27_000.0)));
+    assert!(matches!(&recs[6], Record::Note { note, .. } if note.message == "a note"));
+}
+
+#[test]
+fn random_sample_batches_round_trip() {
+    let mut rng = Rng(0x1234_5678);
+    for round in 0..300 {
+        let nc = round % (MAX_COUNTERS + 1);
+        let n = rng.below(200) as usize;
+        let mut samples = Vec::new();
+        let mut t = rng.next() >> 3;
+        for _ in 0..n {
+            // Edge values: huge jumps, wrapping IPs, counters that go down (reset).
+            t = t
+                .saturating_add(match rng.below(4) {
+                    0 => 0,
+                    1 => rng.below(100),
+                    2 => rng.next() >> 40,
+                    _ => rng.next() >> 8,
+                })
+                .min(u64::MAX >> 2);
+            let ip = match rng.below(3) {
+                0 => rng.next(),
+                1 => u64::MAX - rng.below(10),
+                _ => rng.below(1 << 20),
+            };
+            let c: Vec<u64> = (0..nc)
+                .map(|_| if rng.below(5) == 0 { u64::MAX } else { rng.next() >> rng.below(64) })
+                .collect();
+            let kind = [SampleKind::Plain, SampleKind::WindowStart, SampleKind::WindowEnd]
+                [rng.below(3) as usize];
+            samples.push(sample(77, t, ip, kind, &c));
+        }
+        let mut e = Encoder::new();
+        e.preamble();
+        e.header(&header());
+        let mut b = e.samples(3, 77, nc);
+        for s in &samples {
+            b.push(s.kind, s.time, s.ip, &s.counters);
+        }
+        drop(b);
+        let recs = records(e.as_bytes());
+        if n == 0 {
+            assert!(recs.is_empty(), "an empty batch leaves no chunk");
+            continue;
+        }
+        let Ok(Record::Samples(batch)) = &recs[0] else { panic!("{recs:?}") };
+        let got: Vec<Sample> = batch.iter().map(Result::unwrap).collect();
+        assert_eq!(got, samples, "round {round}");
+    }
+}
+
+#[test]
+fn truncation_at_every_byte_yields_the_whole_chunks_before_it() {
+    let (bytes, starts, _) = small_file();
+    let header_end = starts[0];
+    for cut in 0..=bytes.len() {
+        let part = &bytes[..cut];
+        let r = Reader::new(part, "cut.strobe");
+        if cut < header_end {
+            let err = r.unwrap_err();
+            assert!(matches!(err, FormatError::NoHeader { .. }), "cut {cut}: {err}");
+            continue;
+        }
+        let recs: Vec<Record> = r.unwrap().map(|r| r.unwrap()).collect();
+        let len = bytes.len();
+        let whole = starts.iter().skip(1).chain([&len]).filter(|&&e| e <= cut).count();
+        let at_boundary = starts.contains(&cut) || cut == bytes.len();
+        if at_boundary {
+            assert_eq!(recs.len(), whole, "cut {cut}");
+        } else {
+            assert_eq!(recs.len(), whole + 1, "cut {cut}");
+            let last_start = *starts.iter().rfind(|&&s| s <= cut).unwrap();
+            assert!(
+                matches!(recs.last(), Some(Record::Truncated { offset }) if *offset == last_start as u64),
+                "cut {cut}: {:?}",
+                recs.last()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_flipped_byte_is_reported_with_its_chunk_offset_and_reading_resumes() {
+    let (bytes, starts, _) = small_file();
+    // Damage each chunk after the header in turn, at its first, a middle and its last byte.
+    for (i, w) in starts.windows(2).enumerate() {
+        for at in [w[0], (w[0] + w[1]) / 2, w[1] - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            let recs = records(&bad);
+            let errs: Vec<&FormatError> = recs.iter().filter_map(|r| r.as_ref().err()).collect();
+            assert_eq!(errs.len(), 1, "chunk {i} byte {at}: {recs:?}");
+            assert_eq!(errs[0].offset(), Some(w[0] as u64), "chunk {i} byte {at}: {}", errs[0]);
+            assert!(errs[0].to_string().contains(&format!("byte {}", w[0])), "{}", errs[0]);
+            // Every other chunk still reads: 7 records in all, one of them the error.
+            assert_eq!(recs.len(), 7, "chunk {i} byte {at}: {recs:?}");
+        }
+    }
+    // read_all refuses a corrupt file.
+    let dir = std::env::temp_dir().join(format!("strobe-format-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.strobe");
+    let mut bad = bytes.clone();
+    bad[starts[3] + 20] ^= 1;
+    std::fs::write(&p, &bad).unwrap();
+    let err = read_all(&p).unwrap_err();
+    assert!(err.to_string().contains("corrupt recording at byte"), "{err}");
+    std::fs::write(&p, &bytes[..starts[4] + 3]).unwrap();
+    let rec = read_all(&p).unwrap();
+    assert_eq!(rec.truncated_at, Some(starts[4] as u64));
+    assert_eq!(rec.total_samples(), 6);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn damaged_header_and_foreign_files_are_refused() {
+    let (bytes, starts, _) = small_file();
+    let mut bad = bytes.clone();
+    bad[starts[0] - 1] ^= 0xff;
+    assert!(matches!(
+        Reader::new(&bad[..], "x").unwrap_err(),
+        FormatError::Corrupt { offset: 8, .. }
+    ));
+    let err = Reader::new(&b"\x7fELF\x02\x01\x01\x00junk"[..], "x").unwrap_err();
+    assert!(matches!(err, FormatError::NotARecording { .. }), "{err}");
+    let mut v2 = bytes.clone();
+    v2[6] = 2;
+    assert!(matches!(
+        Reader::new(&v2[..], "x").unwrap_err(),
+        FormatError::UnsupportedVersion { found: 2, .. }
+    ));
+}
+
+#[test]
+fn a_torn_chunk_followed_by_other_writers_chunks_is_skipped() {
+    // Writer A is killed in the middle of a chunk; writer B appends after the fragment.
+    let (bytes, starts, _) = small_file();
+    let mut torn = bytes[..starts[3] + 10].to_vec(); // half of the samples chunk
+    let mut e = Encoder::new();
+    e.note(9, &Note { level: NoteLevel::Info, message: "from another process".into() });
+    torn.extend_from_slice(e.as_bytes());
+    let recs = records(&torn);
+    assert!(
+        matches!(&recs[3], Err(FormatError::Corrupt { offset, .. }) if *offset == starts[3] as u64),
+        "{recs:?}"
+    );
+    assert!(matches!(recs.last(), Some(Ok(Record::Note { stream: 9, .. }))), "{recs:?}");
+}
+
+#[test]
+fn unknown_chunk_tags_are_skipped() {
+    let (mut bytes, _, _) = small_file();
+    // A chunk with tag 200 from a future minor version, built by hand.
+    let payload = b"future";
+    let mut h = vec![0xB5, 0x7E, 200, 0, 1, 0, 0, 0];
+    h.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&h);
+    hasher.update(payload);
+    h.extend_from_slice(&hasher.finalize().to_le_bytes());
+    h.extend_from_slice(payload);
+    bytes.extend_from_slice(&h);
+    let recs = records(&bytes);
+    assert_eq!(recs.len(), 7);
+    assert!(recs.iter().all(Result::is_ok));
+}
+
+#[test]
+fn a_window_takes_at_most_40_bytes_with_four_counters() {
+    // Batches as the agent writes them at the default wakeup threshold (512 samples).
+    let mut rng = Rng(42);
+    let samples = window_samples(&mut rng, 10_000, 4);
+    let mut e = Encoder::new();
+    for chunk in samples.chunks(512) {
+        let mut b = e.samples(5, 1234, 4);
+        for s in chunk {
+            b.push(s.kind, s.time, s.ip, &s.counters);
+        }
+    }
+    let per_window = e.len() as f64 / 10_000.0;
+    println!(
+        "{per_window:.1} bytes per window (start + end sample, 4 counters, chunk headers included)"
+    );
+    assert!(per_window <= 40.0, "{per_window:.1} bytes per window");
+    // And it decodes back.
+    let mut all = Vec::new();
+    let mut f = Encoder::new();
+    f.preamble();
+    f.header(&header());
+    let mut bytes = f.as_bytes().to_vec();
+    bytes.extend_from_slice(e.as_bytes());
+    for r in Reader::new(&bytes[..], "mem").unwrap() {
+        let Record::Samples(b) = r.unwrap() else { panic!() };
+        all.extend(b.iter().map(Result::unwrap));
+    }
+    assert_eq!(all, samples);
+}

@@ -1,0 +1,332 @@
+//! The process-wide domain, the per-thread registration kept in TLS, and the
+//! background reclaimer thread.
+//!
+//! # Thread-local layout
+//!
+//! The read path touches one `const`-initialised, destructor-free TLS cell,
+//! `READER`, so that it never registers a TLS destructor, never allocates and
+//! is safe in a signal handler once the thread is registered. The owning
+//! [`LocalHandle`] lives in a second TLS slot, `OWNER`, whose destructor runs
+//! at thread exit: it marks the cells `DEAD` and drops the handle, which hands
+//! the thread's garbage to the orphan queue and releases its records for
+//! reuse. Code that runs after that (other TLS destructors) still gets correct
+//! read sections: each outermost one borrows a free record for its duration.
+//!
+//! # Background reclaimer
+//!
+//! Started on the first request, it runs the grace periods that sealed batches
+//! ask for (so the retiring threads never pay the membarrier), and every
+//! [`SCAN_PERIOD`] frees the garbage of idle threads and exited ones. It only
+//! helps: retiring threads enforce the ceiling themselves, so nothing depends
+//! on it being scheduled (for example in a child after `fork`).
+//!
+//! Must never: allocate, lock or register anything on the `read_lock` path of a
+//! registered thread.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::domain::Domain;
+use crate::primitive::lock;
+use crate::reader::{ReadGuard, Reader};
+use crate::reclaim::{drop_box, DropFn, LocalHandle, RcuHead, Stats};
+
+static GLOBAL: Domain = Domain::global_init();
+
+/// The process-wide domain behind the free functions.
+pub fn global() -> &'static Domain {
+    &GLOBAL
+}
+
+/// Marks a cell of a thread whose TLS destructors already ran.
+const DEAD: usize = 1;
+
+struct Owner(Cell<*mut LocalHandle>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let h = self.0.replace(ptr::null_mut());
+        READER.set(DEAD as *const Reader);
+        HANDLE.set(DEAD as *const LocalHandle);
+        if !h.is_null() {
+            // SAFETY: `h` came from Box::into_raw in `register_current_thread`
+            // and is dropped once; the cells no longer point at it.
+            drop(unsafe { Box::from_raw(h) });
+        }
+    }
+}
+
+thread_local! {
+    static READER: Cell<*const Reader> = const { Cell::new(ptr::null()) };
+    static HANDLE: Cell<*const LocalHandle> = const { Cell::new(ptr::null()) };
+    static OWNER: Owner = const { Owner(Cell::new(ptr::null_mut())) };
+}
+
+/// Registers the calling thread with the global domain (claims its reader
+/// record and reclamation bag, and installs the thread-exit hook).
+///
+/// Call it in normal context when a thread starts if that thread may enter
+/// read sections from a signal handler: afterwards [`read_lock`] and dropping
+/// its guard on this thread neither allocate nor lock. Idempotent and cheap
+/// after the first call. Not async-signal-safe (it may allocate).
+pub fn register_current_thread() {
+    if !READER.get().is_null() {
+        return; // registered, or past thread exit
+    }
+    let h = Box::into_raw(Box::new(GLOBAL.register()));
+    // Install the owner first: registering its destructor may allocate.
+    let installed = OWNER.try_with(|o| o.0.set(h)).is_ok();
+    if !installed {
+        // The thread is already tearing down its TLS.
+        // SAFETY: `h` is ours and was never published.
+        drop(unsafe { Box::from_raw(h) });
+        READER.set(DEAD as *const Reader);
+        HANDLE.set(DEAD as *const LocalHandle);
+        return;
+    }
+    HANDLE.set(h);
+    // SAFETY: `h` is live until the owner's destructor.
+    READER.set(unsafe { (*h).reader });
+}
+
+/// Enters a read-side critical section of the global domain.
+///
+/// Costs a load and a store on this thread's own cache line and a compiler
+/// fence (plus a `SeqCst` fence when the kernel lacks membarrier). Nestable.
+///
+/// **Async-signal-safe** on a thread that called [`register_current_thread`]
+/// (or already used `read_lock`/`retire`) in normal context: then it neither
+/// allocates nor locks, and a handler's section nested in an interrupted one
+/// is correct. The first call on an unregistered thread registers it, which
+/// may allocate.
+#[inline]
+pub fn read_lock() -> ReadGuard<'static> {
+    let r = READER.get();
+    if r as usize > DEAD {
+        // SAFETY: a live record claimed by this thread until its TLS teardown.
+        unsafe { (*r).enter() };
+        return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
+    }
+    read_lock_slow(r)
+}
+
+#[cold]
+fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
+    if r.is_null() {
+        register_current_thread();
+        let r = READER.get();
+        if r as usize > DEAD {
+            // SAFETY: as in `read_lock`.
+            unsafe { (*r).enter() };
+            return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
+        }
+    }
+    // Past thread exit: borrow a record for this outermost section.
+    let r = GLOBAL.acquire_reader();
+    // SAFETY: just claimed.
+    unsafe { (*r).enter() };
+    READER.set(r);
+    ReadGuard { reader: r, transient: true, _not_send: PhantomData }
+}
+
+/// Gives back the record a post-exit section borrowed (see `read_lock_slow`).
+pub(crate) fn release_transient(r: *const Reader) {
+    // SAFETY: the record is claimed by this thread.
+    if unsafe { (*r).depth() } == 0 {
+        READER.set(DEAD as *const Reader);
+        GLOBAL.release_reader(r);
+    }
+}
+
+/// Nesting depth of the calling thread's read sections in the global domain.
+/// Async-signal-safe.
+pub fn read_depth() -> usize {
+    let r = READER.get();
+    if r as usize > DEAD {
+        // SAFETY: a record claimed by this thread.
+        unsafe { (*r).depth() }
+    } else {
+        0
+    }
+}
+
+fn handle() -> Option<&'static LocalHandle> {
+    let mut h = HANDLE.get();
+    if h.is_null() {
+        register_current_thread();
+        h = HANDLE.get();
+    }
+    if h as usize > DEAD {
+        // SAFETY: live until this thread's TLS teardown, which cannot run
+        // while we are inside a call on this thread.
+        Some(unsafe { &*h })
+    } else {
+        None
+    }
+}
+
+fn assert_outside_section(what: &str) {
+    assert!(
+        read_depth() == 0,
+        "strobe_rcu::{what}() called inside a read section: it would wait for that \
+         section forever; drop the ReadGuard first"
+    );
+}
+
+/// Waits for a grace period: returns once every read section that began before
+/// the call has ended. Concurrent callers share grace periods.
+///
+/// Not async-signal-safe. Panics if called inside a read section.
+pub fn synchronize() {
+    assert_outside_section("synchronize");
+    GLOBAL.synchronize();
+}
+
+/// Returns once every object retired before the call, by any thread, has been
+/// freed (tests use it to count leaks; shutdown code to flush). Costs two
+/// grace periods plus a lock per registered thread.
+///
+/// Not async-signal-safe. Panics if called inside a read section.
+pub fn barrier() {
+    assert_outside_section("barrier");
+    GLOBAL.barrier();
+}
+
+/// Retires a boxed value: it is dropped after a grace period, in bulk with
+/// other retired objects, usually on the retiring thread.
+///
+/// The value must already be unreachable for new readers (unpublished).
+/// Not async-signal-safe (it may allocate a record block).
+pub fn retire<T: Send + 'static>(b: Box<T>) {
+    // SAFETY: a Box pointer with its matching drop function.
+    unsafe { retire_raw(Box::into_raw(b).cast(), drop_box::<T>) }
+}
+
+/// Retires `ptr`: `drop(ptr)` runs on some thread after a grace period.
+///
+/// # Safety
+/// `ptr` is unreachable for readers that start from now on, is retired once,
+/// and `drop(ptr)` is sound to call from any thread.
+pub unsafe fn retire_raw(ptr: *mut (), drop: DropFn) {
+    match handle() {
+        // SAFETY: forwarded contract.
+        Some(h) => unsafe { h.retire_raw(ptr, drop) },
+        // SAFETY: forwarded contract.
+        None => unsafe { GLOBAL.retire_orphan(ptr, drop, ptr::null_mut(), read_depth() > 0) },
+    }
+}
+
+/// Retires an object through its embedded [`RcuHead`]: `drop(head)` runs
+/// after a grace period. Unlike [`retire`], this never needs memory: when no
+/// record block can be allocated, the object is queued through its head.
+///
+/// # Safety
+/// As [`retire_raw`], with `head` embedded in the retired object and left
+/// alone by everyone else until `drop` runs.
+pub unsafe fn retire_head(head: std::ptr::NonNull<RcuHead>, drop: DropFn) {
+    match handle() {
+        // SAFETY: forwarded contract.
+        Some(h) => unsafe { h.retire_head(head, drop) },
+        // SAFETY: forwarded contract.
+        None => unsafe {
+            GLOBAL.retire_orphan(head.as_ptr().cast(), drop, head.as_ptr(), read_depth() > 0)
+        },
+    }
+}
+
+/// Seals what this thread retired so far into a batch and asks for its grace
+/// period, so it is freed soon even if the thread retires nothing more (the
+/// background reclaimer would otherwise pick it up within [`SCAN_PERIOD`]).
+pub fn flush() {
+    if let Some(h) = handle() {
+        h.flush();
+    }
+}
+
+/// Reclamation figures of the global domain.
+pub fn stats() -> Stats {
+    GLOBAL.stats()
+}
+
+/// How often the background reclaimer frees the garbage of idle and exited
+/// threads.
+pub const SCAN_PERIOD: Duration = Duration::from_millis(50);
+
+struct ReclaimerState {
+    wanted: u64,
+    kicked: bool,
+    started: bool,
+    sleeping: bool,
+}
+
+static RECLAIMER: Mutex<ReclaimerState> =
+    Mutex::new(ReclaimerState { wanted: 0, kicked: false, started: false, sleeping: false });
+static RECLAIMER_CV: Condvar = Condvar::new();
+
+fn ensure_started(s: &mut ReclaimerState) {
+    if s.started {
+        return;
+    }
+    let spawned =
+        std::thread::Builder::new().name("strobe-rcu".into()).spawn(reclaimer_main).is_ok();
+    // If the spawn failed, retiring threads still reclaim by themselves.
+    s.started = spawned;
+}
+
+/// Asks the reclaimer to complete grace period `cookie`.
+pub(crate) fn request_gp(cookie: u64) {
+    let mut s = lock(&RECLAIMER);
+    if cookie > s.wanted {
+        s.wanted = cookie;
+        ensure_started(&mut s);
+        if s.sleeping {
+            RECLAIMER_CV.notify_one();
+        }
+    }
+}
+
+/// Asks the reclaimer to free orphaned garbage soon.
+pub(crate) fn kick_reclaimer() {
+    let mut s = lock(&RECLAIMER);
+    s.kicked = true;
+    ensure_started(&mut s);
+    if s.sleeping {
+        RECLAIMER_CV.notify_one();
+    }
+}
+
+fn reclaimer_main() {
+    let d = &GLOBAL;
+    let mut last_scan = Instant::now();
+    loop {
+        let (target, kicked) = {
+            let mut s = lock(&RECLAIMER);
+            loop {
+                if (s.wanted > 0 && !d.poll(s.wanted)) || s.kicked {
+                    break;
+                }
+                let since = last_scan.elapsed();
+                if since >= SCAN_PERIOD {
+                    break;
+                }
+                s.sleeping = true;
+                s = RECLAIMER_CV
+                    .wait_timeout(s, SCAN_PERIOD - since)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
+                s.sleeping = false;
+            }
+            (s.wanted, std::mem::take(&mut s.kicked))
+        };
+        if target > 0 {
+            d.wait_for(target);
+        }
+        if kicked || last_scan.elapsed() >= SCAN_PERIOD {
+            d.reclaim_taken(false);
+            last_scan = Instant::now();
+        }
+    }
+}

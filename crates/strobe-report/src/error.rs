@@ -1,0 +1,48 @@
+//! The errors a report can end in, each phrased for the user: what went wrong and what
+//! to do about it.
+
+/// Why a report could not be built or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The record file is missing, unreadable, corrupt or of another version; the
+    /// message names the file and, for damage, the byte offset.
+    /// (Its message already includes the underlying I/O error, so it is not exposed as
+    /// a source: printing the chain would repeat it.)
+    #[error("{0}")]
+    Read(strobe_format::FormatError),
+    /// The recording names no counters at all.
+    #[error(
+        "the recording lists no events; it is not a strobe recording or its header is damaged"
+    )]
+    NoEvents,
+    /// More counters per sample than the engine carries.
+    #[error("the recording has {count} counters per sample; strobe report handles at most {max}")]
+    TooManyCounters {
+        /// Counters in the recording.
+        count: usize,
+        /// The engine's limit.
+        max: usize,
+    },
+    /// `--sort` named no column.
+    #[error("unknown sort column '{column}'; choose one of: {choices}")]
+    UnknownSort {
+        /// What was asked for.
+        column: String,
+        /// The columns this report has.
+        choices: String,
+    },
+    /// `--sort` named a metric whose counters were not recorded.
+    #[error("cannot sort by '{column}': it needs {needs}, which this recording lacks; record them with -e")]
+    SortNotRecorded {
+        /// What was asked for.
+        column: String,
+        /// The counters the metric needs.
+        needs: String,
+    },
+}
+
+impl From<strobe_format::FormatError> for ReportError {
+    fn from(e: strobe_format::FormatError) -> Self {
+        ReportError::Read(e)
+    }
+}

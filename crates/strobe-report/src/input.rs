@@ -1,0 +1,126 @@
+//! The engine's input: plain facts about a recording, with no tie to how they were stored.
+//!
+//! A record file (or anything else: a test, a benchmark, a perf.data importer) is turned
+//! into these types by a thin adapter. The engine never reads files itself, so it can be
+//! tested with inputs built in memory and fed from any source.
+//!
+//! This module must never grow I/O or knowledge of a file format.
+
+/// Facts about a recording that hold for all its samples.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordInfo {
+    /// The recorded counters in the order sample values carry them: the sampling leader
+    /// first, then the group members, named as perf names them (`task-clock`,
+    /// `page-faults`, `cycles`, ...). A modifier suffix (`cycles:u`) is ignored.
+    pub events: Vec<String>,
+    /// The long sample period actually used, in units of the leader (nanoseconds for
+    /// `task-clock`, events otherwise).
+    pub period: u64,
+    /// The requested window length in units of the leader; 0 when sampling did not
+    /// alternate.
+    pub window: u64,
+    /// The random extra added to the long period, in units of the leader (0 for none).
+    pub jitter: u64,
+    /// The profiled command line, for the report's header.
+    pub command: Vec<String>,
+}
+
+/// One executable mapping of a process, as /proc/PID/maps describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address of the mapping.
+    pub end: u64,
+    /// Offset in the mapped file of the byte at `start`.
+    pub offset: u64,
+    /// The mapped file's path, or a pseudo name such as `[vdso]`, or empty for anonymous
+    /// memory.
+    pub path: String,
+}
+
+/// What a sample marks in the alternation between the long period and the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SampleKind {
+    /// The end of a long period and so the start of a window: a time-uniform sample.
+    WindowStart,
+    /// The end of a window: its counter values minus those of the thread's preceding
+    /// `WindowStart` are the window's deltas.
+    WindowEnd,
+    /// A sample of a recording that did not alternate (every period is long).
+    Plain,
+}
+
+/// One sample, borrowed from the reader's buffer: feeding it to the engine never
+/// allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample<'a> {
+    /// The process image the sample belongs to: its pid, or any key that names one
+    /// image (the record file's stream id, which changes at exec). Mappings added for
+    /// the same key resolve its IPs.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Timestamp in nanoseconds (any monotonic clock; used for nothing but ordering).
+    pub time: u64,
+    /// The interrupted user-space instruction pointer.
+    pub ip: u64,
+    /// The sample's place in the alternation.
+    pub kind: SampleKind,
+    /// Cumulative counter values, in the order of [`RecordInfo::events`].
+    pub values: &'a [u64],
+}
+
+/// The executable mappings in the text of a /proc/PID/maps file, in file order. Lines
+/// that do not parse are skipped (the kernel's format is fixed; a torn read can cut the
+/// last line).
+pub fn parse_proc_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            // start-end perms offset dev inode [path]
+            let mut f = line.splitn(6, ' ');
+            let range = f.next()?;
+            let perms = f.next()?;
+            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+            let _dev = f.next()?;
+            let _inode = f.next()?;
+            let path = f.next().unwrap_or("").trim_start().to_string();
+            if !perms.contains('x') {
+                return None;
+            }
+            let (s, e) = range.split_once('-')?;
+            let start = u64::from_str_radix(s, 16).ok()?;
+            let end = u64::from_str_radix(e, 16).ok()?;
+            Some(Mapping { start, end, offset, path })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_maps_keeps_executable_mappings() {
+        let text = "\
+55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/prog
+55d0c0001000-55d0c0005000 r-xp 00001000 08:01 123 /usr/bin/prog
+7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]
+7f0000000000-7f0000001000 rwxp 00000000 00:00 0
+bad line";
+        let maps = parse_proc_maps(text);
+        assert_eq!(
+            maps,
+            [
+                Mapping {
+                    start: 0x55d0c0001000,
+                    end: 0x55d0c0005000,
+                    offset: 0x1000,
+                    path: "/usr/bin/prog".into()
+                },
+                Mapping { start: 0x7ffd1000, end: 0x7ffd3000, offset: 0, path: "[vdso]".into() },
+                Mapping { start: 0x7f0000000000, end: 0x7f0000001000, offset: 0, path: "".into() },
+            ]
+        );
+    }
+}

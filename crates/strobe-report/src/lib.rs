@@ -1,0 +1,38 @@
+//! strobe-report: from recorded samples to per-function metrics.
+//!
+//! The pipeline, one module per step:
+//!
+//! 1. [`input`]: the plain facts an adapter feeds in (record info, mappings, samples).
+//! 2. [`Aggregator`] (`aggregate`): one streaming pass pairing each window's start sample
+//!    with its end sample and summing counter deltas by (start IP, end IP); time samples
+//!    counted by IP. No allocation per sample, no symbolization.
+//! 3. `symbolize`: each unique IP normalized with the recorded mappings to (file, file
+//!    offset) and symbolized once with blazesym.
+//! 4. [`Report`] (`report`): addresses folded to functions; window deltas attributed
+//!    under a [`WindowPolicy`].
+//! 5. [`metrics`]: the table of derived metrics and their formulas.
+//! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
+//!
+//! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
+//! engine. [`throughput`] measures the engine's samples per second.
+//!
+//! This crate must never touch perf or the target: it reads what was recorded.
+
+mod aggregate;
+mod error;
+pub mod input;
+pub mod metrics;
+pub mod recording;
+pub mod render;
+mod report;
+mod symbolize;
+pub mod throughput;
+
+pub use aggregate::{Aggregator, MAX_COUNTERS};
+pub use error::ReportError;
+pub use input::{Mapping, RecordInfo, Sample, SampleKind};
+pub use render::{render, Format, RenderOptions};
+pub use report::{FunctionStats, Report, WindowPolicy};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,408 @@
+//! What users read: the report as a table, CSV or JSON, sorted by any column, cut to the
+//! top N.
+//!
+//! Columns are generated from [`crate::metrics::METRICS`] and the counters recorded, so a
+//! metric appears only when its counters were recorded. Lost samples are printed before
+//! anything else in the table when there are any, and the period and mean measured
+//! window always are.
+//!
+//! This module must never compute attribution: it formats a finished [`Report`].
+
+use std::cmp::Ordering;
+use std::fmt::Write as _;
+
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::metrics::{counter_name, MetricDef};
+use crate::report::{FunctionStats, Report};
+use crate::ReportError;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// An aligned table with a header of totals, for people.
+    #[default]
+    Table,
+    /// One row per function with a header row.
+    Csv,
+    /// An object with a `functions` array and the totals.
+    Json,
+}
+
+/// How to render a report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Output format.
+    pub format: Format,
+    /// Column to sort by (a JSON key such as `time_pct`, `cpi`, `page_faults_per_ms`,
+    /// or a table header such as `CPI`); `None` sorts by samples.
+    pub sort: Option<String>,
+    /// Keep only the first N functions after sorting.
+    pub top: Option<usize>,
+    /// The record file's name, for the table's header.
+    pub file: Option<String>,
+}
+
+/// A column of the report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Column {
+    /// Function name.
+    Function,
+    /// Module file name.
+    Module,
+    /// Time samples.
+    Samples,
+    /// Share of time samples in percent.
+    TimePct,
+    /// Attributed windows.
+    Windows,
+    /// A derived metric.
+    Metric(&'static MetricDef),
+}
+
+impl Column {
+    /// The column's JSON key.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Column::Function => "function",
+            Column::Module => "module",
+            Column::Samples => "samples",
+            Column::TimePct => "time_pct",
+            Column::Windows => "windows",
+            Column::Metric(m) => m.key,
+        }
+    }
+}
+
+/// Resolves a `--sort` argument against the columns `report` has.
+pub fn sort_column(report: &Report, name: &str) -> Result<Column, ReportError> {
+    let want = name.trim();
+    let fixed = [
+        (Column::Function, &["function", "symbol", "name"][..]),
+        (Column::Module, &["module", "dso"][..]),
+        (Column::Samples, &["samples", "#"][..]),
+        (Column::TimePct, &["time_pct", "time", "time%", "%time"][..]),
+        (Column::Windows, &["windows"][..]),
+    ];
+    for (col, names) in fixed {
+        if names.iter().any(|n| n.eq_ignore_ascii_case(want)) {
+            return Ok(col);
+        }
+    }
+    let matches =
+        |m: &MetricDef| m.key.eq_ignore_ascii_case(want) || m.header.eq_ignore_ascii_case(want);
+    if let Some(m) = report.metrics().into_iter().find(|m| matches(m)) {
+        return Ok(Column::Metric(m));
+    }
+    if let Some(m) = crate::metrics::METRICS.iter().find(|m| matches(m)) {
+        let needs: Vec<&str> = m.formula.needs().iter().map(|c| counter_name(*c)).collect();
+        return Err(ReportError::SortNotRecorded {
+            column: want.to_string(),
+            needs: needs.join(", "),
+        });
+    }
+    let mut all: Vec<&str> = vec!["samples", "time_pct", "windows", "function", "module"];
+    all.extend(report.metrics().iter().map(|m| m.key));
+    Err(ReportError::UnknownSort { column: want.to_string(), choices: all.join(", ") })
+}
+
+/// The functions of `report` in output order: sorted by `sort` (numbers descending,
+/// names ascending, missing values last), ties by samples then name, cut to `top`.
+pub fn ordered(report: &Report, sort: Column, top: Option<usize>) -> Vec<&FunctionStats> {
+    let value = |f: &FunctionStats| -> Option<f64> {
+        match sort {
+            Column::Samples => Some(f.samples as f64),
+            Column::TimePct => Some(report.time_pct(f)),
+            Column::Windows => Some(f.windows as f64),
+            Column::Metric(m) => report.metric(f, m),
+            Column::Function | Column::Module => None,
+        }
+    };
+    let mut rows: Vec<&FunctionStats> = report.functions.iter().collect();
+    rows.sort_by(|a, b| {
+        let primary = match sort {
+            Column::Function => a.function.cmp(&b.function),
+            Column::Module => a.module.cmp(&b.module),
+            _ => match (value(a), value(b)) {
+                (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => Ordering::Equal,
+            },
+        };
+        primary
+            .then(b.samples.cmp(&a.samples))
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.module.cmp(&b.module))
+    });
+    if let Some(n) = top {
+        rows.truncate(n);
+    }
+    rows
+}
+
+/// Renders `report` as `opts` asks.
+pub fn render(report: &Report, opts: &RenderOptions) -> Result<String, ReportError> {
+    let sort = match &opts.sort {
+        Some(s) => sort_column(report, s)?,
+        None => Column::Samples,
+    };
+    let rows = ordered(report, sort, opts.top);
+    Ok(match opts.format {
+        Format::Table => table(report, &rows, opts.file.as_deref()),
+        Format::Csv => csv(report, &rows),
+        Format::Json => json(report, &rows, opts.file.as_deref()),
+    })
+}
+
+/// A value in leader units, human-readable: nanoseconds scaled to ns/us/ms/s, events
+/// with the leader's name.
+pub fn leader_amount(report: &Report, v: f64) -> String {
+    if report.leader_is_time() {
+        if v >= 1e9 {
+            format!("{:.3} s", v / 1e9)
+        } else if v >= 1e6 {
+            format!("{:.3} ms", v / 1e6)
+        } else if v >= 1e3 {
+            format!("{:.1} us", v / 1e3)
+        } else {
+            format!("{v:.0} ns")
+        }
+    } else {
+        let leader = report.info.events.first().map_or("events", String::as_str);
+        format!("{v:.0} {leader}")
+    }
+}
+
+/// The lines printed above the table (and, for lost samples, on stderr by the CLI).
+pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
+    let mut lines = Vec::new();
+    if report.lost_samples > 0 {
+        lines.push(lost_warning(report));
+    }
+    if let Some(f) = file {
+        lines.push(format!("file:     {f}"));
+    }
+    if !report.info.command.is_empty() {
+        lines.push(format!("command:  {}", report.info.command.join(" ")));
+    }
+    let mut events = report.info.events.clone();
+    if let Some(first) = events.first_mut() {
+        first.push_str(" (sampling leader)");
+    }
+    lines.push(format!("events:   {}", events.join(", ")));
+    let mut period = format!("period:   {}", leader_amount(report, report.info.period as f64));
+    if report.info.jitter > 0 {
+        let _ =
+            write!(period, " + up to {} jitter", leader_amount(report, report.info.jitter as f64));
+    }
+    if report.info.window > 0 {
+        let _ = write!(
+            period,
+            "; window {} requested, {} measured (mean)",
+            leader_amount(report, report.info.window as f64),
+            report.mean_window.map_or_else(|| "none".to_string(), |w| leader_amount(report, w))
+        );
+    }
+    lines.push(period);
+    lines.push(format!(
+        "samples:  {} ({} lost); windows: {} used, {} discarded (start and end in different \
+         functions, policy {}), {} unpaired",
+        report.samples,
+        report.lost_samples,
+        report.windows_used,
+        report.windows_discarded,
+        report.policy.name(),
+        report.windows_unpaired
+    ));
+    lines
+}
+
+/// The one-line warning about lost samples.
+pub fn lost_warning(report: &Report) -> String {
+    format!(
+        "WARNING: {} samples were lost (a thread's buffer was full); shares are of the {} kept. \
+         Record with a smaller --wakeup or a longer period to lose none.",
+        report.lost_samples, report.samples
+    )
+}
+
+const MAX_NAME: usize = 60;
+
+fn clip(name: &str) -> String {
+    if name.chars().count() <= MAX_NAME {
+        name.to_string()
+    } else {
+        let head: String = name.chars().take(MAX_NAME - 3).collect();
+        format!("{head}...")
+    }
+}
+
+fn fmt_metric(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String {
+    let metrics = report.metrics();
+    let mut header: Vec<String> = vec!["function".into(), "samples".into(), "time%".into()];
+    header.push("windows".into());
+    header.extend(metrics.iter().map(|m| m.header.to_string()));
+    header.push("module".into());
+
+    let mut cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|f| {
+            let mut r = vec![
+                clip(&f.function),
+                f.samples.to_string(),
+                format!("{:.1}", report.time_pct(f)),
+                f.windows.to_string(),
+            ];
+            r.extend(metrics.iter().map(|m| fmt_metric(report.metric(f, m), m.decimals)));
+            r.push(f.module.clone());
+            r
+        })
+        .collect();
+    cells.insert(0, header);
+    let ncols = cells.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..ncols)
+        .map(|c| {
+            cells.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)
+        })
+        .collect();
+
+    let mut out = String::new();
+    for line in summary_lines(report, file) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+    for row in &cells {
+        let mut line = String::new();
+        for (c, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            // Names left-aligned, numbers right-aligned; the last column unpadded.
+            if c == 0 {
+                let _ = write!(line, "{cell:<w$}");
+            } else if c + 1 == ncols {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:>w$}");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if rows.is_empty() {
+        out.push_str("(no samples)\n");
+    }
+    out
+}
+
+pub(crate) fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
+    let metrics = report.metrics();
+    let mut cols: Vec<&str> = vec!["function", "module", "samples", "time_pct", "windows"];
+    cols.extend(metrics.iter().map(|m| m.key));
+    cols.push("source");
+    let mut out = cols.join(",");
+    out.push('\n');
+    for f in rows {
+        let mut r = vec![
+            csv_field(&f.function),
+            csv_field(&f.module),
+            f.samples.to_string(),
+            format!("{:.2}", report.time_pct(f)),
+            f.windows.to_string(),
+        ];
+        r.extend(metrics.iter().map(|m| match report.metric(f, m) {
+            Some(v) => format!("{v:.prec$}", prec = m.decimals + 2),
+            None => String::new(),
+        }));
+        r.push(csv_field(f.source.as_deref().unwrap_or("")));
+        out.push_str(&r.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// Rounds to 4 decimal places: more than any measurement here supports, and stable
+/// across platforms' last-digit differences.
+fn round4(v: f64) -> f64 {
+    (v * 1e4).round() / 1e4
+}
+
+struct JsonFunction<'r> {
+    report: &'r Report,
+    f: &'r FunctionStats,
+}
+
+impl Serialize for JsonFunction<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let metrics = self.report.metrics();
+        let mut map = s.serialize_map(Some(7 + metrics.len()))?;
+        map.serialize_entry("function", &self.f.function)?;
+        map.serialize_entry("module", &self.f.module)?;
+        map.serialize_entry("samples", &self.f.samples)?;
+        map.serialize_entry("time_pct", &round4(self.report.time_pct(self.f)))?;
+        map.serialize_entry("windows", &self.f.windows)?;
+        for m in metrics {
+            map.serialize_entry(m.key, &self.report.metric(self.f, m).map(round4))?;
+        }
+        map.serialize_entry("source", &self.f.source)?;
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct JsonReport<'r> {
+    file: Option<&'r str>,
+    command: &'r [String],
+    events: &'r [String],
+    unit: &'static str,
+    period: u64,
+    window: u64,
+    jitter: u64,
+    mean_window: Option<f64>,
+    samples: u64,
+    lost_samples: u64,
+    windows_used: u64,
+    windows_discarded: u64,
+    windows_unpaired: u64,
+    window_policy: &'static str,
+    functions: Vec<JsonFunction<'r>>,
+}
+
+fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String {
+    let doc = JsonReport {
+        file,
+        command: &report.info.command,
+        events: &report.info.events,
+        unit: if report.leader_is_time() { "ns" } else { "events" },
+        period: report.info.period,
+        window: report.info.window,
+        jitter: report.info.jitter,
+        mean_window: report.mean_window.map(round4),
+        samples: report.samples,
+        lost_samples: report.lost_samples,
+        windows_used: report.windows_used,
+        windows_discarded: report.windows_discarded,
+        windows_unpaired: report.windows_unpaired,
+        window_policy: report.policy.name(),
+        functions: rows.iter().map(|f| JsonFunction { report, f }).collect(),
+    };
+    // Serializing plain data into a String cannot fail.
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
+}

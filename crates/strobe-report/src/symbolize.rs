@@ -1,0 +1,210 @@
+//! From instruction pointers to functions: address spaces, normalization, symbolization.
+//!
+//! Each process's recorded mappings form an *address space*; an exec starts a new one
+//! for the same pid. An IP is normalized with its space's mappings to (file, file
+//! offset), and all offsets of one file are symbolized in one blazesym call, by file
+//! offset (ELF symbols, DWARF line tables when present, demangled Rust and C++ names).
+//! Each unique address is symbolized once, whatever its sample count.
+//!
+//! An address that cannot be symbolized is never dropped: it becomes
+//! `[unknown in <module>]` when a mapping holds it (a stripped library, the vDSO, JIT
+//! code) and `[unknown]` when none does.
+//!
+//! This module must never look at counters or decide attribution.
+
+use std::path::Path;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use rustc_hash::FxHashMap;
+
+use crate::input::Mapping;
+
+/// The processes' address spaces, keyed by a small id the aggregation uses.
+#[derive(Debug, Default)]
+pub(crate) struct Spaces {
+    /// pid -> its current space id.
+    current: FxHashMap<u32, u32>,
+    /// Space id -> its mappings.
+    spaces: Vec<Space>,
+}
+
+#[derive(Debug)]
+struct Space {
+    maps: Vec<Mapping>,
+    sorted: bool,
+}
+
+impl Spaces {
+    /// The current space of `pid`, creating an empty one for a pid not seen before.
+    pub(crate) fn space_of(&mut self, pid: u32) -> u32 {
+        if let Some(&id) = self.current.get(&pid) {
+            return id;
+        }
+        self.new_space(pid)
+    }
+
+    /// Starts a new, empty space for `pid` (after an exec) and returns its id.
+    pub(crate) fn new_space(&mut self, pid: u32) -> u32 {
+        let id = self.spaces.len() as u32;
+        self.spaces.push(Space { maps: Vec::new(), sorted: true });
+        self.current.insert(pid, id);
+        id
+    }
+
+    /// Adds a mapping to `pid`'s current space. A later mapping that overlaps an
+    /// earlier one replaces it (munmap + mmap, dlclose + dlopen).
+    pub(crate) fn add_mapping(&mut self, pid: u32, m: Mapping) {
+        let id = self.space_of(pid) as usize;
+        if let Some(space) = self.spaces.get_mut(id) {
+            space.maps.retain(|old| old.end <= m.start || old.start >= m.end);
+            space.maps.push(m);
+            space.sorted = false;
+        }
+    }
+
+    fn sort(&mut self) {
+        for s in &mut self.spaces {
+            if !s.sorted {
+                s.maps.sort_by_key(|m| m.start);
+                s.sorted = true;
+            }
+        }
+    }
+
+    fn find(&self, space: u32, ip: u64) -> Option<&Mapping> {
+        let maps = &self.spaces.get(space as usize)?.maps;
+        let i = maps.partition_point(|m| m.start <= ip);
+        let m = maps.get(i.checked_sub(1)?)?;
+        (ip < m.end).then_some(m)
+    }
+
+    /// The mapping holding `ip` in `space`; failing that, in any other space (a forked
+    /// child shares its parent's layout until it execs), lowest id first.
+    fn locate(&self, space: u32, ip: u64) -> Option<&Mapping> {
+        self.find(space, ip)
+            .or_else(|| (0..self.spaces.len() as u32).find_map(|s| self.find(s, ip)))
+    }
+}
+
+/// What one address symbolized to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Frame {
+    /// The function, or `[unknown in <module>]` / `[unknown]`.
+    pub function: String,
+    /// The module's file name (or pseudo name such as `[vdso]`); empty for `[unknown]`.
+    pub module: String,
+    /// The module's full path: with `function`, what makes two functions the same.
+    pub module_path: String,
+    /// `file:line` of the address when DWARF line tables exist.
+    pub source: Option<String>,
+}
+
+/// The display name of a mapping's module.
+fn module_name(path: &str) -> String {
+    if path.is_empty() {
+        return "[anon]".to_string();
+    }
+    if path.starts_with('[') {
+        return path.to_string();
+    }
+    Path::new(path).file_name().map_or_else(|| path.to_string(), |n| n.to_string_lossy().into())
+}
+
+fn unknown_in(path: &str) -> Frame {
+    let module = module_name(path);
+    Frame {
+        function: format!("[unknown in {module}]"),
+        module,
+        module_path: path.to_string(),
+        source: None,
+    }
+}
+
+/// Symbolizes `addrs` ((space, ip) pairs), returning one frame per address in order.
+pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame> {
+    spaces.sort();
+    let unknown = Frame {
+        function: "[unknown]".into(),
+        module: String::new(),
+        module_path: String::new(),
+        source: None,
+    };
+    let mut out: Vec<Frame> = vec![unknown; addrs.len()];
+    // path -> [(file offset, index into addrs)]
+    let mut by_file: FxHashMap<&str, Vec<(u64, usize)>> = FxHashMap::default();
+    for (i, &(space, ip)) in addrs.iter().enumerate() {
+        let Some(m) = spaces.locate(space, ip) else { continue };
+        let Some(slot) = out.get_mut(i) else { continue };
+        // Only real files can be symbolized; pseudo mappings keep their module name.
+        let is_file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)");
+        if is_file {
+            by_file.entry(m.path.as_str()).or_default().push((ip - m.start + m.offset, i));
+        }
+        *slot = unknown_in(&m.path);
+    }
+
+    let symbolizer = Symbolizer::builder().enable_code_info(true).enable_inlined_fns(false).build();
+    for (path, mut offs) in by_file {
+        offs.sort_unstable();
+        let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
+        unique.dedup();
+        let src = Source::Elf(Elf::new(path));
+        let Ok(syms) = symbolizer.symbolize(&src, Input::FileOffset(unique.as_slice())) else {
+            continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
+        };
+        let module = module_name(path);
+        let frames: Vec<Option<Frame>> = syms
+            .into_iter()
+            .map(|s| match s {
+                Symbolized::Sym(sym) => Some(Frame {
+                    function: sym.name.into_owned(),
+                    module: module.clone(),
+                    module_path: path.to_string(),
+                    source: sym.code_info.as_ref().map(|ci| match ci.line {
+                        Some(line) => format!("{}:{line}", ci.to_path().display()),
+                        None => ci.to_path().display().to_string(),
+                    }),
+                }),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect();
+        for (off, i) in offs {
+            let Ok(u) = unique.binary_search(&off) else { continue };
+            if let (Some(Some(f)), Some(slot)) = (frames.get(u), out.get_mut(i)) {
+                *slot = f.clone();
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_names() {
+        assert_eq!(module_name("/usr/lib/libc.so.6"), "libc.so.6");
+        assert_eq!(module_name("[vdso]"), "[vdso]");
+        assert_eq!(module_name(""), "[anon]");
+    }
+
+    #[test]
+    fn later_overlapping_mapping_replaces_earlier() {
+        let mut s = Spaces::default();
+        let m = |start, end, path: &str| Mapping { start, end, offset: 0, path: path.into() };
+        s.add_mapping(1, m(0x1000, 0x3000, "/old"));
+        s.add_mapping(1, m(0x5000, 0x6000, "/other"));
+        s.add_mapping(1, m(0x2000, 0x4000, "/new"));
+        s.sort();
+        let sp = s.space_of(1);
+        assert_eq!(s.locate(sp, 0x2800).map(|m| m.path.as_str()), Some("/new"));
+        assert_eq!(s.locate(sp, 0x1800), None, "the replaced mapping is gone");
+        assert_eq!(s.locate(sp, 0x5fff).map(|m| m.path.as_str()), Some("/other"));
+        assert_eq!(s.locate(sp, 0x6000), None);
+        // A forked child without mappings of its own resolves through its parent's.
+        let child = s.space_of(2);
+        assert_eq!(s.locate(child, 0x5800).map(|m| m.path.as_str()), Some("/other"));
+    }
+}

@@ -1,0 +1,433 @@
+//! Engine tests on inputs built in memory, symbolized for real: the IPs are those of
+//! functions of this test binary, normalized with its own /proc/self/maps.
+
+use crate::input::{parse_proc_maps, RecordInfo, Sample, SampleKind};
+use crate::render::{render, sort_column, Format, RenderOptions};
+use crate::{Aggregator, Report, ReportError, WindowPolicy};
+
+// Functions with stable names whose addresses serve as sampled IPs. Each has a loop so
+// that it is longer than the offsets the tests add to its start.
+
+macro_rules! probe_fn {
+    ($name:ident, $mul:expr) => {
+        #[inline(never)]
+        #[no_mangle]
+        pub extern "C" fn $name(n: u64) -> u64 {
+            let mut acc = n;
+            let mut i = 0;
+            while i < n {
+                acc = (acc ^ (acc >> 3)).wrapping_mul($mul) ^ i;
+                i += 1;
+            }
+            acc
+        }
+    };
+}
+
+probe_fn!(strobe_test_alpha, 0x9e37_79b9);
+probe_fn!(strobe_test_beta, 0x85eb_ca6b);
+probe_fn!(strobe_test_gamma, 0xc2b2_ae35);
+probe_fn!(strobe_test_delta, 0x27d4_eb2f);
+
+fn ip(f: extern "C" fn(u64) -> u64, off: u64) -> u64 {
+    // Keep the functions alive and distinct.
+    std::hint::black_box(f(3));
+    f as usize as u64 + off
+}
+
+fn alpha(off: u64) -> u64 {
+    ip(strobe_test_alpha, off)
+}
+fn beta(off: u64) -> u64 {
+    ip(strobe_test_beta, off)
+}
+fn gamma(off: u64) -> u64 {
+    ip(strobe_test_gamma, off)
+}
+fn delta(off: u64) -> u64 {
+    ip(strobe_test_delta, off)
+}
+
+const PID: u32 = 4242;
+
+/// A stream builder: per-thread cumulative counters, so tests state only deltas.
+struct Stream {
+    agg: Aggregator,
+    /// tid -> cumulative values.
+    values: Vec<(u32, Vec<u64>)>,
+    time: u64,
+}
+
+impl Stream {
+    fn new(events: &[&str]) -> Stream {
+        let info = RecordInfo {
+            events: events.iter().map(|s| s.to_string()).collect(),
+            period: 1_000_000,
+            window: 20_000,
+            jitter: 0,
+            command: vec!["./prog".into(), "--fast".into()],
+        };
+        let mut agg = Aggregator::new(info).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for m in parse_proc_maps(&maps) {
+            agg.add_mapping(PID, m);
+        }
+        Stream { agg, values: Vec::new(), time: 0 }
+    }
+
+    fn push(&mut self, tid: u32, kind: SampleKind, ip: u64, add: &[u64]) {
+        let width = self.agg.info.events.len();
+        let pos = match self.values.iter().position(|(t, _)| *t == tid) {
+            Some(p) => p,
+            None => {
+                self.values.push((tid, vec![1_000; width]));
+                self.values.len() - 1
+            }
+        };
+        let vals = &mut self.values[pos].1;
+        for (v, a) in vals.iter_mut().zip(add) {
+            *v += a;
+        }
+        self.time += 1;
+        let values = vals.clone();
+        self.agg.push(&Sample { pid: PID, tid, time: self.time, ip, kind, values: &values });
+    }
+
+    /// A long period ending at `start`, then a window of `deltas` ending at `end`.
+    fn window(&mut self, tid: u32, start: u64, end: u64, deltas: &[u64]) {
+        let long: Vec<u64> = deltas.iter().map(|d| d * 50).collect();
+        self.push(tid, SampleKind::WindowStart, start, &long);
+        self.push(tid, SampleKind::WindowEnd, end, deltas);
+    }
+
+    fn finish(self, policy: WindowPolicy) -> Report {
+        self.agg.finish(policy)
+    }
+}
+
+const SW: &[&str] = &["task-clock", "page-faults", "context-switches"];
+
+/// alpha: 3 whole windows; beta: 2 whole windows; alpha->beta: 1 crossing window.
+fn crossing_stream() -> Stream {
+    let mut s = Stream::new(SW);
+    for _ in 0..3 {
+        s.window(1, alpha(0), alpha(4), &[20_000, 2, 0]);
+    }
+    for _ in 0..2 {
+        s.window(1, beta(0), beta(2), &[30_000, 0, 1]);
+    }
+    s.window(1, alpha(2), beta(4), &[25_000, 7, 0]);
+    s
+}
+
+#[test]
+fn discard_attributes_only_windows_within_one_function() {
+    let r = crossing_stream().finish(WindowPolicy::Discard);
+    let a = r.function("strobe_test_alpha").expect("alpha symbolized");
+    let b = r.function("strobe_test_beta").expect("beta symbolized");
+    assert_eq!((a.samples, a.windows), (4, 3), "the crossing window's start still counts");
+    assert_eq!((b.samples, b.windows), (2, 2));
+    assert_eq!(a.sums, [60_000, 6, 0]);
+    assert_eq!(b.sums, [60_000, 0, 2]);
+    assert_eq!((r.windows_used, r.windows_discarded, r.windows_unpaired), (5, 1, 0));
+    assert_eq!(r.samples, 6, "window ends are not time samples");
+    // faults/ms: 6 faults in 0.06 ms of windows.
+    let pf = r.metrics().into_iter().find(|m| m.key == "page_faults_per_ms").unwrap();
+    assert_eq!(r.metric(a, pf), Some(100.0));
+    assert_eq!(r.metric(b, pf), Some(0.0));
+    // Mean window over all paired windows, discarded included.
+    assert_eq!(r.mean_window, Some((60_000.0 + 60_000.0 + 25_000.0) / 6.0));
+}
+
+#[test]
+fn fold_attributes_crossing_windows_to_the_end_function() {
+    let r = crossing_stream().finish(WindowPolicy::Fold);
+    let a = r.function("strobe_test_alpha").unwrap();
+    let b = r.function("strobe_test_beta").unwrap();
+    assert_eq!((a.samples, a.windows), (4, 3));
+    assert_eq!((b.samples, b.windows), (2, 3));
+    assert_eq!(b.sums, [85_000, 7, 2]);
+    assert_eq!((r.windows_used, r.windows_discarded), (6, 0));
+}
+
+#[test]
+fn small_function_keeps_its_rank_when_its_windows_are_discarded() {
+    // gamma is so short that every window starting in it ends elsewhere, yet it is
+    // sampled more often than delta, whose windows are all whole.
+    let mut s = Stream::new(SW);
+    for _ in 0..5 {
+        s.window(1, gamma(0), alpha(0), &[20_000, 0, 0]);
+    }
+    for _ in 0..3 {
+        s.window(1, delta(0), delta(4), &[20_000, 0, 0]);
+    }
+    let r = s.finish(WindowPolicy::Discard);
+    let rows = crate::render::ordered(&r, crate::render::Column::Samples, None);
+    let names: Vec<&str> = rows.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(names, ["strobe_test_gamma", "strobe_test_delta", "strobe_test_alpha"]);
+    let g = r.function("strobe_test_gamma").unwrap();
+    assert_eq!((g.samples, g.windows), (5, 0));
+    assert!((r.time_pct(g) - 62.5).abs() < 1e-9);
+    let pf = r.metrics().into_iter().find(|m| m.key == "page_faults_per_ms").unwrap();
+    assert_eq!(r.metric(g, pf), None, "no windows: no metric, not zero");
+    // alpha appears with the windows' end samples only: no time samples.
+    assert_eq!(r.function("strobe_test_alpha").unwrap().samples, 0);
+}
+
+#[test]
+fn unpaired_windows_are_counted_never_attributed() {
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::WindowEnd, alpha(0), &[10, 0, 0]); // end without start
+    s.push(1, SampleKind::WindowStart, alpha(0), &[10, 0, 0]); // followed by another start
+    s.push(1, SampleKind::WindowStart, alpha(0), &[10, 0, 0]);
+    s.push(1, SampleKind::Plain, alpha(0), &[10, 0, 0]); // interrupts the open window
+    s.window(1, alpha(0), alpha(2), &[20_000, 1, 0]); // the one good window
+    s.push(1, SampleKind::WindowStart, alpha(0), &[10, 0, 0]); // open at the end
+    let r = s.finish(WindowPolicy::Discard);
+    assert_eq!((r.windows_used, r.windows_unpaired), (1, 4));
+    let a = r.function("strobe_test_alpha").unwrap();
+    assert_eq!(a.samples, 5);
+    assert_eq!(a.sums, [20_000, 1, 0]);
+}
+
+#[test]
+fn a_counter_going_backwards_is_not_a_window() {
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::WindowStart, alpha(0), &[1_000_000, 5, 0]);
+    let vals = [500, 0, 0];
+    s.agg.push(&Sample {
+        pid: PID,
+        tid: 1,
+        time: 99,
+        ip: alpha(0),
+        kind: SampleKind::WindowEnd,
+        values: &vals,
+    });
+    let r = s.finish(WindowPolicy::Discard);
+    assert_eq!((r.windows_used, r.windows_unpaired), (0, 1));
+}
+
+#[test]
+fn interleaved_threads_pair_within_each_thread() {
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::WindowStart, alpha(0), &[0, 0, 0]);
+    s.push(2, SampleKind::WindowStart, beta(0), &[0, 0, 0]);
+    s.push(1, SampleKind::WindowEnd, alpha(2), &[20_000, 3, 0]);
+    s.push(2, SampleKind::WindowEnd, beta(2), &[40_000, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    assert_eq!((r.windows_used, r.windows_discarded, r.windows_unpaired), (2, 0, 0));
+    assert_eq!(r.function("strobe_test_alpha").unwrap().sums, [20_000, 3, 0]);
+    assert_eq!(r.function("strobe_test_beta").unwrap().sums, [40_000, 0, 0]);
+}
+
+#[test]
+fn unknown_addresses_are_named_never_dropped() {
+    let mut s = Stream::new(SW);
+    s.agg.add_mapping(
+        PID,
+        crate::Mapping { start: 0x1000, end: 0x2000, offset: 0, path: String::new() },
+    );
+    s.agg.add_mapping(
+        PID,
+        crate::Mapping {
+            start: 0x10_0000,
+            end: 0x20_0000,
+            offset: 0,
+            path: "/nonexistent/libgone.so".into(),
+        },
+    );
+    s.push(1, SampleKind::Plain, 0x1800, &[1, 0, 0]);
+    s.push(1, SampleKind::Plain, 0x10_0800, &[1, 0, 0]);
+    s.push(1, SampleKind::Plain, 0x10_0900, &[1, 0, 0]);
+    s.push(1, SampleKind::Plain, 0x8, &[1, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    assert_eq!(r.function("[unknown in [anon]]").unwrap().samples, 1);
+    let gone = r.function("[unknown in libgone.so]").unwrap();
+    assert_eq!((gone.samples, gone.module.as_str()), (2, "libgone.so"));
+    assert_eq!(r.function("[unknown]").unwrap().samples, 1);
+    assert_eq!(r.samples, 4);
+}
+
+#[test]
+fn dwarf_lines_name_the_source() {
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::Plain, alpha(0), &[1, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    let src = r.function("strobe_test_alpha").unwrap().source.clone().expect("DWARF line");
+    assert!(src.contains("tests.rs:"), "{src}");
+}
+
+#[test]
+fn exec_starts_a_new_address_space() {
+    let mut s = Stream::new(SW);
+    s.push(1, SampleKind::Plain, alpha(0), &[1, 0, 0]);
+    // After exec the old image's addresses mean nothing: the same IP is now in an
+    // anonymous mapping of the new image.
+    s.agg.exec(PID);
+    let a = alpha(0);
+    s.agg.add_mapping(
+        PID,
+        crate::Mapping { start: a - 16, end: a + 16, offset: 0, path: String::new() },
+    );
+    s.push(1, SampleKind::Plain, a, &[1, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    assert_eq!(r.function("strobe_test_alpha").unwrap().samples, 1);
+    assert_eq!(r.function("[unknown in [anon]]").unwrap().samples, 1);
+}
+
+fn sorted_names(r: &Report, sort: &str, top: Option<usize>) -> Vec<String> {
+    let col = sort_column(r, sort).unwrap();
+    crate::render::ordered(r, col, top).iter().map(|f| f.function.clone()).collect()
+}
+
+fn sort_stream() -> Report {
+    // alpha: many samples, no faults; beta: few samples, many faults; gamma: between.
+    let mut s = Stream::new(SW);
+    for _ in 0..6 {
+        s.window(1, alpha(0), alpha(2), &[20_000, 0, 0]);
+    }
+    for _ in 0..2 {
+        s.window(1, beta(0), beta(2), &[20_000, 9, 1]);
+    }
+    for _ in 0..4 {
+        s.window(1, gamma(0), gamma(2), &[20_000, 2, 0]);
+    }
+    s.push(1, SampleKind::Plain, delta(0), &[5, 0, 0]);
+    s.finish(WindowPolicy::Discard)
+}
+
+#[test]
+fn sort_by_any_column_and_cut_to_top() {
+    let r = sort_stream();
+    let a = "strobe_test_alpha";
+    let b = "strobe_test_beta";
+    let g = "strobe_test_gamma";
+    let d = "strobe_test_delta";
+    assert_eq!(sorted_names(&r, "samples", None), [a, g, b, d]);
+    assert_eq!(sorted_names(&r, "time", Some(2)), [a, g]);
+    // delta has no windows: no value, so last whatever the order.
+    assert_eq!(sorted_names(&r, "page_faults_per_ms", None), [b, g, a, d]);
+    assert_eq!(sorted_names(&r, "faults/ms", Some(1)), [b]);
+    assert_eq!(sorted_names(&r, "CS/MS", None), [b, a, g, d]);
+    assert_eq!(sorted_names(&r, "function", None), [a, b, d, g]);
+    assert_eq!(sorted_names(&r, "windows", Some(0)), Vec::<String>::new());
+}
+
+#[test]
+fn sort_errors_say_what_to_do() {
+    let r = sort_stream();
+    let err = sort_column(&r, "nope").unwrap_err();
+    assert!(matches!(err, ReportError::UnknownSort { .. }));
+    let msg = err.to_string();
+    assert!(msg.contains("'nope'") && msg.contains("page_faults_per_ms"), "{msg}");
+    let err = sort_column(&r, "cpi").unwrap_err().to_string();
+    assert!(err.contains("cycles, instructions") && err.contains("-e"), "{err}");
+}
+
+#[test]
+fn metrics_follow_the_recorded_counters() {
+    let mut s = Stream::new(&["cycles", "instructions", "branch-misses"]);
+    s.window(1, alpha(0), alpha(2), &[3000, 1000, 5]);
+    let r = s.finish(WindowPolicy::Discard);
+    let keys: Vec<&str> = r.metrics().iter().map(|m| m.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "cpi",
+            "ipc",
+            "branch_misses_per_ki",
+            "cycles_pct",
+            "instructions_pct",
+            "branch_misses_pct"
+        ]
+    );
+    let text = render(&r, &RenderOptions::default()).unwrap();
+    assert!(text.contains("CPI") && !text.contains("faults/ms"), "{text}");
+    assert!(text.contains("period:   1000000 cycles"), "{text}");
+}
+
+/// Replaces what differs between builds (the test binary's name) for snapshots.
+fn stable(text: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    text.replace(&name, "[test-binary]")
+}
+
+fn snapshot_report() -> Report {
+    let mut s = Stream::new(SW);
+    for _ in 0..40 {
+        s.window(1, alpha(0), alpha(4), &[21_000, 0, 0]);
+    }
+    for _ in 0..25 {
+        s.window(2, beta(0), beta(4), &[26_000, 13, 0]);
+    }
+    for _ in 0..10 {
+        s.window(1, gamma(0), gamma(4), &[40_000, 0, 1]);
+    }
+    for _ in 0..5 {
+        s.window(2, delta(0), alpha(0), &[20_000, 0, 0]);
+    }
+    s.push(1, SampleKind::WindowStart, 0x8, &[1_000_000, 0, 0]);
+    s.agg.add_lost(7);
+    let mut r = s.finish(WindowPolicy::Discard);
+    for f in &mut r.functions {
+        f.source = None; // line numbers move as this file is edited
+    }
+    r
+}
+
+#[test]
+fn snapshot_table() {
+    let r = snapshot_report();
+    let text = render(&r, &RenderOptions { file: Some("run.strobe".into()), ..Default::default() });
+    insta::assert_snapshot!(stable(&text.unwrap()));
+}
+
+#[test]
+fn snapshot_json() {
+    let r = snapshot_report();
+    let opts = RenderOptions {
+        format: Format::Json,
+        file: Some("run.strobe".into()),
+        ..Default::default()
+    };
+    let text = stable(&render(&r, &opts).unwrap());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["lost_samples"], 7);
+    assert_eq!(v["functions"][0]["function"], "strobe_test_alpha");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn snapshot_csv_sorted_top() {
+    let r = snapshot_report();
+    let opts = RenderOptions {
+        format: Format::Csv,
+        sort: Some("page_faults_per_ms".into()),
+        top: Some(3),
+        file: None,
+    };
+    insta::assert_snapshot!(stable(&render(&r, &opts).unwrap()));
+}
+
+#[test]
+fn csv_quotes_names_with_commas() {
+    assert_eq!(crate::render::csv_field("f<a, b>"), "\"f<a, b>\"");
+    assert_eq!(crate::render::csv_field("say \"hi\", x"), "\"say \"\"hi\"\", x\"");
+    assert_eq!(crate::render::csv_field("plain"), "plain");
+}
+
+#[test]
+fn throughput_measures_the_whole_stream() {
+    let t = crate::throughput::measure(20_000).unwrap();
+    assert_eq!(t.samples, 20_000);
+    assert!(t.seconds >= t.aggregate_seconds && t.seconds > 0.0);
+}
+
+#[test]
+fn throughput_through_a_record_file_reads_every_sample() {
+    let dir = std::env::temp_dir();
+    let (t, bytes) = crate::throughput::measure_file(10_000, &dir).unwrap();
+    assert_eq!(t.samples, 10_000);
+    assert!(bytes > 10_000, "{bytes}");
+}

@@ -1,0 +1,591 @@
+//! Watch specs: what the user types after `strobe watch`, parsed and checked.
+//!
+//! ```text
+//! SPEC     := LOCATION [":" LEN] [":" ACCESS]
+//! LOCATION := SYMBOL ["+" OFFSET]          counter, table+16, ns::state
+//!           | "0x" HEX ["+" OFFSET]        0x7ffd1234
+//! LEN      := 1 | 2 | 4 | 8                bytes covered (default: the symbol's size when
+//!                                          that is 1, 2, 4 or 8, else 8)
+//! ACCESS   := w | rw                       writes only (default) or reads and writes
+//! ```
+//!
+//! Fields are separated by single colons; a double colon belongs to the symbol (C++ and
+//! Rust paths such as `ns::counter`). A symbol literally named `w` or `rw` with no fields
+//! after it must be written with a length (`rw:8`).
+//!
+//! This module owns the grammar and the checks that need no ELF file: the length is one the
+//! hardware supports, a raw address is aligned to it. Symbol lookup is in
+//! [`crate::resolve`]; the final, checked location is a [`Watchpoint`]. It must never touch
+//! the file system or the target.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Which accesses trigger a watchpoint.
+///
+/// x86 debug registers trap on writes, or on reads and writes; there is no read-only mode,
+/// so `r` is rejected with a pointer to `rw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Writes only (`w`, the default).
+    Write,
+    /// Reads and writes (`rw`).
+    ReadWrite,
+}
+
+impl Access {
+    /// The `bp_type` of a `PERF_TYPE_BREAKPOINT` event for this access.
+    pub fn bp_type(self) -> u32 {
+        match self {
+            Access::Write => strobe_perf::sys::HW_BREAKPOINT_W,
+            Access::ReadWrite => strobe_perf::sys::HW_BREAKPOINT_RW,
+        }
+    }
+
+    /// The spelling in a spec: `w` or `rw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Write => "w",
+            Access::ReadWrite => "rw",
+        }
+    }
+}
+
+/// How many bytes a watchpoint covers: 1, 2, 4 or 8, the lengths x86 debug registers offer.
+/// The watched address must be aligned to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Len {
+    /// One byte.
+    B1 = 1,
+    /// Two bytes.
+    B2 = 2,
+    /// Four bytes.
+    B4 = 4,
+    /// Eight bytes.
+    B8 = 8,
+}
+
+impl Len {
+    /// The length for `bytes`, if the hardware supports it.
+    pub fn new(bytes: u64) -> Option<Len> {
+        match bytes {
+            1 => Some(Len::B1),
+            2 => Some(Len::B2),
+            4 => Some(Len::B4),
+            8 => Some(Len::B8),
+            _ => None,
+        }
+    }
+
+    /// The number of bytes covered.
+    pub fn bytes(self) -> u64 {
+        self as u64
+    }
+
+    /// The `bp_len` of a `PERF_TYPE_BREAKPOINT` event (`HW_BREAKPOINT_LEN_N` is `N`).
+    pub fn bp_len(self) -> u64 {
+        self as u64
+    }
+
+    /// The longest supported length that `addr` is aligned to.
+    pub fn widest_aligned(addr: u64) -> Len {
+        [Len::B8, Len::B4, Len::B2].into_iter().find(|l| addr % l.bytes() == 0).unwrap_or(Len::B1)
+    }
+}
+
+/// Where a spec points, before symbol resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A data symbol of the target (or one of its libraries), plus a byte offset into it.
+    Symbol {
+        /// The symbol as typed (a plain name, or a `a::b` path for C++/Rust).
+        name: String,
+        /// Bytes from the symbol's start.
+        offset: u64,
+    },
+    /// An absolute address in the target's address space.
+    Address(u64),
+}
+
+/// A parsed watch spec: the location, the length if one was given, and the access kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSpec {
+    /// The spec exactly as typed, for messages.
+    pub text: String,
+    /// What to watch.
+    pub location: Location,
+    /// The length given with `:LEN`; `None` means "the default" (see [`crate::resolve`]).
+    pub len: Option<Len>,
+    /// Which accesses to report.
+    pub access: Access,
+}
+
+/// The length used when none is given and the symbol's size is not 1, 2, 4 or 8.
+pub const DEFAULT_LEN: Len = Len::B8;
+
+/// A spec that cannot be parsed or cannot be watched as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Nothing to watch.
+    #[error(
+        "empty watch spec '{spec}': expected SYMBOL[+OFF][:LEN][:w|rw] or 0xADDR[:LEN][:w|rw]"
+    )]
+    Empty {
+        /// The spec as typed.
+        spec: String,
+    },
+    /// `:LEN` is not 1, 2, 4 or 8.
+    #[error(
+        "watch spec '{spec}': length {len} is not supported; a hardware watchpoint covers 1, 2, \
+         4 or 8 bytes (watch a wider variable with several specs, e.g. 'buf:8' and 'buf+8:8')"
+    )]
+    BadLength {
+        /// The spec as typed.
+        spec: String,
+        /// The length as typed.
+        len: String,
+    },
+    /// `:r` (read-only) or `:x` (execute), which `strobe watch` does not offer.
+    #[error("watch spec '{spec}': access '{access}' is not supported: {why}")]
+    BadAccess {
+        /// The spec as typed.
+        spec: String,
+        /// The access as typed.
+        access: String,
+        /// Why, and what to use instead.
+        why: &'static str,
+    },
+    /// A field after the location that is neither a length nor an access.
+    #[error(
+        "watch spec '{spec}': '{field}' is neither a length (1, 2, 4, 8) nor an access (w, rw)"
+    )]
+    BadField {
+        /// The spec as typed.
+        spec: String,
+        /// The field as typed.
+        field: String,
+    },
+    /// The length or the access was given twice.
+    #[error("watch spec '{spec}': the {what} is given twice")]
+    Duplicate {
+        /// The spec as typed.
+        spec: String,
+        /// `"length"` or `"access"`.
+        what: &'static str,
+    },
+    /// `+OFF` is not a number.
+    #[error(
+        "watch spec '{spec}': offset '{offset}' is not a number (write +16 or +0x10 after the \
+         symbol)"
+    )]
+    BadOffset {
+        /// The spec as typed.
+        spec: String,
+        /// The offset as typed.
+        offset: String,
+    },
+    /// A raw address that is not a hex number, or is zero.
+    #[error("watch spec '{spec}': '{address}' is not a usable address ({why})")]
+    BadAddress {
+        /// The spec as typed.
+        spec: String,
+        /// The address as typed.
+        address: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The address is not a multiple of the length.
+    #[error(
+        "watch spec '{spec}': address {addr:#x} is not aligned to the watched length of {len} \
+         bytes (debug registers need an address that is a multiple of the length); {hint}"
+    )]
+    Misaligned {
+        /// The spec as typed.
+        spec: String,
+        /// The address (for symbols: the link-time address plus the offset).
+        addr: u64,
+        /// The length in bytes.
+        len: u64,
+        /// What to write instead.
+        hint: String,
+    },
+}
+
+impl WatchSpec {
+    /// Parses one spec.
+    pub fn parse(text: &str) -> Result<WatchSpec, SpecError> {
+        let spec = text.to_string();
+        let fields = split_fields(text.trim());
+        let (loc_text, rest) = match fields.split_first() {
+            Some((loc, rest)) if !loc.is_empty() => (*loc, rest),
+            _ => return Err(SpecError::Empty { spec }),
+        };
+        let mut len = None;
+        let mut access = None;
+        for field in rest {
+            let f = field.trim();
+            if f.chars().all(|c| c.is_ascii_digit()) && !f.is_empty() {
+                if len.is_some() {
+                    return Err(SpecError::Duplicate { spec, what: "length" });
+                }
+                let l =
+                    f.parse::<u64>().ok().and_then(Len::new).ok_or_else(|| {
+                        SpecError::BadLength { spec: spec.clone(), len: f.into() }
+                    })?;
+                len = Some(l);
+                continue;
+            }
+            let a = match f {
+                "w" | "W" => Access::Write,
+                "rw" | "RW" | "wr" => Access::ReadWrite,
+                "r" | "R" => {
+                    return Err(SpecError::BadAccess {
+                        spec,
+                        access: f.into(),
+                        why: "x86 debug registers cannot trap on reads alone; use 'rw' to see \
+                              reads and writes",
+                    })
+                }
+                "x" | "X" => {
+                    return Err(SpecError::BadAccess {
+                        spec,
+                        access: f.into(),
+                        why: "strobe watch watches data; to count executions of code use \
+                              'strobe probe'",
+                    })
+                }
+                _ if f.starts_with("0x") || f.parse::<i64>().is_ok() => {
+                    return Err(SpecError::BadLength { spec, len: f.into() })
+                }
+                _ => return Err(SpecError::BadField { spec, field: f.into() }),
+            };
+            if access.is_some() {
+                return Err(SpecError::Duplicate { spec, what: "access" });
+            }
+            access = Some(a);
+        }
+        let location = parse_location(&spec, loc_text.trim())?;
+        let parsed =
+            WatchSpec { text: spec, location, len, access: access.unwrap_or(Access::Write) };
+        if let Location::Address(addr) = parsed.location {
+            check_aligned(
+                &parsed.text,
+                addr,
+                parsed.len.unwrap_or(DEFAULT_LEN),
+                parsed.len.is_none(),
+            )?;
+        }
+        Ok(parsed)
+    }
+
+    /// For a raw address spec, the final watchpoint (no ELF needed). `None` for a symbol.
+    pub fn as_absolute(&self) -> Option<Watchpoint> {
+        match self.location {
+            Location::Address(addr) => Some(Watchpoint {
+                label: self.text.clone(),
+                place: Place::Absolute(addr),
+                len: self.len.unwrap_or(DEFAULT_LEN),
+                access: self.access,
+                symbol: None,
+            }),
+            Location::Symbol { .. } => None,
+        }
+    }
+}
+
+impl FromStr for WatchSpec {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WatchSpec::parse(s)
+    }
+}
+
+/// Splits on single colons, keeping `::` inside the fields.
+fn split_fields(s: &str) -> Vec<&str> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b':' {
+            if b.get(i + 1) == Some(&b':') {
+                i += 2;
+                continue;
+            }
+            out.push(&s[start..i]);
+            start = i + 1;
+        }
+        i += 1;
+    }
+    out.push(&s[start..]);
+    out
+}
+
+fn parse_number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn parse_location(spec: &str, loc: &str) -> Result<Location, SpecError> {
+    let (base, offset) = match loc.rsplit_once('+') {
+        Some((base, off)) => {
+            let off = off.trim();
+            let n = parse_number(off)
+                .ok_or_else(|| SpecError::BadOffset { spec: spec.into(), offset: off.into() })?;
+            (base.trim(), n)
+        }
+        None => (loc, 0),
+    };
+    if base.is_empty() {
+        return Err(SpecError::Empty { spec: spec.into() });
+    }
+    if base.starts_with("0x") || base.starts_with("0X") {
+        let addr = parse_number(base).ok_or_else(|| SpecError::BadAddress {
+            spec: spec.into(),
+            address: base.into(),
+            why: "expected hex digits after 0x, at most 16 of them",
+        })?;
+        let addr = addr.checked_add(offset).ok_or_else(|| SpecError::BadAddress {
+            spec: spec.into(),
+            address: base.into(),
+            why: "the offset takes it past the end of the address space",
+        })?;
+        if addr == 0 {
+            return Err(SpecError::BadAddress {
+                spec: spec.into(),
+                address: base.into(),
+                why: "address 0 is never mapped",
+            });
+        }
+        return Ok(Location::Address(addr));
+    }
+    if base.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(SpecError::BadAddress {
+            spec: spec.into(),
+            address: base.into(),
+            why: "write raw addresses in hex with a 0x prefix; symbols cannot start with a digit",
+        });
+    }
+    Ok(Location::Symbol { name: base.to_string(), offset })
+}
+
+/// Checks that `addr` is aligned to `len`; the error suggests a length (or an address) that
+/// works. `defaulted` says the length was not typed, so the hint explains the default.
+pub(crate) fn check_aligned(
+    spec: &str,
+    addr: u64,
+    len: Len,
+    defaulted: bool,
+) -> Result<(), SpecError> {
+    if addr % len.bytes() == 0 {
+        return Ok(());
+    }
+    let fits = Len::widest_aligned(addr);
+    let down = addr - addr % len.bytes();
+    let hint = if defaulted {
+        format!(
+            "no length was given, so {} bytes was assumed; add ':{}' to watch {} byte{} here",
+            len.bytes(),
+            fits.bytes(),
+            fits.bytes(),
+            if fits == Len::B1 { "" } else { "s" }
+        )
+    } else {
+        format!(
+            "watch ':{}' here instead, or {} bytes from the aligned address {down:#x}",
+            fits.bytes(),
+            len.bytes()
+        )
+    };
+    Err(SpecError::Misaligned { spec: spec.into(), addr, len: len.bytes(), hint })
+}
+
+/// Where a resolved watchpoint lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// At a link-time address inside a module. When `relocatable` (a PIE executable or a
+    /// shared library), the run-time address is the module's load bias plus `vaddr`; the
+    /// agent learns the bias from `dl_iterate_phdr`.
+    Module {
+        /// The ELF file the symbol was found in.
+        path: PathBuf,
+        /// Its link-time virtual address, offset included.
+        vaddr: u64,
+        /// Whether the module is loaded at a bias (ELF type `ET_DYN`).
+        relocatable: bool,
+    },
+    /// A fixed address in the target.
+    Absolute(u64),
+}
+
+/// What a watch spec resolved to: a checked, armable watchpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watchpoint {
+    /// How the report names it (the spec as typed).
+    pub label: String,
+    /// Where it is.
+    pub place: Place,
+    /// Bytes covered; the run-time address is aligned to it.
+    pub len: Len,
+    /// Which accesses trigger it.
+    pub access: Access,
+    /// The symbol's name and size in bytes, when it came from a symbol.
+    pub symbol: Option<(String, u64)>,
+}
+
+impl Watchpoint {
+    /// The run-time address, given the load bias of its module (ignored for absolute
+    /// addresses and non-relocatable modules).
+    pub fn address(&self, load_bias: u64) -> u64 {
+        match &self.place {
+            Place::Module { vaddr, relocatable: true, .. } => load_bias.wrapping_add(*vaddr),
+            Place::Module { vaddr, relocatable: false, .. } => *vaddr,
+            Place::Absolute(addr) => *addr,
+        }
+    }
+}
+
+impl fmt::Display for WatchSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Location::Symbol { name, offset: 0 } => write!(f, "{name}")?,
+            Location::Symbol { name, offset } => write!(f, "{name}+{offset}")?,
+            Location::Address(a) => write!(f, "{a:#x}")?,
+        }
+        if let Some(len) = self.len {
+            write!(f, ":{}", len.bytes())?;
+        }
+        write!(f, ":{}", self.access.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> WatchSpec {
+        WatchSpec::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn sym(name: &str, offset: u64) -> Location {
+        Location::Symbol { name: name.into(), offset }
+    }
+
+    #[test]
+    fn symbol_forms() {
+        let s = p("counter");
+        assert_eq!((s.location, s.len, s.access), (sym("counter", 0), None, Access::Write));
+        let s = p("counter:4");
+        assert_eq!((s.len, s.access), (Some(Len::B4), Access::Write));
+        let s = p("counter:rw");
+        assert_eq!((s.len, s.access), (None, Access::ReadWrite));
+        let s = p("table+16:8:rw");
+        assert_eq!(
+            (s.location, s.len, s.access),
+            (sym("table", 16), Some(Len::B8), Access::ReadWrite)
+        );
+        assert_eq!(p("table+0x10").location, sym("table", 16));
+        assert_eq!(p("ns::inner::state:2:w").location, sym("ns::inner::state", 0));
+        assert_eq!(p("ns::state+4:4").location, sym("ns::state", 4));
+    }
+
+    #[test]
+    fn raw_address_forms() {
+        let s = p("0x7ffd1230:8:w");
+        assert_eq!((&s.location, s.len), (&Location::Address(0x7ffd_1230), Some(Len::B8)));
+        let w = s.as_absolute().unwrap();
+        assert_eq!((w.address(0x1000), w.len), (0x7ffd_1230, Len::B8));
+        assert_eq!(p("0x1000+4:4").location, Location::Address(0x1004));
+        assert_eq!(p("0x1001:1:rw").access, Access::ReadWrite);
+        assert!(p("counter").as_absolute().is_none());
+    }
+
+    #[test]
+    fn lengths_other_than_1_2_4_8_are_refused() {
+        for bad in ["counter:3", "counter:16", "counter:0", "0x1000:12"] {
+            let e = WatchSpec::parse(bad).unwrap_err();
+            assert!(matches!(e, SpecError::BadLength { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("1, 2, 4 or 8 bytes"), "{e}");
+        }
+        assert!(matches!(WatchSpec::parse("counter:-4").unwrap_err(), SpecError::BadLength { .. }));
+    }
+
+    #[test]
+    fn misaligned_raw_addresses_are_refused_with_a_hint() {
+        let e = WatchSpec::parse("0x7ffd1234:8:w").unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, SpecError::Misaligned { addr: 0x7ffd_1234, len: 8, .. }), "{msg}");
+        assert!(msg.contains("':4'") && msg.contains("0x7ffd1230"), "{msg}");
+        // With the length defaulted, the hint says so.
+        let msg = WatchSpec::parse("0x1002").unwrap_err().to_string();
+        assert!(msg.contains("no length was given") && msg.contains("':2'"), "{msg}");
+        assert!(WatchSpec::parse("0x1003:1").is_ok());
+    }
+
+    #[test]
+    fn access_kinds() {
+        let e = WatchSpec::parse("counter:r").unwrap_err();
+        assert!(e.to_string().contains("use 'rw'"), "{e}");
+        let e = WatchSpec::parse("counter:x").unwrap_err();
+        assert!(e.to_string().contains("strobe probe"), "{e}");
+        let e = WatchSpec::parse("counter:q").unwrap_err();
+        assert!(matches!(e, SpecError::BadField { .. }), "{e}");
+        let e = WatchSpec::parse("counter:w:rw").unwrap_err();
+        assert!(matches!(e, SpecError::Duplicate { what: "access", .. }), "{e}");
+        let e = WatchSpec::parse("counter:4:8").unwrap_err();
+        assert!(matches!(e, SpecError::Duplicate { what: "length", .. }), "{e}");
+    }
+
+    #[test]
+    fn malformed_locations() {
+        for (bad, want) in [
+            ("", "empty"),
+            (":8:w", "empty"),
+            ("+4", "empty"),
+            ("counter+four", "offset 'four'"),
+            ("0xzz", "hex digits"),
+            ("0x0:1", "never mapped"),
+            ("12345:8", "0x prefix"),
+        ] {
+            let msg = WatchSpec::parse(bad).unwrap_err().to_string();
+            assert!(msg.contains(want), "{bad:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in ["counter:w", "table+16:8:rw", "0x1000:4:w", "ns::state:2:w"] {
+            assert_eq!(p(s).to_string(), s);
+            assert_eq!(p(&p(s).to_string()), WatchSpec { text: s.into(), ..p(s) });
+        }
+    }
+
+    #[test]
+    fn breakpoint_encodings() {
+        assert_eq!(Access::Write.bp_type(), 2);
+        assert_eq!(Access::ReadWrite.bp_type(), 3);
+        assert_eq!(Len::B4.bp_len(), 4);
+        assert_eq!(Len::widest_aligned(0x1004), Len::B4);
+        assert_eq!(Len::widest_aligned(0x1003), Len::B1);
+    }
+
+    #[test]
+    fn relocatable_places_add_the_bias() {
+        let w = Watchpoint {
+            label: "counter".into(),
+            place: Place::Module { path: "/bin/x".into(), vaddr: 0x4010, relocatable: true },
+            len: Len::B4,
+            access: Access::Write,
+            symbol: Some(("counter".into(), 4)),
+        };
+        assert_eq!(w.address(0x5555_0000_0000), 0x5555_0000_4010);
+        let fixed = Watchpoint {
+            place: Place::Module { path: "/bin/x".into(), vaddr: 0x4010, relocatable: false },
+            ..w
+        };
+        assert_eq!(fixed.address(0x5555_0000_0000), 0x4010);
+    }
+}
