@@ -20,6 +20,9 @@ pub fn path(name: &str) -> PathBuf {
 /// # Panics
 /// If no such library was built (a typo in the test).
 pub fn shared_lib(name: &str) -> PathBuf {
-    assert!(SHARED_LIBS.contains(&name), "no shared library '{name}' in tests/c (have: {SHARED_LIBS:?})");
+    assert!(
+        SHARED_LIBS.contains(&name),
+        "no shared library '{name}' in tests/c (have: {SHARED_LIBS:?})"
+    );
     PathBuf::from(env!("OUT_DIR")).join(format!("lib{name}.so"))
 }

@@ -192,14 +192,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let parsed: Vec<ProbeArg> =
         args.probes.iter().map(|p| ProbeArg::parse(p)).collect::<anyhow::Result<_>>()?;
-    if let Some(ProbeArg::Point { name }) = parsed.iter().find(|p| matches!(p, ProbeArg::Point { .. })) {
+    if let Some(ProbeArg::Point { name }) =
+        parsed.iter().find(|p| matches!(p, ProbeArg::Point { .. }))
+    {
         bail!(
             "probe 'point:{name}': in-program probe points are not available in this build yet; \
              use kernel probes (FUNC, LIB:FUNC, usdt:PROVIDER:NAME)"
         );
     }
     let Some(cmd) = cmd else {
-        bail!("no program to run: put it after -- (e.g. strobe probe '{}' -- ./app)", args.probes[0]);
+        bail!(
+            "no program to run: put it after -- (e.g. strobe probe '{}' -- ./app)",
+            args.probes[0]
+        );
     };
     if !args.ring_pages.is_power_of_two() {
         bail!("--ring-pages {}: must be a power of two (1, 2, 4, ...)", args.ring_pages);
@@ -352,7 +357,12 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
-fn write_table(out: &mut dyn Write, rows: &[Row], elapsed: Duration, latency: bool) -> std::io::Result<()> {
+fn write_table(
+    out: &mut dyn Write,
+    rows: &[Row],
+    elapsed: Duration,
+    latency: bool,
+) -> std::io::Result<()> {
     let w = rows.iter().map(|r| r.probe.len()).max().unwrap_or(5).max(5);
     let mut header = format!("{:<w$}  {:<6}  {:>10}  {:>12}", "PROBE", "KIND", "HITS", "HITS/S");
     if latency {
@@ -360,8 +370,13 @@ fn write_table(out: &mut dyn Write, rows: &[Row], elapsed: Duration, latency: bo
     }
     writeln!(out, "{header}")?;
     for r in rows {
-        let mut line =
-            format!("{:<w$}  {:<6}  {:>10}  {:>12.1}", r.probe, r.kind, r.hits, per_s(r.hits, elapsed));
+        let mut line = format!(
+            "{:<w$}  {:<6}  {:>10}  {:>12.1}",
+            r.probe,
+            r.kind,
+            r.hits,
+            per_s(r.hits, elapsed)
+        );
         if latency {
             match r.latency {
                 Some(l) => line.push_str(&format!(
@@ -381,7 +396,12 @@ fn write_table(out: &mut dyn Write, rows: &[Row], elapsed: Duration, latency: bo
 
 /// `--list`: the USDT probes of the binary and of the libraries it loads, and with
 /// `functions` the binary's functions.
-fn list(binary: &std::path::Path, env: &SearchEnv, functions: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+fn list(
+    binary: &std::path::Path,
+    env: &SearchEnv,
+    functions: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let exe = ElfFile::open(binary)?;
     let mut any = false;
     let mut objects: Vec<(Option<String>, ElfFile)> = Vec::new();
@@ -394,7 +414,12 @@ fn list(binary: &std::path::Path, env: &SearchEnv, functions: bool, out: &mut dy
     any |= list_usdt(None, &exe, out)?;
     for (lib, elf) in &objects {
         if !elf.usdt().is_empty() {
-            writeln!(out, "USDT probes of {} ({}):", lib.as_deref().unwrap_or("?"), elf.path().display())?;
+            writeln!(
+                out,
+                "USDT probes of {} ({}):",
+                lib.as_deref().unwrap_or("?"),
+                elf.path().display()
+            )?;
             any |= list_usdt(lib.as_deref(), elf, out)?;
         }
     }
@@ -420,7 +445,8 @@ fn list_usdt(lib: Option<&str>, elf: &ElfFile, out: &mut dyn Write) -> anyhow::R
         if seen.contains(&name) {
             continue;
         }
-        let sites = elf.usdt().iter().filter(|m| m.provider == n.provider && m.name == n.name).count();
+        let sites =
+            elf.usdt().iter().filter(|m| m.provider == n.provider && m.name == n.name).count();
         let mut extra = Vec::new();
         if sites > 1 {
             extra.push(format!("{sites} sites"));
@@ -431,7 +457,8 @@ fn list_usdt(lib: Option<&str>, elf: &ElfFile, out: &mut dyn Write) -> anyhow::R
         if !n.args.is_empty() {
             extra.push(format!("args: {}", n.args));
         }
-        let extra = if extra.is_empty() { String::new() } else { format!("  ({})", extra.join(", ")) };
+        let extra =
+            if extra.is_empty() { String::new() } else { format!("  ({})", extra.join(", ")) };
         writeln!(out, "  {name}{extra}")?;
         seen.push(name);
     }
@@ -444,7 +471,9 @@ mod tests {
 
     #[test]
     fn probe_args_are_classified_by_scheme() {
-        assert!(matches!(ProbeArg::parse("point:req").unwrap(), ProbeArg::Point { name } if name == "req"));
+        assert!(
+            matches!(ProbeArg::parse("point:req").unwrap(), ProbeArg::Point { name } if name == "req")
+        );
         assert!(matches!(ProbeArg::parse("usdt:a:b").unwrap(), ProbeArg::Kernel { .. }));
         assert!(matches!(ProbeArg::parse("libc:malloc").unwrap(), ProbeArg::Kernel { .. }));
         assert!(ProbeArg::parse("point:").is_err());
