@@ -182,7 +182,9 @@ impl Session {
         probes: Vec<ResolvedProbe>,
         opts: Options,
     ) -> Result<Session, Error> {
-        let mut tracefs = Tracefs::detect()?;
+        // Without kernel probes (a run that only reads in-program probe points) nothing is
+        // attached, and nothing needs tracefs or privileges.
+        let mut tracefs = if probes.is_empty() { None } else { Some(Tracefs::detect()?) };
         let child = HeldChild::spawn(cmd)?;
         let mut s = Session {
             probes,
@@ -196,7 +198,9 @@ impl Session {
         };
         // On error `s` is dropped: its events close, and the held child, never
         // released, exits without running the target.
-        s.attach(&mut tracefs)?;
+        if let Some(tracefs) = &mut tracefs {
+            s.attach(tracefs)?;
+        }
         s.start_ns = ring::monotonic_ns();
         s.child.release()?;
         Ok(s)
