@@ -127,7 +127,7 @@ pub fn rows(opts: &BenchOpts) -> Result<Vec<Row>, BenchError> {
             rows.push(row([
                 ("variant", Value::from(variant)),
                 ("threads", Value::from(threads)),
-                ("mtrig_per_s", Value::from(rate)),
+                ("mtrig_per_s", Value::from((rate * 1e4).round() / 1e4)),
             ]));
         }
         let mut counted = 0u64;

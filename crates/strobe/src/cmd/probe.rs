@@ -341,6 +341,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if args.trace && !points.is_empty() {
+        warnings.push(
+            "--trace shows kernel probes only: probe points are counted by the probe library, \
+             which reports at exit"
+                .to_string(),
+        );
+    }
     for w in &warnings {
         eprintln!("strobe: warning: {w}");
     }
