@@ -119,7 +119,10 @@ pub struct EventSettings {
 pub const SAMPLE_TYPE: u64 =
     (sys::PERF_SAMPLE_IDENTIFIER | sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME) as u64;
 
-/// Opens one uprobe event on `site` for `target`. `what` names it in errors.
+/// Opens one uprobe PMU event on `site` for `target`. `what` names it in errors.
+///
+/// Refuses `settings.inherit`: an inherited uprobe PMU event breaks the target's `clone`
+/// (see the module doc); use [`Tracefs`] and [`open_trace_uprobe`] for that.
 pub fn open_uprobe(
     pmu: &UprobePmu,
     site: &Site,
@@ -128,6 +131,14 @@ pub fn open_uprobe(
     settings: EventSettings,
     what: &str,
 ) -> Result<PerfEvent, Error> {
+    if settings.inherit {
+        return Err(Error::BadSpec {
+            spec: what.to_string(),
+            why: "uprobe PMU events cannot be inherited (the kernel re-reads their path \
+                  pointer inside each new thread); define the uprobe in tracefs instead"
+                .to_string(),
+        });
+    }
     let path = CString::new(site.path.as_os_str().as_bytes()).map_err(|_| Error::BadSpec {
         spec: what.to_string(),
         why: "the file path contains a NUL byte".to_string(),
