@@ -198,6 +198,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.list {
         let binary = binary_of(&args, cmd.as_ref())?;
         let env = SearchEnv::new(cmd.as_ref().and_then(Command::ld_library_path).as_deref());
+        // The file's own listing first, so a bad binary fails before anything runs.
+        let mut listing = Vec::new();
+        list(&binary, &env, args.functions, &mut listing)?;
         // Probe points are known only to the running program: run it, with the probe
         // library asked to list its sites at exit.
         let points = match cmd {
@@ -211,7 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             None => None,
         };
         let mut out = open_output(args.output.as_ref())?;
-        list(&binary, &env, args.functions, &mut out)?;
+        out.write_all(&listing)?;
         let mut code = ExitCode::SUCCESS;
         if let Some((points, status)) = points {
             list_points(points.as_ref(), &mut out)?;
