@@ -167,12 +167,16 @@ fn group_of(pid: u32) -> String {
     format!("strobe_{pid}")
 }
 
+/// Numbers the definitions of this process, across every [`Tracefs`] it creates (they
+/// share the process's group, so names must not repeat). Relaxed: only uniqueness
+/// matters, which the atomic increment gives whatever the ordering.
+static NEXT_DEFINITION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Defines uprobes in tracefs (`uprobe_events`) under this process's own group.
 #[derive(Debug)]
 pub struct Tracefs {
     root: std::path::PathBuf,
     group: String,
-    next: usize,
 }
 
 impl Tracefs {
@@ -201,7 +205,7 @@ impl Tracefs {
                       CONFIG_UPROBE_EVENTS)"
                 .to_string(),
         })?;
-        let t = Tracefs { root, group: group_of(std::process::id()), next: 0 };
+        let t = Tracefs { root, group: group_of(std::process::id()) };
         // Opening for append fails early, and clearly, without root.
         t.events_file()?;
         t.remove_stale();
@@ -262,12 +266,7 @@ impl Tracefs {
     }
 
     /// Defines a uprobe (or a return probe) on `site`; `what` names it in errors.
-    pub fn define(
-        &mut self,
-        site: &Site,
-        retprobe: bool,
-        what: &str,
-    ) -> Result<TraceUprobe, Error> {
+    pub fn define(&self, site: &Site, retprobe: bool, what: &str) -> Result<TraceUprobe, Error> {
         let path = site.path.to_string_lossy();
         if path.chars().any(|c| c.is_whitespace()) || !site.path.is_absolute() {
             return Err(Error::BadSpec {
@@ -277,8 +276,8 @@ impl Tracefs {
                 ),
             });
         }
-        let event = format!("{}{}", if retprobe { 'r' } else { 'p' }, self.next);
-        self.next += 1;
+        let n = NEXT_DEFINITION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let event = format!("{}{n}", if retprobe { 'r' } else { 'p' });
         let name = format!("{}/{event}", self.group);
         let mut line =
             format!("{}:{name} {path}:{:#x}", if retprobe { 'r' } else { 'p' }, site.offset);
@@ -406,7 +405,7 @@ mod tests {
 
     #[test]
     fn tracefs_definitions_are_removed_on_drop() {
-        let mut t = match Tracefs::detect() {
+        let t = match Tracefs::detect() {
             Ok(t) => t,
             Err(e) => return eprintln!("skipping: {e}"),
         };

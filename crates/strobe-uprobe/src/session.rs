@@ -184,7 +184,7 @@ impl Session {
     ) -> Result<Session, Error> {
         // Without kernel probes (a run that only reads in-program probe points) nothing is
         // attached, and nothing needs tracefs or privileges.
-        let mut tracefs = if probes.is_empty() { None } else { Some(Tracefs::detect()?) };
+        let tracefs = if probes.is_empty() { None } else { Some(Tracefs::detect()?) };
         let child = HeldChild::spawn(cmd)?;
         let mut s = Session {
             probes,
@@ -198,7 +198,7 @@ impl Session {
         };
         // On error `s` is dropped: its events close, and the held child, never
         // released, exits without running the target.
-        if let Some(tracefs) = &mut tracefs {
+        if let Some(tracefs) = &tracefs {
             s.attach(tracefs)?;
         }
         s.start_ns = ring::monotonic_ns();
@@ -206,7 +206,7 @@ impl Session {
         Ok(s)
     }
 
-    fn attach(&mut self, tracefs: &mut Tracefs) -> Result<(), Error> {
+    fn attach(&mut self, tracefs: &Tracefs) -> Result<(), Error> {
         let pid = self.child.pid();
         // One definition per (site, entry or return), shared by every CPU's event.
         let mut defs: Vec<(usize, bool, usize)> = Vec::new();
