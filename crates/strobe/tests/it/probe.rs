@@ -318,9 +318,8 @@ fn without_privilege_the_error_says_what_is_needed() {
         .arg(&prog)
         .args(["exit", "0"]));
     let err = stderr(&out);
-    if err.contains("Permission denied") && !err.contains("strobe")
-        || out.status.code() == Some(127)
-    {
+    if !err.starts_with("strobe:") {
+        // setpriv itself failed (absent, or strobe's directory is closed to that user).
         eprintln!("skipping: cannot run strobe as an unprivileged user here: {}", show(&out));
         return;
     }
