@@ -4,6 +4,12 @@
 //! A file may carry one line `// strobe-testprogs: FLAGS...` with extra compiler/linker
 //! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread -I include`, dynamically linked (the
 //! agent is injected with LD_PRELOAD, which needs a dynamic executable).
+//!
+//! The word `shared` among the flags makes the file a shared library instead:
+//! `tests/c/NAME.c` becomes `libNAME.so` (built before the programs, with `-shared -fPIC`
+//! and soname `libNAME.so`). A program that links one (`-lNAME`) gets `-L` and a
+//! `DT_RUNPATH` to the output directory, so it runs from anywhere and tools find the
+//! library the way the dynamic linker does.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -40,12 +46,12 @@ fn main() {
     let src_dir = manifest.join("../../tests/c");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", src_dir.display());
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".to_string());
     // Programs with probe points include strobe_probe.h from the repository's include/.
     let include_dir = manifest.join("../../include");
     println!("cargo:rerun-if-changed={}", include_dir.display());
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let mut names = Vec::new();
     let mut probe_lib: Option<PathBuf> = None;
+    let mut names = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(&src_dir)
         .expect("tests/c exists")
         .filter_map(Result::ok)
@@ -53,19 +59,44 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "c"))
         .collect();
     entries.sort();
-    for path in entries {
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let extra: Vec<String> = text
-            .lines()
+    let flags_of = |path: &PathBuf| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines()
             .find_map(|l| l.trim().strip_prefix("// strobe-testprogs:"))
             .map(|f| f.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default();
-        let mut extra = extra;
+            .unwrap_or_default()
+    };
+    // Shared libraries first: programs link against them.
+    let mut libs = Vec::new();
+    for path in entries.iter().filter(|p| flags_of(p).iter().any(|f| f == "shared")) {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let extra: Vec<String> = flags_of(path).into_iter().filter(|f| f != "shared").collect();
+        let so = out.join(format!("lib{name}.so"));
+        let status = Command::new(&cc)
+            .args(["-O1", "-g", "-pthread", "-Wall", "-shared", "-fPIC"])
+            .arg(format!("-Wl,-soname,lib{name}.so"))
+            .arg("-o")
+            .arg(&so)
+            .arg(path)
+            .args(&extra)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
+        assert!(status.success(), "compiling {} failed", path.display());
+        libs.push(name);
+    }
+    for path in entries.iter().filter(|p| !flags_of(p).iter().any(|f| f == "shared")) {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let extra = flags_of(path);
+        let links_ours = extra.iter().any(|f| libs.iter().any(|l| *f == format!("-l{l}")));
+        let mut local_libs = Vec::new();
+        if links_ours {
+            local_libs.push(format!("-L{}", out.display()));
+            local_libs.push(format!("-Wl,-rpath,{}", out.display()));
+        }
         if extra.iter().any(|f| f == "-lstrobe_probe_c") {
             let dir = probe_lib.get_or_insert_with(|| probe_library(&manifest, &out)).clone();
-            extra.push(format!("-L{}", dir.display()));
-            extra.push(format!("-Wl,-rpath,{}", dir.display()));
+            local_libs.push(format!("-L{}", dir.display()));
+            local_libs.push(format!("-Wl,-rpath,{}", dir.display()));
         }
         let exe = out.join(&name);
         let status = Command::new(&cc)
@@ -73,7 +104,8 @@ fn main() {
             .arg(format!("-I{}", include_dir.display()))
             .arg("-o")
             .arg(&exe)
-            .arg(&path)
+            .arg(path)
+            .args(&local_libs)
             .args(&extra)
             .status()
             .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
@@ -83,10 +115,13 @@ fn main() {
     let list: String = names.iter().map(|n| format!("    \"{n}\",\n")).collect();
     let lib =
         probe_lib.map(|d| d.join("libstrobe_probe_c.so").display().to_string()).unwrap_or_default();
+    let lib_list: String = libs.iter().map(|n| format!("    \"{n}\",\n")).collect();
     std::fs::write(
         out.join("programs.rs"),
         format!(
             "/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n\
+             /// Every shared library built from tests/c (`shared` marker).\n\
+             pub const SHARED_LIBS: &[&str] = &[\n{lib_list}];\n\
              /// libstrobe_probe_c.so, which the programs with probe points link against.\n\
              pub const PROBE_LIBRARY: &str = {lib:?};\n"
         ),

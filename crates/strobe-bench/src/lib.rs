@@ -15,6 +15,7 @@ pub mod stats;
 
 pub mod breakpoint;
 pub mod probe;
+pub mod probe_uprobe;
 pub mod readside;
 pub mod reclaim;
 pub mod sampling;

@@ -19,3 +19,16 @@ pub fn path(name: &str) -> PathBuf {
 pub fn probe_library() -> PathBuf {
     PathBuf::from(PROBE_LIBRARY)
 }
+
+/// The path of shared library `name` (`tests/c/NAME.c` with the `shared` marker), built as
+/// `libNAME.so`.
+///
+/// # Panics
+/// If no such library was built (a typo in the test).
+pub fn shared_lib(name: &str) -> PathBuf {
+    assert!(
+        SHARED_LIBS.contains(&name),
+        "no shared library '{name}' in tests/c (have: {SHARED_LIBS:?})"
+    );
+    PathBuf::from(env!("OUT_DIR")).join(format!("lib{name}.so"))
+}

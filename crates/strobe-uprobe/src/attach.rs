@@ -6,6 +6,21 @@
 //! sysfs (`format/retprobe`, `format/ref_ctr_offset`): the return-probe flag and the USDT
 //! semaphore offset. The kernel copies the path during the call.
 //!
+//! # Two ways to name a uprobe, and why inheriting events use tracefs
+//!
+//! The uprobe PMU reads `config1` as a pointer *in the calling task* every time an event is
+//! initialised, and an inherited event is initialised again in each thread or process the
+//! target creates, inside the target, where strobe's pointer means nothing: the kernel's
+//! copy faults and the target's `clone` fails with EFAULT (its threads never start). So
+//! events that must follow the target ([`EventSettings::inherit`]) name their uprobe
+//! through tracefs instead ([`Tracefs`]), as `perf probe` does: strobe writes a definition
+//! (`p:strobe_PID/pN PATH:0xOFF(0xREF)`, `r:` for a return probe) to `uprobe_events`, and
+//! opens a tracepoint event (`PERF_TYPE_TRACEPOINT`, config = the definition's id), which
+//! inherits cleanly. A definition is removed when its [`TraceUprobe`] is dropped (after its
+//! events are closed); definitions left by a strobe that was killed are removed by the
+//! next run ([`Tracefs::detect`]). Events on threads that already exist (in-process use,
+//! benchmarks) keep the PMU, which needs no tracefs.
+//!
 //! Costs on the reference machine (docs: DESIGN.md): opening one uprobe event takes about
 //! 1-10 ms, closing one about 60-90 ms (the kernel waits for a grace period on unregister),
 //! and closing several from parallel threads is slower still, so events are opened once
@@ -104,7 +119,10 @@ pub struct EventSettings {
 pub const SAMPLE_TYPE: u64 =
     (sys::PERF_SAMPLE_IDENTIFIER | sys::PERF_SAMPLE_TID | sys::PERF_SAMPLE_TIME) as u64;
 
-/// Opens one uprobe event on `site` for `target`. `what` names it in errors.
+/// Opens one uprobe PMU event on `site` for `target`. `what` names it in errors.
+///
+/// Refuses `settings.inherit`: an inherited uprobe PMU event breaks the target's `clone`
+/// (see the module doc); use [`Tracefs`] and [`open_trace_uprobe`] for that.
 pub fn open_uprobe(
     pmu: &UprobePmu,
     site: &Site,
@@ -113,6 +131,14 @@ pub fn open_uprobe(
     settings: EventSettings,
     what: &str,
 ) -> Result<PerfEvent, Error> {
+    if settings.inherit {
+        return Err(Error::BadSpec {
+            spec: what.to_string(),
+            why: "uprobe PMU events cannot be inherited (the kernel re-reads their path \
+                  pointer inside each new thread); define the uprobe in tracefs instead"
+                .to_string(),
+        });
+    }
     let path = CString::new(site.path.as_os_str().as_bytes()).map_err(|_| Error::BadSpec {
         spec: what.to_string(),
         why: "the file path contains a NUL byte".to_string(),
@@ -130,6 +156,199 @@ pub fn open_uprobe(
     let ev = PerfEvent::open(&attr, target, None, what)?;
     drop(path);
     Ok(ev)
+}
+
+/// Where tracefs is mounted, with the `uprobe_events` file: `/sys/kernel/tracing`, else
+/// the debugfs mount point.
+const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// The tracefs group of a strobe process: `strobe_PID`.
+fn group_of(pid: u32) -> String {
+    format!("strobe_{pid}")
+}
+
+/// Numbers the definitions of this process, across every [`Tracefs`] it creates (they
+/// share the process's group, so names must not repeat). Relaxed: only uniqueness
+/// matters, which the atomic increment gives whatever the ordering.
+static NEXT_DEFINITION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Defines uprobes in tracefs (`uprobe_events`) under this process's own group.
+#[derive(Debug)]
+pub struct Tracefs {
+    root: std::path::PathBuf,
+    group: String,
+}
+
+impl Tracefs {
+    /// Finds tracefs, checks that uprobe definitions can be written, and removes
+    /// definitions left by strobe processes that no longer exist.
+    pub fn detect() -> Result<Tracefs, Error> {
+        let mut denied = None;
+        let found = TRACEFS_ROOTS.iter().map(std::path::PathBuf::from).find(|r| {
+            let f = r.join("uprobe_events");
+            match std::fs::metadata(&f) {
+                Ok(_) => true,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::PermissionDenied && denied.is_none() {
+                        denied = Some(f);
+                    }
+                    false
+                }
+            }
+        });
+        if let (None, Some(f)) = (&found, denied) {
+            return Err(Self::not_permitted(&f));
+        }
+        let root = found.ok_or_else(|| Error::NoUprobePmu {
+            why: "tracefs with uprobe_events is not mounted (mount it with \
+                      `mount -t tracefs nodev /sys/kernel/tracing`; the kernel needs \
+                      CONFIG_UPROBE_EVENTS)"
+                .to_string(),
+        })?;
+        let t = Tracefs { root, group: group_of(std::process::id()) };
+        // Opening for append fails early, and clearly, without root.
+        t.events_file()?;
+        t.remove_stale();
+        Ok(t)
+    }
+
+    fn events_file(&self) -> Result<std::fs::File, Error> {
+        let path = self.root.join("uprobe_events");
+        std::fs::OpenOptions::new().append(true).open(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                Self::not_permitted(&path)
+            } else {
+                Error::Io { what: format!("opening {}", path.display()), source }
+            }
+        })
+    }
+
+    fn not_permitted(path: &std::path::Path) -> Error {
+        Error::NotPermitted {
+            what: format!(
+                "defining kernel uprobes in {} (uprobes that follow a program's threads are \
+                 defined in tracefs)",
+                path.display()
+            ),
+            need: "run strobe as root: tracefs is root-only, and perf_event_paranoid or \
+                   CAP_PERFMON alone do not open it"
+                .to_string(),
+        }
+    }
+
+    /// Removes every definition in a `strobe_PID` group whose process is gone.
+    fn remove_stale(&self) {
+        let Ok(text) = std::fs::read_to_string(self.root.join("uprobe_events")) else { return };
+        for line in text.lines() {
+            // `p:strobe_123/p0 /path:0x...`
+            let Some(name) = line.split_whitespace().next().and_then(|w| w.get(2..)) else {
+                continue;
+            };
+            let Some(pid) = name
+                .strip_prefix("strobe_")
+                .and_then(|r| r.split_once('/'))
+                .and_then(|(p, _)| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = self.write_line(&format!("-:{name}"));
+            }
+        }
+    }
+
+    fn write_line(&self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f =
+            std::fs::OpenOptions::new().append(true).open(self.root.join("uprobe_events"))?;
+        // One write per definition: the kernel parses each write as whole lines.
+        f.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// Defines a uprobe (or a return probe) on `site`; `what` names it in errors.
+    pub fn define(&self, site: &Site, retprobe: bool, what: &str) -> Result<TraceUprobe, Error> {
+        let path = site.path.to_string_lossy();
+        if path.chars().any(|c| c.is_whitespace()) || !site.path.is_absolute() {
+            return Err(Error::BadSpec {
+                spec: what.to_string(),
+                why: format!(
+                    "kernel uprobe definitions need an absolute path without spaces, not '{path}'"
+                ),
+            });
+        }
+        let n = NEXT_DEFINITION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let event = format!("{}{n}", if retprobe { 'r' } else { 'p' });
+        let name = format!("{}/{event}", self.group);
+        let mut line =
+            format!("{}:{name} {path}:{:#x}", if retprobe { 'r' } else { 'p' }, site.offset);
+        if let Some(r) = site.ref_ctr_offset {
+            line.push_str(&format!("({r:#x})"));
+        }
+        self.write_line(&line).map_err(|source| Error::Sys {
+            what: format!("defining the uprobe '{line}' in {}/uprobe_events", self.root.display()),
+            source,
+        })?;
+        // From here on, dropping `def` removes the definition again.
+        let mut def = TraceUprobe { root: self.root.clone(), name, id: 0 };
+        let id_path = self.root.join("events").join(&def.name).join("id");
+        let id = std::fs::read_to_string(&id_path).map_err(|source| Error::Io {
+            what: format!("reading {}", id_path.display()),
+            source,
+        })?;
+        let id = id.trim().parse().map_err(|_| Error::Io {
+            what: format!("parsing {}", id_path.display()),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, id.trim().to_string()),
+        })?;
+        def.id = id;
+        Ok(def)
+    }
+}
+
+/// One uprobe defined in tracefs; its definition is removed on drop, which must come after
+/// every event opened on it is closed (the kernel refuses to remove a definition in use).
+#[derive(Debug)]
+pub struct TraceUprobe {
+    root: std::path::PathBuf,
+    name: String,
+    id: u64,
+}
+
+impl TraceUprobe {
+    /// The tracepoint id (`perf_event_attr.config` for `PERF_TYPE_TRACEPOINT`).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for TraceUprobe {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Ok(mut f) =
+            std::fs::OpenOptions::new().append(true).open(self.root.join("uprobe_events"))
+        {
+            // A failure leaves a definition behind, which the next run removes.
+            let _ = f.write_all(format!("-:{}\n", self.name).as_bytes());
+        }
+    }
+}
+
+/// Opens one event on a tracefs-defined uprobe for `target`. `what` names it in errors.
+pub fn open_trace_uprobe(
+    def: &TraceUprobe,
+    target: Target,
+    settings: EventSettings,
+    what: &str,
+) -> Result<PerfEvent, Error> {
+    let mut attr = sys::new_attr(sys::PERF_TYPE_TRACEPOINT, def.id);
+    attr.set_inherit(u64::from(settings.inherit));
+    attr.set_enable_on_exec(u64::from(settings.enable_on_exec));
+    if let Some(wakeup) = settings.sampling {
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.sample_type = SAMPLE_TYPE;
+        ring::use_monotonic_clock(&mut attr);
+        wakeup.apply(&mut attr);
+    }
+    Ok(PerfEvent::open(&attr, target, None, what)?)
 }
 
 /// The CPUs that are online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
@@ -184,6 +403,24 @@ mod tests {
         assert_eq!(c2, 0x1234);
     }
 
+    #[test]
+    fn tracefs_definitions_are_removed_on_drop() {
+        let t = match Tracefs::detect() {
+            Ok(t) => t,
+            Err(e) => return eprintln!("skipping: {e}"),
+        };
+        let exe = std::env::current_exe().unwrap();
+        let site = Site { path: exe, offset: 0x1000, ref_ctr_offset: None };
+        let def = t.define(&site, true, "t").unwrap();
+        let group = group_of(std::process::id());
+        let listed = || std::fs::read_to_string(t.root.join("uprobe_events")).unwrap();
+        let line = format!("r:{group}/");
+        assert!(listed().contains(&line), "{}", listed());
+        assert!(def.id() > 0);
+        drop(def);
+        assert!(!listed().contains(&line), "{}", listed());
+    }
+
     /// A function whose calls the uprobe counts. `#[inline(never)]` and a black box keep
     /// one real call per iteration.
     #[inline(never)]
@@ -198,7 +435,7 @@ mod tests {
             Ok(p) => p,
             Err(e) => return eprintln!("skipping: {e}"),
         };
-        let addr = strobe_uprobe_attach_test_target as usize as u64;
+        let addr = strobe_uprobe_attach_test_target as *const () as u64;
         let (path, offset) = crate::maps::resolve_address(0, addr).unwrap().unwrap();
         let site = Site { path, offset, ref_ctr_offset: None };
         let settings = EventSettings { inherit: false, enable_on_exec: false, sampling: None };

@@ -193,9 +193,9 @@ impl ElfFile {
             }
             // Untyped symbols count only when they sit in executable code (assembly
             // routines written without `.type`); data labels like `_end` do not.
-            if !is_func
-                && !(st_type == elf::STT_NOTYPE && self.segment_of(vaddr).is_some_and(|s| s.exec))
-            {
+            let untyped_code =
+                st_type == elf::STT_NOTYPE && self.segment_of(vaddr).is_some_and(|s| s.exec);
+            if !(is_func || untyped_code) {
                 continue;
             }
             let Some(file_offset) = self.vaddr_to_offset(vaddr) else { continue };

@@ -6,8 +6,10 @@
 //! 2. [`resolve::Resolver`] reads the ELF files ([`elf`], [`usdt`]), finds libraries like
 //!    the dynamic linker ([`libpath`], or a running process's [`maps`]), and turns the
 //!    probe into (file, offset) sites, with "did you mean" errors.
-//! 3. [`attach`] opens uprobe PMU events (`config1` = path, `config2` = offset, the
-//!    retprobe bit and the USDT semaphore's `ref_ctr_offset` where sysfs says).
+//! 3. [`attach`] defines each site as a uprobe in tracefs and opens tracepoint events on
+//!    it (they can be inherited by the target's threads), or, for threads that exist
+//!    already, opens uprobe PMU events (`config1` = path, `config2` = offset, the retprobe
+//!    bit and the USDT semaphore's `ref_ctr_offset` where sysfs says).
 //! 4. [`session::Session`] forks the target held before exec ([`launch`]), attaches with
 //!    `enable_on_exec` + `inherit`, releases it, collects counts (and, for latency and
 //!    trace, ring-buffer samples matched per thread by [`latency`]) and reports.
@@ -119,6 +121,14 @@ pub enum Error {
     /// A ring buffer could not be mapped.
     #[error(transparent)]
     Ring(#[from] strobe_perf::ring::RingError),
+    /// strobe lacks a privilege a step needs.
+    #[error("{what}: not permitted; {need}")]
+    NotPermitted {
+        /// The step.
+        what: String,
+        /// What would allow it.
+        need: String,
+    },
     /// This kernel has no uprobe PMU (or an unusable one).
     #[error("kernel uprobes are not available: {why}")]
     NoUprobePmu {

@@ -9,6 +9,9 @@
 //! ring buffers), ignoring SIGINT/SIGQUIT meanwhile so that Ctrl-C stops the target and
 //! still yields a report, as `time` does.
 //!
+//! Events are tracepoint events on uprobes defined in tracefs ([`crate::attach`] says why
+//! the uprobe PMU cannot be inherited).
+//!
 //! # Counting, and sampling
 //!
 //! Counting alone (the default) uses one event per probe site on the task (`cpu = -1`):
@@ -47,7 +50,7 @@ use std::time::Duration;
 use strobe_perf::ring::{self, poll_readable, Record, RingBuffer, SampleLayout, Wakeup};
 use strobe_perf::{PerfEvent, Target};
 
-use crate::attach::{self, EventSettings, UprobePmu};
+use crate::attach::{self, EventSettings, TraceUprobe, Tracefs};
 use crate::latency::{Matcher, Summary};
 use crate::launch::{Command, HeldChild};
 use crate::resolve::{ProbeKind, ResolvedProbe};
@@ -162,9 +165,11 @@ struct Pending {
 pub struct Session {
     probes: Vec<ResolvedProbe>,
     opts: Options,
-    // Rings before events: the mappings go first, then the events (slow to close).
+    // Drop order is field order: the mappings go first, then the events (slow to close),
+    // then the tracefs definitions the events use (removable only once unused).
     rings: Vec<RingBuffer>,
     events: Vec<Attached>,
+    defs: Vec<TraceUprobe>,
     ids: HashMap<u64, (usize, bool)>,
     child: HeldChild,
     start_ns: u64,
@@ -177,41 +182,56 @@ impl Session {
         probes: Vec<ResolvedProbe>,
         opts: Options,
     ) -> Result<Session, Error> {
-        let pmu = UprobePmu::detect()?;
+        // Without kernel probes (a run that only reads in-program probe points) nothing is
+        // attached, and nothing needs tracefs or privileges.
+        let tracefs = if probes.is_empty() { None } else { Some(Tracefs::detect()?) };
         let child = HeldChild::spawn(cmd)?;
         let mut s = Session {
             probes,
             opts,
             rings: Vec::new(),
             events: Vec::new(),
+            defs: Vec::new(),
             ids: HashMap::new(),
             child,
             start_ns: 0,
         };
         // On error `s` is dropped: its events close, and the held child, never
         // released, exits without running the target.
-        s.attach(&pmu)?;
+        if let Some(tracefs) = &tracefs {
+            s.attach(tracefs)?;
+        }
         s.start_ns = ring::monotonic_ns();
         s.child.release()?;
         Ok(s)
     }
 
-    fn attach(&mut self, pmu: &UprobePmu) -> Result<(), Error> {
+    fn attach(&mut self, tracefs: &Tracefs) -> Result<(), Error> {
         let pid = self.child.pid();
+        // One definition per (site, entry or return), shared by every CPU's event.
+        let mut defs: Vec<(usize, bool, usize)> = Vec::new();
+        for (i, p) in self.probes.iter().enumerate() {
+            let with_return = self.opts.latency && p.kind == ProbeKind::Function;
+            for site in &p.sites {
+                for ret in [false, true] {
+                    if ret && !with_return {
+                        continue;
+                    }
+                    defs.push((i, ret, self.defs.len()));
+                    self.defs.push(tracefs.define(site, ret, &p.name)?);
+                }
+            }
+        }
         if !self.opts.sampling() {
             let settings = EventSettings { inherit: true, enable_on_exec: true, sampling: None };
-            for (i, p) in self.probes.iter().enumerate() {
-                for site in &p.sites {
-                    let ev = attach::open_uprobe(
-                        pmu,
-                        site,
-                        false,
-                        Target::thread(pid),
-                        settings,
-                        &p.name,
-                    )?;
-                    self.events.push(Attached { probe: i, ret: false, event: ev });
-                }
+            for &(i, ret, d) in &defs {
+                let ev = attach::open_trace_uprobe(
+                    &self.defs[d],
+                    Target::thread(pid),
+                    settings,
+                    &self.probes[i].name,
+                )?;
+                self.events.push(Attached { probe: i, ret, event: ev });
             }
             return Ok(());
         }
@@ -223,31 +243,27 @@ impl Session {
         };
         for cpu in attach::online_cpus()? {
             let first = self.events.len();
-            for (i, p) in self.probes.iter().enumerate() {
-                let with_return = self.opts.latency && p.kind == ProbeKind::Function;
-                for site in &p.sites {
-                    for ret in [false, true] {
-                        if ret && !with_return {
-                            continue;
-                        }
-                        let target = Target { pid, cpu };
-                        let ev = attach::open_uprobe(pmu, site, ret, target, settings, &p.name)?;
-                        let id = ev.id().map_err(|e| Error::Sys {
-                            what: "PERF_EVENT_IOC_ID".into(),
-                            source: e,
-                        })?;
-                        self.ids.insert(id, (i, ret));
-                        if self.events.len() == first {
-                            self.rings.push(RingBuffer::map(&ev, self.opts.ring_pages)?);
-                        } else {
-                            ev.set_output(&self.events[first].event).map_err(|e| Error::Sys {
-                                what: "PERF_EVENT_IOC_SET_OUTPUT".into(),
-                                source: e,
-                            })?;
-                        }
-                        self.events.push(Attached { probe: i, ret, event: ev });
-                    }
+            for &(i, ret, d) in &defs {
+                let target = Target { pid, cpu };
+                let ev = attach::open_trace_uprobe(
+                    &self.defs[d],
+                    target,
+                    settings,
+                    &self.probes[i].name,
+                )?;
+                let id = ev
+                    .id()
+                    .map_err(|e| Error::Sys { what: "PERF_EVENT_IOC_ID".into(), source: e })?;
+                self.ids.insert(id, (i, ret));
+                if self.events.len() == first {
+                    self.rings.push(RingBuffer::map(&ev, self.opts.ring_pages)?);
+                } else {
+                    ev.set_output(&self.events[first].event).map_err(|e| Error::Sys {
+                        what: "PERF_EVENT_IOC_SET_OUTPUT".into(),
+                        source: e,
+                    })?;
                 }
+                self.events.push(Attached { probe: i, ret, event: ev });
             }
         }
         Ok(())
@@ -263,9 +279,10 @@ impl Session {
         &self.probes
     }
 
-    /// Waits for the target to exit, handing each hit to `on_hit` (with `--trace` or
-    /// `--latency`, in time order per thread), then reports.
-    pub fn run(&mut self, mut on_hit: impl FnMut(&Hit<'_>)) -> Result<Report, Error> {
+    /// Waits for the target to exit, then reports. With `trace`, hits are handed to
+    /// `on_hits` as they are read, a batch per wakeup, in time order within the batch (and
+    /// always in order per thread; see the module doc).
+    pub fn run(&mut self, mut on_hits: impl FnMut(&[Hit<'_>])) -> Result<Report, Error> {
         let _guard = InterruptGuard::ignore();
         let layout = SampleLayout::new(attach::SAMPLE_TYPE);
         let mut matcher = Matcher::new(self.probes.len());
@@ -295,6 +312,7 @@ impl Session {
             if !pending.is_empty() {
                 pending.sort_by_key(|p| p.time);
                 let ready = pending.partition_point(|p| p.time < horizon);
+                let mut batch = Vec::new();
                 for p in pending.drain(..ready) {
                     let kind = if p.ret {
                         HitKind::Return { duration_ns: matcher.ret(p.tid, p.probe, p.time) }
@@ -305,7 +323,7 @@ impl Session {
                         HitKind::Entry
                     };
                     if self.opts.trace {
-                        on_hit(&Hit {
+                        batch.push(Hit {
                             probe: p.probe,
                             name: &self.probes[p.probe].name,
                             pid: p.pid,
@@ -314,6 +332,9 @@ impl Session {
                             kind,
                         });
                     }
+                }
+                if !batch.is_empty() {
+                    on_hits(&batch);
                 }
             }
             if status.is_some() {
