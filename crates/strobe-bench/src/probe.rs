@@ -170,11 +170,10 @@ fn measure(variant: &'static str, threads: usize, window: Duration) -> (f64, u64
 
 /// The kernel uprobe rows (`uprobe`, `uprobe-prologue`), same shape as ours.
 ///
-/// Hook for `crates/strobe-bench/src/probe_uprobe.rs`: once that module
-/// exists with `pub fn rows(opts: &BenchOpts) -> Result<Vec<Row>, BenchError>`,
-/// declare it in lib.rs and return `crate::probe_uprobe::rows(opts)` here.
-fn uprobe_rows(_opts: &BenchOpts) -> Result<Vec<Row>, BenchError> {
-    Ok(Vec::new())
+/// The kernel uprobe rows (`uprobe`, `uprobe-prologue`), measured by
+/// [`crate::probe_uprobe`].
+fn uprobe_rows(opts: &BenchOpts) -> Result<Vec<Row>, BenchError> {
+    crate::probe_uprobe::rows(opts)
 }
 
 fn cell(rows: &[Row], variant: &str, threads: usize) -> Option<f64> {
@@ -209,10 +208,23 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         }
     }
     teardown(s);
-    rows.extend(uprobe_rows(opts)?);
+    // Kernel uprobes need the uprobe PMU and permission; without them the in-process rows
+    // still stand, and the skip is printed with its reason.
+    let uprobe_skipped = match uprobe_rows(opts) {
+        Ok(r) => {
+            rows.extend(r);
+            None
+        }
+        Err(BenchError::Unsupported(why)) => Some(why),
+        Err(e) => return Err(e),
+    };
 
     let mut report = BenchReport::new("probe");
     report.text = render(&rows, &churn_rate, opts, repeats, window);
+    if let Some(why) = uprobe_skipped {
+        report.text.push_str(&format!("uprobe rows skipped: {why}\n"));
+        report.extra.insert("uprobe_skipped".into(), Value::from(why));
+    }
     for (t, r) in &churn_rate {
         report.extra.insert(format!("churn_detach_per_s_{t}t"), Value::from(r.round()));
     }
