@@ -82,10 +82,16 @@ fn measure_time(opts: &BenchOpts) -> Duration {
     }
 }
 
+/// Held while uprobes are attached to the probed functions: the kernel writes a
+/// breakpoint over their first instruction then, so readers of that code (a test) and a
+/// second concurrent `rows` call (the `probe` bench's tests) wait for it.
+static ATTACHED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The `uprobe` and `uprobe-prologue` rows, `{"variant","threads","mtrig_per_s"}`, at
 /// 1, 2, 4 and 8 threads (the median of `opts.repeats` measurements each).
 #[cfg(target_arch = "x86_64")]
 pub fn rows(opts: &BenchOpts) -> Result<Vec<Row>, BenchError> {
+    let _attached = ATTACHED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let pmu = strobe_uprobe::attach::UprobePmu::detect()
         .map_err(|e| BenchError::Unsupported(e.to_string()))?;
     let mut rows = Vec::new();
@@ -269,6 +275,7 @@ mod tests {
     fn the_probed_functions_start_with_the_promised_instruction() {
         #[cfg(target_arch = "x86_64")]
         {
+            let _attached = ATTACHED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let code = |f: unsafe extern "C" fn()| {
                 // SAFETY: reading the first bytes of a function in this executable's
                 // mapped, readable text.
