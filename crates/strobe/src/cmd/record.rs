@@ -338,11 +338,20 @@ fn summarize(path: &Path) {
              (did the program reset LD_PRELOAD, or is it setuid?)"
         );
     }
-    let samples = rec.total_samples();
+    // Counted as `strobe report` counts them: a window's end is part of its window, not
+    // another sample of where time went.
+    let ends = rec
+        .processes
+        .iter()
+        .flat_map(|p| &p.samples)
+        .filter(|s| s.kind == strobe_format::SampleKind::WindowEnd)
+        .count();
+    let samples = rec.total_samples() - ends;
     let lost = rec.total_lost();
     let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
     let mut line = format!(
-        "strobe record: {samples} samples ({lost} lost) from {} process{}, {threads} thread{}; {} written to {}",
+        "strobe record: {samples} samples and {ends} window ends ({lost} lost) from {} process{}, \
+         {threads} thread{}; {} written to {}",
         started.len(),
         if started.len() == 1 { "" } else { "es" },
         if threads == 1 { "" } else { "s" },
