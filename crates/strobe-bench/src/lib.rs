@@ -44,10 +44,19 @@ pub enum BenchError {
 
 /// The benchmark names `strobe bench` accepts, with a one-line description each.
 pub const BENCHES: &[(&str, &str)] = &[
-    ("sampling", "alternating sample windows vs short-period-only; slowdown, bytes, wakeups, report speed"),
-    ("reclaim", "deferred reclamation throughput and memory: strobe-rcu bulk vs per-object, crossbeam-epoch, seize"),
-    ("readside", "ns per read-side section: strobe-rcu vs crossbeam-epoch, seize, arc-swap, RwLock"),
-    ("probe", "probe triggers/s at 1..8 threads: RCU registry vs Mutex/RwLock, disabled, kernel uprobes"),
+    (
+        "sampling",
+        "alternating windows vs short period only: slowdown, bytes, wakeups, report speed",
+    ),
+    (
+        "reclaim",
+        "deferred freeing, Mobj/s and RSS: strobe-rcu bulk vs per-object, crossbeam, seize",
+    ),
+    (
+        "readside",
+        "ns per read-side section: strobe-rcu vs crossbeam-epoch, seize, arc-swap, RwLock",
+    ),
+    ("probe", "probe triggers/s, 1..8 threads: RCU registry vs Mutex/RwLock, disabled, uprobes"),
     ("breakpoint", "breakpoint slot reservation at 1..4096 threads: kernel, list, hash multimap"),
 ];
 
