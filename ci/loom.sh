@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strobe-rcu's loom models (crates/strobe-rcu/tests/loom.rs): every interleaving
+# The loom models of strobe-rcu (crates/strobe-rcu/tests/loom.rs) and strobe-sampler
+# (crates/strobe-sampler/tests/loom.rs): every interleaving
 # of the real grace-period, retire hand-off, RcuPtr and multimap code, up to a
 # preemption bound. Called by ci/test.sh; takes well under a minute on 2 cores.
 #
@@ -22,3 +23,9 @@ LOOM_MAX_PREEMPTIONS=$small cargo test -p strobe-rcu --release --test loom -- \
 # state space grows ~30x per extra preemption.
 LOOM_MAX_PREEMPTIONS=$retire cargo test -p strobe-rcu --release --test loom -- \
     --exact retire_batching_and_hand_off
+
+# strobe-sampler's models (crates/strobe-sampler/tests/loom.rs): the per-thread
+# sample ring (wrap-around, loss counting, the wakeup threshold), slot reuse by a
+# new owner against a late signal of the old one, and the watchpoint hit ring.
+# A few seconds each at bound 3; LOOM_DEEP=1 runs them at 4.
+LOOM_MAX_PREEMPTIONS=$small cargo test -p strobe-sampler --release --test loom

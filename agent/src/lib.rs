@@ -493,8 +493,8 @@ extern "C" fn atfork_child() {
     ENABLED.store(false, Ordering::Relaxed);
     let high = slots::HIGH_WATER.load(Ordering::Relaxed) as usize;
     for slot in slots::SLOTS.iter().take(high) {
-        if slot.state.load(Ordering::Relaxed) != slots::FREE {
-            slot.state.store(slots::CLOSING, Ordering::SeqCst);
+        if slot.ctl.state() != strobe_sampler::slot::FREE {
+            slot.ctl.mark_closing();
             let g = slot.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
             if !g.is_null() {
                 // SAFETY: from Box::into_raw in open_slot; swapped out, dropped once. This
@@ -502,8 +502,9 @@ extern "C" fn atfork_child() {
                 drop(unsafe { Box::from_raw(g) });
             }
             slot.leader_fd.store(-1, Ordering::Relaxed);
-            slot.buf.store(std::ptr::null_mut(), Ordering::Relaxed); // the parent's data
-            slot.state.store(slots::FREE, Ordering::Release);
+            // FREE: the ring (our private copy of the parent's) is emptied by the next
+            // claimer's `prepare`; the parent writes its own records.
+            slot.ctl.finish_close(true);
         }
     }
     writer::reset_in_child();

@@ -30,11 +30,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
-use strobe_format::SampleKind;
 use strobe_perf::spec::MAX_GROUP;
 use strobe_perf::sys::{self, ioctl};
+use strobe_sampler::{Periods, Push};
 
-use crate::slots::{self, Slot, PHASE_LONG, PHASE_WINDOW, RECORD_HEAD};
+use crate::slots::{self, Slot, RECORD_HEAD};
 use crate::{agent, Agent};
 
 /// Set at exit: handlers stop recording and re-arming.
@@ -251,21 +251,16 @@ fn read_group(slot: &Slot, words: &mut [u64; RECORD_HEAD + MAX_GROUP]) -> usize 
     (words[0] as usize).min(MAX_GROUP)
 }
 
-/// The next long period: the base plus a uniform jitter in `0..=jitter` (xorshift64).
+/// The periods the handler alternates between.
 #[inline]
-fn next_long(a: &Agent, slot: &Slot) -> u64 {
-    let period = a.period.load(Ordering::Relaxed);
-    let jitter = a.jitter.load(Ordering::Relaxed);
-    if jitter == 0 {
-        return period;
+fn periods(a: &Agent) -> Periods {
+    // Relaxed: plain parameters, set before sampling starts (calibration swaps the
+    // period on the calibrating thread itself).
+    Periods {
+        period: a.period.load(Ordering::Relaxed),
+        jitter: a.jitter.load(Ordering::Relaxed),
+        window: a.window,
     }
-    let mut x = slot.rng.load(Ordering::Relaxed) | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    slot.rng.store(x, Ordering::Relaxed);
-    // checked_add: a jitter of u64::MAX must not become a division by zero here.
-    period.wrapping_add(jitter.checked_add(1).map_or(x, |m| x % m))
 }
 
 /// The handler's work for one overflow of `slot`'s leader: read the group once, record
@@ -280,34 +275,24 @@ pub fn take_sample(a: &Agent, slot: &Slot, ip: u64) -> bool {
     let time = mono_ns();
     let counters = words.get(RECORD_HEAD..RECORD_HEAD + n).unwrap_or(&[]);
     let leader = counters.first().copied().unwrap_or(0);
-    let window = a.window;
-    let (kind, next) = if window == 0 {
-        (SampleKind::Plain, next_long(a, slot))
-    } else if slot.phase.load(Ordering::Relaxed) == PHASE_LONG {
-        slot.window_start.store(leader, Ordering::Relaxed);
-        slot.phase.store(PHASE_WINDOW, Ordering::Relaxed);
-        (SampleKind::WindowStart, window)
-    } else {
-        let delta = leader.wrapping_sub(slot.window_start.load(Ordering::Relaxed));
-        slot.windows.store(slot.windows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        slot.window_sum
-            .store(slot.window_sum.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
-        slot.phase.store(PHASE_LONG, Ordering::Relaxed);
-        (SampleKind::WindowEnd, next_long(a, slot))
-    };
-    let pushed = slot.push(a.capacity, a.stride, time, ip, kind as u64, counters);
-    if pushed == Some(a.wakeup) {
+    let step = slot.alt.on_overflow(&periods(a), leader);
+    // SAFETY: this handler is the ring's only producer: it runs on the slot's owner
+    // thread (the caller's lookup checked the generation), SIGTRAP is blocked while it
+    // runs so it does not re-enter itself, and the owner prepares the ring only before
+    // the slot is ACTIVE.
+    let pushed = unsafe { slot.ring.push(time, ip, step.kind as u64, counters) };
+    if let Push::Stored { wake: true, .. } = pushed {
         wake(a.event_fd);
     }
     let fd = slot.leader_fd.load(Ordering::Relaxed);
-    let mut p = next;
+    let mut p = step.next_period;
     // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH takes an
     // integer. `fd` is the owner's live leader (the slot is ACTIVE, checked by the caller).
     unsafe {
         libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
         libc::ioctl(fd, ioctl::REFRESH, 1);
     }
-    pushed.is_some()
+    matches!(pushed, Push::Stored { .. })
 }
 
 /// Re-arms `slot` for a long period without recording (a late, asynchronous signal).
@@ -315,9 +300,8 @@ fn rearm_long(a: &Agent, slot: &Slot) {
     if STOPPING.load(Ordering::Relaxed) {
         return;
     }
-    slot.phase.store(PHASE_LONG, Ordering::Relaxed);
     let fd = slot.leader_fd.load(Ordering::Relaxed);
-    let mut p = next_long(a, slot);
+    let mut p = slot.alt.restart(&periods(a));
     // SAFETY: as in `take_sample`.
     unsafe {
         libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
@@ -371,33 +355,25 @@ pub fn open_slot(a: &Agent, first_period: u64) -> Result<usize, SetupError> {
     ) {
         Ok(g) => g,
         Err(e) => {
-            slot.state.store(slots::FREE, Ordering::Release);
+            slot.ctl.abandon();
             return Err(SetupError::Open(e));
         }
     };
     // A slot keeps its ring when its thread exits (capacity and stride are fixed for the
     // agent's life), so a program that churns threads does not map and unmap one per
     // thread; memory stays bounded by the most threads alive at once.
-    if slot.buf.load(Ordering::Relaxed).is_null() {
-        let words = (a.capacity as usize).saturating_mul(a.stride);
-        let ring: Box<[u64]> = vec![0u64; words].into_boxed_slice();
-        slot.buf.store(Box::into_raw(ring).cast::<u64>(), Ordering::Relaxed);
-    }
+    // SAFETY: we hold the claim: the writer leaves CLAIMED slots alone, and a late signal
+    // of an earlier owner fails the lookup (not ACTIVE); the writer synchronises with
+    // our Release of ACTIVE below before it consumes.
+    unsafe { slot.ring.prepare(a.capacity, a.stride, a.wakeup) };
     slot.tid.store(sys::gettid() as u32, Ordering::Relaxed);
     slot.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
     slot.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
-    slot.head.store(0, Ordering::Relaxed);
-    slot.tail.store(0, Ordering::Relaxed);
-    slot.lost.store(0, Ordering::Relaxed);
-    slot.lost_reported.store(0, Ordering::Relaxed);
-    slot.phase.store(PHASE_LONG, Ordering::Relaxed);
-    slot.rng.store(mono_ns() ^ (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
-    slot.window_start.store(0, Ordering::Relaxed);
-    slot.windows.store(0, Ordering::Relaxed);
-    slot.window_sum.store(0, Ordering::Relaxed);
+    slot.alt.reset(mono_ns() ^ (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     slot.named.store(0, Ordering::Relaxed);
-    // Release: the writer thread that sees ACTIVE sees the ring, tid and counters above.
-    slot.state.store(slots::ACTIVE, Ordering::Release);
+    // Release (in `activate`): the writer thread that sees ACTIVE sees the ring, tid and
+    // counters above.
+    slot.ctl.activate();
     Ok(idx)
 }
 
@@ -416,11 +392,10 @@ pub fn arm(idx: usize) {
 /// slot for its next owner.
 pub fn close_slot(idx: usize, free_now: bool) {
     let Some(slot) = slots::SLOTS.get(idx) else { return };
-    if slot.state.load(Ordering::Relaxed) != slots::ACTIVE {
+    // Same-thread ordering: our handler sees CLOSING before the fds go away, and ignores us.
+    if !slot.ctl.begin_close() {
         return;
     }
-    // Same-thread ordering: our handler sees CLOSING before the fds go away, and ignores us.
-    slot.state.store(slots::CLOSING, Ordering::SeqCst);
     let group = slot.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
     if !group.is_null() {
         // SAFETY: the pointer came from Box::into_raw in `open_slot` and was swapped out,
@@ -428,9 +403,9 @@ pub fn close_slot(idx: usize, free_now: bool) {
         drop(unsafe { Box::from_raw(group) });
     }
     slot.leader_fd.store(-1, Ordering::Relaxed);
-    // Release: the writer that sees DEAD sees the final head and lost count; the next
-    // owner that claims a FREE slot sees everything we did to it.
-    slot.state.store(if free_now { slots::FREE } else { slots::DEAD }, Ordering::Release);
+    // Release (in `finish_close`): the writer that sees DEAD sees the final head and lost
+    // count; the next owner that claims a FREE slot sees everything we did to it.
+    slot.ctl.finish_close(free_now);
 }
 
 /// Measured costs, in ns.
@@ -512,7 +487,7 @@ pub fn calibrate(a: &Agent) -> Option<Costs> {
         let slot = slots::SLOTS.get(idx)?;
         arm(idx);
         let t = spin(iters);
-        let hits = slot.head.load(Ordering::Relaxed) + slot.lost.load(Ordering::Relaxed);
+        let hits = slot.ring.published() + slot.ring.lost();
         close_slot(idx, true);
         (hits > 10).then(|| t.saturating_sub(base) / hits)
     };
@@ -545,13 +520,13 @@ fn calibrate_tkill(a: &Agent, n: u32) -> Option<Costs> {
         for _ in 0..n / 10 {
             tkill(); // warm up caches and the timer paths
         }
-        let h0 = slot.head.load(Ordering::Relaxed);
+        let h0 = slot.ring.published();
         let t0 = mono_ns();
         for _ in 0..n {
             tkill();
         }
         let dt = mono_ns() - t0;
-        let h = slot.head.load(Ordering::Relaxed) - h0;
+        let h = slot.ring.published() - h0;
         CALIB_MODE.store(0, Ordering::SeqCst);
         (dt, h)
     };

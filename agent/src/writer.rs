@@ -18,6 +18,8 @@ use strobe_format::{
     ThreadInfo,
 };
 
+use strobe_sampler::Kind;
+
 use crate::sampler::mono_ns;
 use crate::slots::{self, RECORD_HEAD};
 use crate::Agent;
@@ -173,7 +175,7 @@ fn drain(a: &Agent, ws: &mut WriterState, final_drain: bool) {
     for slot in slots::SLOTS.iter().take(high) {
         // Acquire: pairs with the owner's Release stores of ACTIVE (ring, tid visible)
         // and DEAD (final head and lost count visible).
-        let state = slot.state.load(Ordering::Acquire);
+        let state = slot.ctl.state();
         if !matches!(state, slots::ACTIVE | slots::CLOSING | slots::DEAD) {
             continue;
         }
@@ -186,35 +188,38 @@ fn drain(a: &Agent, ws: &mut WriterState, final_drain: bool) {
             slot.named.store(1, Ordering::Relaxed);
         }
         let mut batch = ws.enc.samples(a.stream, tid, ncounters);
-        let n = slot.consume(a.capacity, a.stride, |rec| {
-            let kind = match rec.get(2) {
-                Some(1) => SampleKind::WindowStart,
-                Some(2) => SampleKind::WindowEnd,
-                _ => SampleKind::Plain,
-            };
-            let (time, ip) = (rec.first().copied(), rec.get(1).copied());
-            batch.push(
-                kind,
-                time.unwrap_or(0),
-                ip.unwrap_or(0),
-                rec.get(RECORD_HEAD..).unwrap_or(&[]),
-            );
-        });
+        // SAFETY: we hold the drain lock, so we are the ring's only consumer, and the
+        // Acquire load of ACTIVE/CLOSING/DEAD above synchronised with the owner's set-up.
+        let n = unsafe {
+            slot.ring.consume(|rec| {
+                let kind = match Kind::from_word(rec.get(2).copied().unwrap_or(0)) {
+                    Kind::WindowStart => SampleKind::WindowStart,
+                    Kind::WindowEnd => SampleKind::WindowEnd,
+                    Kind::Plain => SampleKind::Plain,
+                };
+                let (time, ip) = (rec.first().copied(), rec.get(1).copied());
+                batch.push(
+                    kind,
+                    time.unwrap_or(0),
+                    ip.unwrap_or(0),
+                    rec.get(RECORD_HEAD..).unwrap_or(&[]),
+                );
+            })
+        };
         drop(batch); // a batch with no sample leaves no chunk
         ws.samples += n;
-        let l = slot.lost.load(Ordering::Relaxed);
-        let reported = slot.lost_reported.load(Ordering::Relaxed);
-        if l > reported {
-            lost.push(LostCount { tid, lost: l - reported });
-            ws.lost += l - reported;
-            slot.lost_reported.store(l, Ordering::Relaxed);
+        let l = slot.ring.take_lost();
+        if l > 0 {
+            lost.push(LostCount { tid, lost: l });
+            ws.lost += l;
         }
         if state == slots::DEAD {
-            ws.dead_windows += slot.windows.load(Ordering::Relaxed);
-            ws.dead_window_sum += slot.window_sum.load(Ordering::Relaxed);
-            // Release: our use of the slot (and its ring, which it keeps) happens before a
-            // new owner claims it.
-            slot.state.store(slots::FREE, Ordering::Release);
+            let (windows, window_sum) = slot.alt.windows();
+            ws.dead_windows += windows;
+            ws.dead_window_sum += window_sum;
+            // Release (in `release`): our use of the slot (and its ring, which it keeps)
+            // happens before a new owner claims it.
+            slot.ctl.release();
         }
         if ws.enc.len() > 1 << 20 {
             write_all(a.out_fd, ws.enc.as_bytes());
@@ -239,9 +244,10 @@ pub fn finish(a: &Agent, reason: EndReason) {
         let high = slots::HIGH_WATER.load(Ordering::Relaxed) as usize;
         let (mut windows, mut window_sum) = (ws.dead_windows, ws.dead_window_sum);
         for slot in slots::SLOTS.iter().take(high) {
-            if matches!(slot.state.load(Ordering::Acquire), slots::ACTIVE | slots::CLOSING) {
-                windows += slot.windows.load(Ordering::Relaxed);
-                window_sum += slot.window_sum.load(Ordering::Relaxed);
+            if matches!(slot.ctl.state(), slots::ACTIVE | slots::CLOSING) {
+                let (w, sum) = slot.alt.windows();
+                windows += w;
+                window_sum += sum;
             }
         }
         ws.enc.end_process(

@@ -599,7 +599,8 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
         // While strobe lags, hits wait in the ring (and past it are counted lost) rather
         // than in an ever-growing buffer; at stop everything left is written.
         while ch.buf.len() < CHANNEL_BACKLOG || stopping {
-            let Some(h) = st.ring.pop() else { break };
+            // SAFETY: this writer thread is the ring's only consumer.
+            let Some(h) = (unsafe { st.ring.pop() }) else { break };
             drained = true;
             write_hit(&h, &mut mods, &mut ch);
             if ch.buf.len() > 48 * 1024 {
