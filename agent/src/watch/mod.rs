@@ -13,7 +13,9 @@
 //!
 //! - `STROBE_WATCH_FD=N`: the write end of a pipe `strobe watch` reads.
 //! - `STROBE_WATCH_POINTS=P;P;...`, each `P` = `KIND,ADDR,LEN,ACCESS`: `KIND` is `pie` (an
-//!   address in the main executable, relocated by its load bias) or `abs`; `ADDR` hex;
+//!   address in the main executable, relocated by its load bias), `lib=DEV:INO` (an
+//!   address in the loaded shared library whose file has that device and inode number, hex,
+//!   relocated by its load bias) or `abs`; `ADDR` hex;
 //!   `LEN` 1, 2, 4 or 8; `ACCESS` `w` or `rw`.
 //! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (per-thread events: each thread gets its own,
 //!   opened by the writer thread when it finds the thread in `/proc/self/task`, instead of
@@ -209,6 +211,42 @@ fn exe_bias() -> u64 {
     bias
 }
 
+/// The load bias of the loaded object whose file has this device and inode number.
+fn library_bias(dev: u64, ino: u64) -> Option<u64> {
+    struct Find {
+        dev: u64,
+        ino: u64,
+        bias: Option<u64>,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info; `data` is the Find below.
+        let (info, find) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: a zeroed stat is a valid out-parameter; dlpi_name is a NUL-terminated
+        // path (empty for the main program, which stat refuses).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::stat(info.dlpi_name, &mut st) } == 0
+            && st.st_dev == find.dev
+            && st.st_ino == find.ino
+        {
+            find.bias = Some(info.dlpi_addr);
+            return 1;
+        }
+        0
+    }
+    let mut find = Find { dev, ino, bias: None };
+    // SAFETY: the callback matches the expected signature and writes only `find`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
+    find.bias
+}
+
 fn parse_points(bias: u64) -> Result<Vec<Wp>, String> {
     let text = std::env::var("STROBE_WATCH_POINTS").unwrap_or_default();
     let mut out = Vec::new();
@@ -220,7 +258,20 @@ fn parse_points(bias: u64) -> Result<Vec<Wp>, String> {
         let addr = match *kind {
             "pie" => bias.wrapping_add(addr),
             "abs" => addr,
-            _ => return Err(bad()),
+            k => {
+                let id = k.strip_prefix("lib=").and_then(|id| id.split_once(':'));
+                let Some((dev, ino)) = id else { return Err(bad()) };
+                let dev = u64::from_str_radix(dev, 16).map_err(|_| bad())?;
+                let ino = u64::from_str_radix(ino, 16).map_err(|_| bad())?;
+                let Some(lib_bias) = library_bias(dev, ino) else {
+                    return Err(format!(
+                        "watchpoint {}: its shared library (device {dev:#x}, inode {ino}) is \
+                         not loaded in the program at start",
+                        out.len()
+                    ));
+                };
+                lib_bias.wrapping_add(addr)
+            }
         };
         let len: u64 = len.parse().map_err(|_| bad())?;
         Len::new(len).ok_or_else(bad)?;
@@ -375,7 +426,7 @@ struct Armed {
     threads_armed: u64,
 }
 
-type Slots = strobe_watch::Reservation<(i32, strobe_watch::slots::SlotEntry)>;
+type Slots = strobe_watch::ReservationOf<RcuHashMap>;
 
 /// One thread's events in per-thread mode.
 struct ThreadEvents {
@@ -720,12 +771,15 @@ fn follow_threads(st: &State, armed: &mut Armed, me: i32) {
         } else {
             // The thread exited meanwhile (or refused): nothing to keep.
             armed.table.release(reservation);
+            armed.table.forget(tid);
         }
     }
     let gone: Vec<i32> = armed.others.keys().filter(|t| !live.contains(t)).copied().collect();
     for t in gone {
         if let Some(te) = armed.others.remove(&t) {
             armed.table.release(te.reservation);
+            // The thread exited: drop its entry, so the table holds live threads only.
+            armed.table.forget(t);
         }
     }
 }
