@@ -275,3 +275,40 @@ fn a_raw_address_is_watched_in_a_position_dependent_program() {
     assert_eq!(hits.len(), 20, "{stdout}");
     assert!(hits.iter().all(|h| h.func == format!("writer_{}", h.new / 1_000_000)), "{stdout}");
 }
+
+/// A global of a shared library (tests/c/watchlib.c) is watched by `LIB:SYMBOL` and, when
+/// the executable has no symbol by that name, by the bare name: every write is reported,
+/// from the library's function, with its new value.
+#[test]
+fn a_shared_librarys_global_is_watched_by_library_and_by_bare_name() {
+    const THREADS: i64 = 2;
+    const WRITES: i64 = 50;
+    let (t, w) = (THREADS.to_string(), WRITES.to_string());
+    for spec in ["libwatchlib.so:lib_counter", "libwatchlib:lib_counter:8:w", "lib_counter"] {
+        let Some(out) = watch(&[spec, "--", &prog("watch_libuser"), &t, &w]) else { return };
+        assert!(out.status.success(), "{spec}: {}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("writes={}", THREADS * WRITES)), "{}", show(&out));
+        let hits = hits(&stdout);
+        assert_eq!(hits.len() as i64, THREADS * WRITES, "{spec}: one hit per write\n{stdout}");
+        let mut last: HashMap<i64, i64> = HashMap::new();
+        for h in &hits {
+            assert_eq!(h.wp, spec);
+            assert_eq!(h.func, "lib_bump", "the library's function: {h:?}");
+            let (thread, k) = (h.new / 1_000_000, h.new % 1_000_000);
+            assert!((0..THREADS).contains(&thread), "{h:?}");
+            let prev = last.insert(thread, k).unwrap_or(0);
+            assert_eq!(k, prev + 1, "each write once, in order: {h:?}");
+        }
+    }
+}
+
+#[test]
+fn a_library_the_program_does_not_load_is_refused_before_running() {
+    let p = prog("watch_writers");
+    let out = run(strobe().args(["watch", "libwatchlib.so:lib_counter", "--", &p, "1", "1"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("libwatchlib.so") && err.contains("not found"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"), "the program did not run");
+}
