@@ -53,17 +53,21 @@ pub const MAX_SLOTS: u32 = 8;
 
 /// The lowest `n` slots free in `used` among the first `capacity`, as a mask; `None` when
 /// fewer than `n` are free. The one computation every variant of the table shares.
+#[inline]
 pub fn pick(used: u8, n: u32, capacity: u32) -> Option<u8> {
-    let mut mask = 0u8;
-    for i in 0..capacity.min(MAX_SLOTS) {
-        if mask.count_ones() == n {
-            break;
-        }
-        if used & (1 << i) == 0 {
-            mask |= 1 << i;
-        }
+    let all = (1u16 << capacity.min(MAX_SLOTS)) - 1;
+    let mut free = !u16::from(used) & all;
+    if free.count_ones() < n {
+        return None;
     }
-    (mask.count_ones() == n).then_some(mask)
+    let mut mask = 0u16;
+    for _ in 0..n {
+        // The lowest free slot: the lowest set bit of `free`.
+        let low = free & free.wrapping_neg();
+        mask |= low;
+        free &= !low;
+    }
+    u8::try_from(mask).ok()
 }
 
 /// A multimap from thread to its slots: the one thing the variants of the slot table
