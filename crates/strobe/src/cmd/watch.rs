@@ -59,9 +59,10 @@ pub struct Args {
     /// frame pointers).
     #[arg(long)]
     stack: bool,
-    /// Give each thread its own watchpoint events (found within about a millisecond of the
-    /// thread's start; earlier accesses are missed) instead of inherited ones, with slots
-    /// accounted per thread.
+    /// Give each thread its own watchpoint events instead of inherited ones, with slots
+    /// accounted per thread. A thread made with pthread_create opens them before its start
+    /// routine runs; one made otherwise (raw clone) is found within about a millisecond
+    /// and its earlier accesses are missed.
     #[arg(long)]
     thread: bool,
     /// Refuse more watchpoints than debug registers instead of rotating them.

@@ -242,6 +242,29 @@ fn per_thread_events_follow_every_thread() {
     assert!(stdout.contains("-- per-thread watchpoints in 5 threads"), "{stdout}");
 }
 
+/// With --thread, a thread made by pthread_create opens its own events before its start
+/// routine runs: a store that is the routine's first instruction is caught in every thread.
+#[test]
+fn per_thread_events_catch_a_new_threads_first_instruction() {
+    const THREADS: i64 = 20;
+    let p = prog("watch_newthread");
+    let Some(out) = watch(&["first_word", "--thread", "--", &p, &THREADS.to_string()]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("threads={THREADS} last={THREADS}")), "{stdout}");
+    let hits = hits(&stdout);
+    let values: Vec<i64> = hits.iter().map(|h| h.new).collect();
+    assert_eq!(values, (1..=THREADS).collect::<Vec<_>>(), "one hit per thread, in order\n{stdout}");
+    assert!(hits.iter().all(|h| h.func == "first_write" && !h.imprecise), "{stdout}");
+    let tids: HashSet<i32> = hits.iter().map(|h| h.tid).collect();
+    assert_eq!(tids.len() as i64, THREADS, "each store from its own thread");
+    // main and every thread it made, each armed once.
+    let armed = format!("-- per-thread watchpoints in {} threads", THREADS + 1);
+    assert!(stdout.contains(&armed), "{stdout}");
+}
+
 #[test]
 fn a_forked_child_is_not_watched_and_not_harmed() {
     let Some(out) = watch(&["watched", "--", &prog("watch_sigtrap"), "fork"]) else { return };
