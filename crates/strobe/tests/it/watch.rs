@@ -265,6 +265,25 @@ fn per_thread_events_catch_a_new_threads_first_instruction() {
     assert!(stdout.contains(&armed), "{stdout}");
 }
 
+/// With --thread and more watchpoints than slots (rotating), 2,400 short threads made 8 at
+/// a time each arm themselves exactly once (a second set of events would count a second
+/// thread), and each one's single store is caught (the five watchpoints all overlap it,
+/// so whichever four are armed, one fires).
+#[test]
+fn per_thread_events_of_churning_threads_are_armed_once_while_rotating() {
+    let p = prog("thread_churn");
+    let spec = ["sink", "sink:4", "sink+4:4", "sink:2", "sink:1"];
+    let mut args = vec!["--count", "--thread"];
+    args.extend(spec);
+    args.extend(["--", &p]);
+    let Some(out) = watch(&args) else { return };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("-- 2400 hits"), "{stdout}");
+    assert!(stdout.contains("took turns"), "multiplexed: {stdout}");
+    assert!(stdout.contains("-- per-thread watchpoints in 2401 threads"), "{stdout}");
+}
+
 #[test]
 fn a_forked_child_is_not_watched_and_not_harmed() {
     let Some(out) = watch(&["watched", "--", &prog("watch_sigtrap"), "fork"]) else { return };
