@@ -439,11 +439,14 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 struct Start {
     routine: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
     arg: *mut libc::c_void,
+    /// strobe watch --thread: the thread arms its watchpoints first.
+    watch: bool,
 }
 
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box<Start> leaked by our pthread_create, consumed once here.
     let s = unsafe { Box::from_raw(p.cast::<Start>()) };
+    watch::on_thread_start(s.watch);
     if ENABLED.load(Ordering::Acquire) {
         if let Some(a) = agent() {
             setup_thread(a);
@@ -465,16 +468,18 @@ pub unsafe extern "C" fn pthread_create(
     arg: *mut libc::c_void,
 ) -> libc::c_int {
     let Some(real) = real_pthread_create() else { return libc::EAGAIN };
-    if !ENABLED.load(Ordering::Acquire) {
+    let watch = watch::thread_coming();
+    if !ENABLED.load(Ordering::Acquire) && !watch {
         // SAFETY: forwarding the caller's arguments unchanged.
         return unsafe { real(thread, attr, routine, arg) };
     }
-    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    let start = Box::into_raw(Box::new(Start { routine, arg, watch }));
     // SAFETY: forwarding the caller's thread/attr; our trampoline consumes `start`.
     let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
     if rc != 0 {
         // SAFETY: the thread was not created, so `start` is still ours.
         drop(unsafe { Box::from_raw(start) });
+        watch::thread_not_coming(watch);
     }
     rc
 }

@@ -13,11 +13,14 @@
 //!
 //! - `STROBE_WATCH_FD=N`: the write end of a pipe `strobe watch` reads.
 //! - `STROBE_WATCH_POINTS=P;P;...`, each `P` = `KIND,ADDR,LEN,ACCESS`: `KIND` is `pie` (an
-//!   address in the main executable, relocated by its load bias) or `abs`; `ADDR` hex;
+//!   address in the main executable, relocated by its load bias), `lib=DEV:INO` (an
+//!   address in the loaded shared library whose file has that device and inode number, hex,
+//!   relocated by its load bias) or `abs`; `ADDR` hex;
 //!   `LEN` 1, 2, 4 or 8; `ACCESS` `w` or `rw`.
-//! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (per-thread events: each thread gets its own,
-//!   opened by the writer thread when it finds the thread in `/proc/self/task`, instead of
-//!   inherited ones), `nomux` (never rotate), `stack` (walk frame pointers per hit),
+//! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (per-thread events: each thread gets its own
+//!   instead of inherited ones: opened by the thread itself before its start routine runs
+//!   when it is made with `pthread_create`, else by the writer thread when it finds the
+//!   thread in `/proc/self/task`), `nomux` (never rotate), `stack` (walk frame pointers per hit),
 //!   `rotate_us=N` (rotation interval).
 //!
 //! # Arming
@@ -26,8 +29,11 @@
 //! event per slot is opened on the constructor's thread, process-wide (`inherit` +
 //! `inherit_thread`: every thread the target creates later gets the slot's breakpoint, and
 //! forked children do not) or, with `thread`, on that thread alone, every other thread
-//! getting its own events within about a millisecond of appearing (accesses before that
-//! are missed; the writer polls `/proc/self/task`). Each thread's slots are reserved in a
+//! getting its own events: one made with `pthread_create` opens them itself before its
+//! start routine runs (the agent's trampoline calls [`on_thread_start`]; see [`born`] for
+//! the lock-free hand-over to the writer), one made otherwise (raw `clone`) gets them from
+//! the writer within about a millisecond of appearing (the writer polls `/proc/self/task`;
+//! that thread's accesses before are missed). Each thread's slots are reserved in a
 //! [`strobe_watch::SlotTable`] over strobe-rcu's hash multimap keyed by thread, so
 //! reserving and releasing them costs the same with 1 or 4096 threads. Each
 //! event raises SIGTRAP (perf's `sigtrap`, `remove_on_exec`) carrying `sig_data` =
@@ -62,6 +68,7 @@
 //! close-on-exec and the events are removed on exec, so an exec'd image runs unwatched; a
 //! forked child inherits no breakpoint (`inherit_thread`) and writes nothing.
 
+mod born;
 mod decode;
 mod ring;
 mod trap;
@@ -71,7 +78,7 @@ pub use trap::{virtual_sigaction, virtual_signal};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io::Write as _;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -209,6 +216,42 @@ fn exe_bias() -> u64 {
     bias
 }
 
+/// The load bias of the loaded object whose file has this device and inode number.
+fn library_bias(dev: u64, ino: u64) -> Option<u64> {
+    struct Find {
+        dev: u64,
+        ino: u64,
+        bias: Option<u64>,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info; `data` is the Find below.
+        let (info, find) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: a zeroed stat is a valid out-parameter; dlpi_name is a NUL-terminated
+        // path (empty for the main program, which stat refuses).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::stat(info.dlpi_name, &mut st) } == 0
+            && st.st_dev == find.dev
+            && st.st_ino == find.ino
+        {
+            find.bias = Some(info.dlpi_addr);
+            return 1;
+        }
+        0
+    }
+    let mut find = Find { dev, ino, bias: None };
+    // SAFETY: the callback matches the expected signature and writes only `find`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut find as *mut Find).cast()) };
+    find.bias
+}
+
 fn parse_points(bias: u64) -> Result<Vec<Wp>, String> {
     let text = std::env::var("STROBE_WATCH_POINTS").unwrap_or_default();
     let mut out = Vec::new();
@@ -220,7 +263,20 @@ fn parse_points(bias: u64) -> Result<Vec<Wp>, String> {
         let addr = match *kind {
             "pie" => bias.wrapping_add(addr),
             "abs" => addr,
-            _ => return Err(bad()),
+            k => {
+                let id = k.strip_prefix("lib=").and_then(|id| id.split_once(':'));
+                let Some((dev, ino)) = id else { return Err(bad()) };
+                let dev = u64::from_str_radix(dev, 16).map_err(|_| bad())?;
+                let ino = u64::from_str_radix(ino, 16).map_err(|_| bad())?;
+                let Some(lib_bias) = library_bias(dev, ino) else {
+                    return Err(format!(
+                        "watchpoint {}: its shared library (device {dev:#x}, inode {ino}) is \
+                         not loaded in the program at start",
+                        out.len()
+                    ));
+                };
+                lib_bias.wrapping_add(addr)
+            }
         };
         let len: u64 = len.parse().map_err(|_| bad())?;
         Len::new(len).ok_or_else(bad)?;
@@ -375,12 +431,111 @@ struct Armed {
     threads_armed: u64,
 }
 
-type Slots = strobe_watch::Reservation<(i32, strobe_watch::slots::SlotEntry)>;
+type Slots = strobe_watch::ReservationOf<RcuHashMap>;
 
 /// One thread's events in per-thread mode.
 struct ThreadEvents {
-    events: Vec<PerfEvent>,
+    events: Vec<ThreadEvent>,
     reservation: Slots,
+}
+
+/// One per-thread event: opened by the writer, or by the thread itself at birth (a raw fd
+/// from the `perf_event_open` system call; see [`born`]).
+enum ThreadEvent {
+    Opened(PerfEvent),
+    Born(OwnedFd),
+}
+
+impl ThreadEvent {
+    fn fd(&self) -> RawFd {
+        match self {
+            ThreadEvent::Opened(e) => e.raw_fd(),
+            ThreadEvent::Born(f) => f.as_raw_fd(),
+        }
+    }
+
+    fn disable(&self) {
+        // SAFETY: DISABLE takes an integer flag argument; the fd is a live perf event we own.
+        unsafe { libc::ioctl(self.fd(), strobe_perf::sys::ioctl::DISABLE, 0) };
+    }
+}
+
+thread_local! {
+    /// Set in the writer thread: threads it creates (strobe-rcu's reclaimer) are strobe's
+    /// own and never arm themselves. Const-initialised, no destructor: reading it allocates
+    /// nothing.
+    static IN_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Called by the agent's `pthread_create` interposer before it creates a thread: whether
+/// the new thread must arm itself ([`on_thread_start`] with `true`), in which case it is
+/// counted until it has. Runs on the target's thread: no lock, no allocation, no panic.
+pub fn thread_coming() -> bool {
+    let coming = born::arming() > 0
+        && !IN_WRITER.with(std::cell::Cell::get)
+        // Relaxed: written once by the owner's constructor; a forked child differs.
+        && OWNER_PID.load(Ordering::Relaxed) == u64::from(std::process::id());
+    if coming {
+        born::coming();
+    }
+    coming
+}
+
+/// Called by the `pthread_create` interposer when the thread [`thread_coming`] counted was
+/// not created after all.
+pub fn thread_not_coming(counted: bool) {
+    if counted {
+        born::done();
+    }
+}
+
+/// Called by the agent's trampoline in a new thread before its start routine runs, with
+/// what [`thread_coming`] said: in per-thread mode the thread opens its own watchpoint
+/// events (aimed at the watchpoints armed now), so even its first instruction is watched,
+/// and hands them to the writer. Runs on the target's thread: no lock, no allocation, no
+/// panic, errno preserved; a failure leaves the thread to the writer's polling.
+pub fn on_thread_start(counted: bool) {
+    if !counted {
+        return;
+    }
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    arm_self();
+    born::done();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn arm_self() {
+    let Some(st) = state() else { return };
+    let slots = born::arming();
+    if slots == 0 {
+        return;
+    }
+    let Some(claim) = born::claim() else { return };
+    for slot in 0..slots {
+        let wp = born::aim(slot);
+        let Some(bpt) = st.wps.get(wp).and_then(Wp::breakpoint) else { break };
+        let mut a = bp::attr(bpt, Mode::Trap { sig_data: sig_data(wp) }, Scope::Thread);
+        // Enabled from the start: one system call per slot.
+        a.set_disabled(0);
+        // SAFETY: `a` is a valid, initialised attr with its size set; pid 0 / cpu -1 is the
+        // calling thread on any CPU; no group.
+        let fd = unsafe {
+            strobe_perf::sys::perf_event_open(
+                &mut a,
+                0,
+                -1,
+                -1,
+                strobe_perf::sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if fd < 0 {
+            break;
+        }
+        claim.put(slot, fd, wp);
+    }
+    claim.publish(strobe_perf::sys::gettid());
 }
 
 fn sig_data(wp: usize) -> u64 {
@@ -425,15 +580,6 @@ fn arm(st: &State, opts: Opts) -> Armed {
             }
         }
     }
-    let tid = strobe_perf::sys::gettid();
-    match armed.table.reserve(tid, armed.events.len() as u32) {
-        Ok(r) => armed.reservation = Some(r),
-        Err(e) => {
-            armed.error = Some(e.to_string());
-            armed.events.clear();
-            return armed;
-        }
-    }
     let policy = if opts.no_mux { Policy::NoMultiplex } else { Policy::Multiplex };
     let mut mux = match Multiplexer::new(n, armed.events.len() as u32, policy) {
         Ok(m) => m,
@@ -452,6 +598,13 @@ fn arm(st: &State, opts: Opts) -> Armed {
     });
     if let Err(e) = r {
         armed.error = Some(format!("cannot enable a watchpoint: {e}"));
+    }
+    if opts.per_thread {
+        for slot in 0..mux.slots() {
+            born::set_aim(slot, mux.armed_in(slot).unwrap_or(0));
+        }
+        // After the aims: from here on, threads made with pthread_create arm themselves.
+        born::set_arming(mux.slots());
     }
     armed.mux = Some(mux);
     armed
@@ -556,8 +709,26 @@ fn write_hit(h: &Hit, mods: &mut Modules, ch: &mut Channel) {
 
 fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Opts) {
     block_all_signals();
+    IN_WRITER.with(|w| w.set(true));
     let Some(st) = state() else { return };
     let Ok(mut armed) = rx.recv() else { return };
+    // The constructor thread's slots are reserved here, not there: only this thread uses
+    // the table, and so strobe-rcu. A target's thread registered with strobe-rcu would
+    // start its reclaimer from its TLS destructors (main's run at exit), and that thread
+    // would then arm itself as if it were the target's.
+    if !armed.events.is_empty() {
+        if let Err(e) = armed
+            .table
+            .reserve(armed.own_tid, armed.events.len() as u32)
+            .map(|r| armed.reservation = Some(r))
+        {
+            for ev in &armed.events {
+                let _ = ev.disable();
+            }
+            armed.events.clear();
+            armed.error = Some(e.to_string());
+        }
+    }
     if let Some(e) = &armed.error {
         if armed.events.is_empty() {
             fail(&mut ch, e);
@@ -589,8 +760,17 @@ fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Op
         // Acquire: pairs with at_exit's Release.
         let stopping = STOP.load(Ordering::Acquire);
         if stopping {
-            for ev in armed.events.iter().chain(armed.others.values().flat_map(|t| &t.events)) {
+            // Threads made from now on run unwatched; ones arming themselves now are
+            // adopted (and disabled) below.
+            born::set_arming(0);
+            if opts.per_thread {
+                adopt_born(st, &mut armed, &mut Default::default());
+            }
+            for ev in &armed.events {
                 let _ = ev.disable();
+            }
+            for ev in armed.others.values().flat_map(|t| &t.events) {
+                ev.disable();
             }
         } else if opts.per_thread {
             follow_threads(st, &mut armed, me);
@@ -673,27 +853,37 @@ fn rotate(st: &State, armed: &mut Armed) {
         if let Some(ev) = events.get(c.slot as usize) {
             bp::retarget(ev, bpt, mode, scope)?;
         }
+        // Threads arming themselves from now on aim at `wp`; one that read the old aim is
+        // re-targeted when adopted.
+        born::set_aim(c.slot, wp);
         for t in others.values() {
             if let Some(ev) = t.events.get(c.slot as usize) {
-                let _ = bp::retarget(ev, bpt, mode, scope);
+                let _ = bp::retarget_fd(ev.fd(), bpt, mode, scope);
             }
         }
         Ok(())
     });
 }
 
-/// Per-thread mode: gives every thread that appeared in `/proc/self/task` its own events
-/// (aimed at the watchpoints armed now), reserving its slots in the table, and releases
-/// the slots of threads that are gone. A thread's accesses before it is found (within
-/// about a millisecond of its start) are not seen.
+/// Per-thread mode: adopts the events of threads that armed themselves at birth
+/// ([`born`]), gives every other thread that appeared in `/proc/self/task` its own events
+/// (aimed at the watchpoints armed now), reserving each thread's slots in the table, and
+/// releases the slots of threads that are gone. A thread made by raw `clone` is found
+/// within about a millisecond of its start; its accesses before that are not seen.
 fn follow_threads(st: &State, armed: &mut Armed, me: i32) {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return };
-    let mut live = std::collections::HashSet::new();
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        live.insert(tid);
+    let listed: std::collections::HashSet<i32> =
+        dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
+    // After listing, before adopting: see `born` for why this order means a thread that
+    // arms itself is never armed here too, and never missed.
+    let pending = born::pending();
+    let mut adopted = std::collections::HashSet::new();
+    adopt_born(st, armed, &mut adopted);
+    for &tid in &listed {
+        if pending > 0 {
+            // A listed thread may still be arming itself: leave unknown ones to the next pass.
+            break;
+        }
         if tid == me || tid == armed.own_tid || armed.others.contains_key(&tid) {
             continue;
         }
@@ -711,7 +901,7 @@ fn follow_threads(st: &State, armed: &mut Armed, me: i32) {
             let Some(bpt) = st.wps.get(wp).and_then(Wp::breakpoint) else { break };
             let mode = Mode::Trap { sig_data: sig_data(wp) };
             match bp::open(bpt, mode, Scope::Thread, Target::thread(tid), "watchpoint") {
-                Ok(ev) if ev.enable().is_ok() => events.push(ev),
+                Ok(ev) if ev.enable().is_ok() => events.push(ThreadEvent::Opened(ev)),
                 _ => break,
             }
         }
@@ -721,12 +911,62 @@ fn follow_threads(st: &State, armed: &mut Armed, me: i32) {
         } else {
             // The thread exited meanwhile (or refused): nothing to keep.
             armed.table.release(reservation);
+            armed.table.forget(tid);
         }
     }
-    let gone: Vec<i32> = armed.others.keys().filter(|t| !live.contains(t)).copied().collect();
+    // A thread adopted in this pass may have started after the listing.
+    let gone: Vec<i32> = armed
+        .others
+        .keys()
+        .filter(|t| !listed.contains(t) && !adopted.contains(t))
+        .copied()
+        .collect();
     for t in gone {
         if let Some(te) = armed.others.remove(&t) {
             armed.table.release(te.reservation);
+            // The thread exited: drop its entry, so the table holds live threads only.
+            armed.table.forget(t);
         }
     }
+}
+
+/// Takes the events of threads that armed themselves ([`born`]): reserves their slots,
+/// re-targets a slot whose watchpoint was rotated since the thread read it, and keeps
+/// them with the others. A thread that could not open every slot gets its events closed
+/// and is armed by [`follow_threads`] instead.
+fn adopt_born(st: &State, armed: &mut Armed, adopted: &mut std::collections::HashSet<i32>) {
+    let Armed { mux, others, table, threads_armed, .. } = armed;
+    let Some(mux) = mux.as_ref() else { return };
+    born::adopt(|a| {
+        let events: Vec<(ThreadEvent, usize)> = a
+            .fds
+            .iter()
+            .take(a.opened)
+            // SAFETY: the thread opened this fd and handed it over through the entry,
+            // which the writer alone takes: we are its only owner.
+            .map(|&(fd, wp)| (ThreadEvent::Born(unsafe { OwnedFd::from_raw_fd(fd) }), wp))
+            .collect();
+        if events.len() != mux.slots() as usize {
+            return; // dropping closes the fds
+        }
+        // A thread arming itself is never armed by the writer, so a known tid is an
+        // exited thread's, reused: its events are dead.
+        if let Some(old) = others.remove(&a.tid) {
+            table.release(old.reservation);
+            table.forget(a.tid);
+        }
+        let Ok(reservation) = table.reserve(a.tid, mux.slots()) else { return };
+        for (slot, (ev, wp)) in events.iter().enumerate() {
+            let now = mux.armed_in(slot as u32).unwrap_or(0);
+            let Some(bpt) = st.wps.get(now).and_then(Wp::breakpoint) else { continue };
+            if *wp != now {
+                let mode = Mode::Trap { sig_data: sig_data(now) };
+                let _ = bp::retarget_fd(ev.fd(), bpt, mode, Scope::Thread);
+            }
+        }
+        let events = events.into_iter().map(|(ev, _)| ev).collect();
+        others.insert(a.tid, ThreadEvents { events, reservation });
+        *threads_armed += 1;
+        adopted.insert(a.tid);
+    });
 }

@@ -8,8 +8,10 @@
 //!   slot, as a thread watched at 3 locations); one op reserves the 4th slot of one of
 //!   them and releases it. `list` keeps every reservation in one list and scans it to
 //!   count the thread's slots (the kernel before the seed); `hash` is strobe-rcu's
-//!   `HashMultiMap` keyed by thread (the kernel's `rhltable` after it); `hash-mutex` is a
-//!   `std` `HashMap` behind a mutex. The threads are registered ids, not live threads: the
+//!   `HashMultiMap` keyed by thread (the kernel's `rhltable` after it), one entry per
+//!   thread updated in place with atomics (a reserve is a lookup and a CAS, a release a
+//!   lookup and an atomic AND: no allocation, lock or retirement); `hash-mutex` is a
+//!   `std` `HashMap` from thread to slot mask behind a mutex. The threads are registered ids, not live threads: the
 //!   table's cost depends only on how many reservations it holds, and 4096 live threads
 //!   would only add scheduler noise to a sub-microsecond operation (the kernel rows below
 //!   do use live threads). **VARIANT-lookup** rows time the lookup of one thread's used
@@ -351,7 +353,7 @@ fn table_series<M: ThreadMultiMap + Default>(plan: &Plan, repeats: usize) -> Vec
 /// A slot table holding [`HELD`] slots for each of `threads` registered thread ids.
 struct Filled<M: ThreadMultiMap> {
     table: SlotTable<M>,
-    held: Vec<strobe_watch::Reservation<M::Handle>>,
+    held: Vec<strobe_watch::ReservationOf<M>>,
     /// The thread the timed ops work on (one in the middle).
     tid: i32,
 }

@@ -17,6 +17,7 @@
 //! [`PerfTrap::from_siginfo`] and [`retarget`] are async-signal-safe. Opening is not.
 
 use std::io;
+use std::os::fd::RawFd;
 
 use strobe_perf::sys::{self, perf_event_attr};
 use strobe_perf::{OpenError, PerfEvent, Target};
@@ -95,15 +96,21 @@ pub fn open(
 /// ones it was opened with. With [`Scope::Process`] the kernel applies the change to the
 /// inherited copies in every thread too. All or nothing. Async-signal-safe.
 pub fn retarget(event: &PerfEvent, bp: Breakpoint, mode: Mode, scope: Scope) -> io::Result<()> {
+    retarget_fd(event.raw_fd(), bp, mode, scope)
+}
+
+/// As [`retarget`], on the raw fd of a watchpoint event opened without [`open`] (the
+/// agent's threads open their own with the `perf_event_open` system call, which allocates
+/// nothing). `fd` must be a perf event fd. Async-signal-safe.
+pub fn retarget_fd(fd: RawFd, bp: Breakpoint, mode: Mode, scope: Scope) -> io::Result<()> {
     let mut a = attr(bp, mode, scope);
     // The open attr was created disabled and then enabled with an ioctl; the kernel
     // compares `disabled` too, but also copies it, so keep the event enabled.
     a.set_disabled(0);
     // SAFETY: MODIFY_ATTRIBUTES reads one `perf_event_attr` through the pointer during the
     // call; `a` is a valid, initialised attr with its size set, and outlives the call.
-    let r = unsafe {
-        libc::ioctl(event.raw_fd(), sys::ioctl::MODIFY_ATTRIBUTES, &mut a as *mut perf_event_attr)
-    };
+    let r =
+        unsafe { libc::ioctl(fd, sys::ioctl::MODIFY_ATTRIBUTES, &mut a as *mut perf_event_attr) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

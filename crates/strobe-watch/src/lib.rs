@@ -29,6 +29,7 @@ pub use mux::{HitCounters, Multiplexer, MuxError, Policy, WatchStats};
 #[cfg(feature = "resolve")]
 pub use resolve::{resolve, ElfSymbols, ResolveError};
 pub use slots::{
-    ListMap, MutexHashMap, RcuHashMap, Reservation, SlotError, SlotTable, ThreadMultiMap, Tid,
+    ListMap, MutexHashMap, RcuHashMap, Reservation, ReservationOf, SlotError, SlotTable,
+    ThreadMultiMap, Tid,
 };
 pub use spec::{Access, Len, Location, Place, SpecError, WatchSpec, Watchpoint};

@@ -297,11 +297,35 @@ impl ElfSymbols {
 
 /// Resolves `spec` against `modules`, searched in order (the executable first, then its
 /// libraries); the first module that defines the variable wins. Raw addresses need no
-/// module.
+/// module, except one in a named library (`libfoo.so:0x4010`), which is taken in the first
+/// module (the caller passes that library alone).
 pub fn resolve(spec: &WatchSpec, modules: &[ElfSymbols]) -> Result<Watchpoint, ResolveError> {
     let (name, offset) = match &spec.location {
-        Location::Address(_) => {
-            return Ok(spec.as_absolute().expect("an address spec resolves to itself"));
+        Location::Address(addr) => {
+            if let Some(w) = spec.as_absolute() {
+                return Ok(w);
+            }
+            // A link-time address in the named library: the caller passes that library
+            // alone (alignment was checked when the spec was parsed).
+            let Some(m) = modules.first() else {
+                return Err(ResolveError::NotFound {
+                    name: format!("{addr:#x}"),
+                    searched: "no module".into(),
+                    close: Vec::new(),
+                    stripped: false,
+                });
+            };
+            return Ok(Watchpoint {
+                label: spec.text.clone(),
+                place: Place::Module {
+                    path: m.path.clone(),
+                    vaddr: *addr,
+                    relocatable: m.relocatable,
+                },
+                len: spec.len.unwrap_or(crate::spec::DEFAULT_LEN),
+                access: spec.access,
+                symbol: None,
+            });
         }
         Location::Symbol { name, offset } => (name.as_str(), *offset),
     };

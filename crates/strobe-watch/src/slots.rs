@@ -1,38 +1,45 @@
 //! The per-thread debug-register slot table (seed 000).
 //!
-//! Each thread has [`DEBUG_REGISTERS`] hardware watchpoint slots. Every reservation is one
-//! entry `(thread, slots mask)` in a multimap keyed by thread; reserving `n` slots for a
-//! thread first visits that thread's entries to learn which slots are taken, then inserts
-//! one entry for the new ones. Releasing removes the entry.
-//!
-//! The seed's lesson is all in *how the map finds a thread's entries*:
+//! Each thread has [`DEBUG_REGISTERS`] hardware watchpoint slots. Reserving `n` slots for a
+//! thread learns which of its slots are taken, picks the lowest `n` free ones and records
+//! them, as one atomic step; releasing gives them back. What a reservation computes is the
+//! same for every variant (see [`pick`]); the seed's lesson is all in *how the table finds
+//! a thread's slots*:
 //!
 //! - [`ListMap`] keeps every reservation of every thread in one list, so learning one
 //!   thread's slots scans them all: O(#threads), exactly `task_bp_pinned()` before the
-//!   patch. Insertion and removal are O(1) (a slab with a free list, as `list_add_tail` /
-//!   `list_del` are), so the scan is the only cost that grows.
-//! - A hash multimap keyed by thread (the kernel's `rhltable`) visits only that thread's
-//!   entries: O(1). strobe's is `strobe_rcu::HashMultiMap` (lock-free lookups under a read
-//!   guard, serialised writers), wrapped as [`RcuHashMap`]; [`MutexHashMap`] is the lock-based alternative, a
-//!   `std::collections::HashMap` behind a mutex.
+//!   patch, under one lock like the kernel's `nr_bp_mutex`. Insertion and removal are
+//!   O(1) (a slab with a free list, as `list_add_tail` / `list_del` are), so the scan is
+//!   the only cost that grows.
+//! - [`RcuHashMap`] is strobe-rcu's [`HashMultiMap`](strobe_rcu::HashMultiMap) keyed by
+//!   thread (the kernel's `rhltable`), holding one [`ThreadSlots`] entry per thread: the
+//!   entry is inserted once, when the thread is first seen, and every reservation after
+//!   that is a lock-free lookup under a strobe-rcu read section plus one compare-and-swap
+//!   on the entry's slot mask; a release is a lookup plus one atomic AND. No allocation,
+//!   no lock, no retirement per reservation: O(1) and flat in the number of threads.
+//!   [`SlotTable::forget`] removes an exited thread's entry (a grace period later it is
+//!   freed).
+//! - [`MutexHashMap`] is the lock-based alternative: a `std` `HashMap` from thread to slot
+//!   mask behind one mutex.
 //!
-//! Both plug into [`SlotTable`] through the small [`ThreadMultiMap`] trait: insert an entry,
-//! remove one, visit a thread's entries.
+//! All three plug into [`SlotTable`] through the small [`ThreadMultiMap`] trait.
 //!
 //! ## Concurrency
 //!
-//! Counting a thread's slots and inserting the new entry must be one atomic step, or two
-//! threads reserving for the same thread could both see three slots in use and both take the
-//! fourth. As the kernel holds `nr_bp_mutex` around `__reserve_bp_slot`, [`SlotTable`]
-//! serialises reserve and release with one mutex; the map's own synchronisation only has to
-//! make each single operation safe, and lets [`SlotTable::used`] be answered concurrently
-//! (lock-free with the RCU multimap). No lock-free code lives in this module.
+//! Counting a thread's slots and taking the free ones must be one atomic step, or two
+//! threads reserving for the same thread could both see three slots in use and both take
+//! the fourth. The list and the mutex map hold their lock across both (as the kernel holds
+//! `nr_bp_mutex` around `__reserve_bp_slot`); the RCU map makes the step a single CAS on
+//! the thread's mask, so reservations for different threads never serialise and the only
+//! lock left is the one that inserts a thread's entry the first time it is seen.
 //!
-//! This module must never be called from a signal handler: reserving allocates.
+//! This module must never be called from a signal handler: the first reservation for a
+//! thread allocates its entry, and the list and mutex variants lock.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A thread id as the kernel numbers it (`gettid()`).
@@ -44,39 +51,59 @@ pub const DEBUG_REGISTERS: u32 = 4;
 /// The most slots per thread a table can track (the slot mask is a `u8`).
 pub const MAX_SLOTS: u32 = 8;
 
-/// One reservation as stored in the map: which slots it holds, and a table-unique id so
-/// that two reservations of the same slots (one released, one new) never compare equal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SlotEntry {
-    /// Unique per table, never reused.
-    pub id: u64,
-    /// Bit `i` set: slot `i` is held by this reservation.
-    pub mask: u8,
+/// The lowest `n` slots free in `used` among the first `capacity`, as a mask; `None` when
+/// fewer than `n` are free. The one computation every variant of the table shares.
+#[inline]
+pub fn pick(used: u8, n: u32, capacity: u32) -> Option<u8> {
+    let all = (1u16 << capacity.min(MAX_SLOTS)) - 1;
+    let mut free = !u16::from(used) & all;
+    if free.count_ones() < n {
+        return None;
+    }
+    let mut mask = 0u16;
+    for _ in 0..n {
+        // The lowest free slot: the lowest set bit of `free`.
+        let low = free & free.wrapping_neg();
+        mask |= low;
+        free &= !low;
+    }
+    u8::try_from(mask).ok()
 }
 
-/// A multimap from thread to its reservations: the one thing the two variants of the slot
-/// table differ in.
+/// A multimap from thread to its slots: the one thing the variants of the slot table
+/// differ in.
 ///
-/// Implementations make each call safe on its own when called concurrently; [`SlotTable`]
-/// serialises the insert/remove calls it makes, so an implementation may assume one writer.
+/// `reserve` must be atomic with respect to every other call on the same thread id: the
+/// mask passed to `choose` is exactly the thread's slots at the moment the chosen ones are
+/// recorded.
 pub trait ThreadMultiMap: Send + Sync {
-    /// What `insert` hands back for `remove` to find the entry again (an index into a
-    /// slab, or the key and value for a hash map).
+    /// What `reserve` hands back for `release` to find the slots again (an index into a
+    /// slab, or nothing when the thread id and mask suffice).
     type Handle: Send + Sync + fmt::Debug;
 
-    /// Adds `entry` under `tid` (other entries of `tid` stay).
-    fn insert(&self, tid: Tid, entry: SlotEntry) -> Self::Handle;
+    /// Atomically: reads the slots `tid` holds, calls `choose` with them and, if it returns
+    /// a mask, records those slots as held. `Err(used)` when `choose` refused.
+    fn reserve(
+        &self,
+        tid: Tid,
+        choose: &mut dyn FnMut(u8) -> Option<u8>,
+    ) -> Result<(u8, Self::Handle), u8>;
 
-    /// Removes the entry `handle` names; false if it is not there.
-    fn remove(&self, handle: &Self::Handle) -> bool;
+    /// Gives back the slots `mask` of `tid` that `handle` names; false if they were not held.
+    fn release(&self, tid: Tid, mask: u8, handle: &Self::Handle) -> bool;
 
-    /// Calls `f` on every entry of `tid`, in no particular order.
-    fn for_each(&self, tid: Tid, f: &mut dyn FnMut(SlotEntry));
+    /// The slots `tid` holds now, as a mask.
+    fn used(&self, tid: Tid) -> u8;
 
-    /// How many entries the map holds, over all threads.
+    /// Drops what the map keeps for `tid` once it holds no slots (a thread that exited).
+    /// False, changing nothing, while it still holds some.
+    fn forget(&self, tid: Tid) -> bool;
+
+    /// How many records the map holds (reservations for the list, threads for the hash
+    /// maps).
     fn len(&self) -> usize;
 
-    /// True when the map holds no entries.
+    /// True when the map holds no record.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -84,11 +111,12 @@ pub trait ThreadMultiMap: Send + Sync {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks cannot leave the map half-updated (each
-    // critical section is a single push, slot write or scan), so a poisoned lock is usable.
+    // critical section is a scan followed by one push or slot write), so a poisoned lock
+    // is usable.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One list of every `(thread, reservation)`: finding a thread's entries scans it all.
+/// One list of every `(thread, reservation)`: finding a thread's slots scans it all.
 ///
 /// The list is a slab (a `Vec` with a free list) so that insert and remove cost O(1) like
 /// the kernel's `list_add_tail`/`list_del`; only the per-thread visit is O(#entries).
@@ -99,12 +127,33 @@ pub struct ListMap {
 
 #[derive(Debug, Default)]
 struct Slab {
-    entries: Vec<Option<(Tid, SlotEntry)>>,
+    entries: Vec<Option<ListEntry>>,
     free: Vec<usize>,
     len: usize,
+    next_id: u64,
 }
 
-/// Where a [`ListMap`] entry sits.
+#[derive(Debug, Clone, Copy)]
+struct ListEntry {
+    tid: Tid,
+    mask: u8,
+    /// Unique per list, never reused, so a stale handle never removes a new occupant.
+    id: u64,
+}
+
+impl Slab {
+    fn used(&self, tid: Tid) -> u8 {
+        let mut mask = 0;
+        for e in self.entries.iter().flatten() {
+            if e.tid == tid {
+                mask |= e.mask;
+            }
+        }
+        mask
+    }
+}
+
+/// Where a [`ListMap`] reservation sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListHandle {
     index: usize,
@@ -114,26 +163,34 @@ pub struct ListHandle {
 impl ThreadMultiMap for ListMap {
     type Handle = ListHandle;
 
-    fn insert(&self, tid: Tid, entry: SlotEntry) -> ListHandle {
+    fn reserve(
+        &self,
+        tid: Tid,
+        choose: &mut dyn FnMut(u8) -> Option<u8>,
+    ) -> Result<(u8, ListHandle), u8> {
         let mut s = lock(&self.inner);
+        let used = s.used(tid);
+        let mask = choose(used).ok_or(used)?;
+        s.next_id += 1;
+        let e = ListEntry { tid, mask, id: s.next_id };
         s.len += 1;
         let index = match s.free.pop() {
             Some(i) => {
-                s.entries[i] = Some((tid, entry));
+                s.entries[i] = Some(e);
                 i
             }
             None => {
-                s.entries.push(Some((tid, entry)));
+                s.entries.push(Some(e));
                 s.entries.len() - 1
             }
         };
-        ListHandle { index, id: entry.id }
+        Ok((mask, ListHandle { index, id: e.id }))
     }
 
-    fn remove(&self, h: &ListHandle) -> bool {
+    fn release(&self, _tid: Tid, _mask: u8, h: &ListHandle) -> bool {
         let mut s = lock(&self.inner);
         match s.entries.get(h.index) {
-            Some(Some((_, e))) if e.id == h.id => {
+            Some(Some(e)) if e.id == h.id => {
                 s.entries[h.index] = None;
                 s.free.push(h.index);
                 s.len -= 1;
@@ -143,13 +200,13 @@ impl ThreadMultiMap for ListMap {
         }
     }
 
-    fn for_each(&self, tid: Tid, f: &mut dyn FnMut(SlotEntry)) {
-        let s = lock(&self.inner);
-        for (t, e) in s.entries.iter().flatten() {
-            if *t == tid {
-                f(*e);
-            }
-        }
+    fn used(&self, tid: Tid) -> u8 {
+        lock(&self.inner).used(tid)
+    }
+
+    fn forget(&self, tid: Tid) -> bool {
+        // Nothing is kept for a thread beyond its reservations.
+        lock(&self.inner).used(tid) == 0
     }
 
     fn len(&self) -> usize {
@@ -157,72 +214,231 @@ impl ThreadMultiMap for ListMap {
     }
 }
 
-/// A `std::collections::HashMap` from thread to its reservations, behind one mutex: O(1)
-/// per thread, but every reader takes the lock. The lock-based counterpart of the RCU
-/// multimap.
+/// A `std::collections::HashMap` from thread to its slot mask, behind one mutex: O(1) per
+/// thread, but every call takes the lock. The lock-based counterpart of the RCU map.
 #[derive(Debug, Default)]
 pub struct MutexHashMap {
-    inner: Mutex<HashMap<Tid, Vec<SlotEntry>>>,
+    inner: Mutex<HashMap<Tid, u8, TidHasher>>,
 }
 
 impl ThreadMultiMap for MutexHashMap {
-    type Handle = (Tid, SlotEntry);
+    type Handle = ();
 
-    fn insert(&self, tid: Tid, entry: SlotEntry) -> (Tid, SlotEntry) {
-        lock(&self.inner).entry(tid).or_default().push(entry);
-        (tid, entry)
+    fn reserve(&self, tid: Tid, choose: &mut dyn FnMut(u8) -> Option<u8>) -> Result<(u8, ()), u8> {
+        let mut m = lock(&self.inner);
+        let used = m.get(&tid).copied().unwrap_or(0);
+        let mask = choose(used).ok_or(used)?;
+        m.insert(tid, used | mask);
+        Ok((mask, ()))
     }
 
-    fn remove(&self, (tid, entry): &(Tid, SlotEntry)) -> bool {
+    fn release(&self, tid: Tid, mask: u8, _: &()) -> bool {
         let mut m = lock(&self.inner);
-        let Some(v) = m.get_mut(tid) else { return false };
-        let Some(i) = v.iter().position(|e| e == entry) else { return false };
-        v.swap_remove(i);
-        if v.is_empty() {
-            // Like rhltable's automatic shrinking: exited threads leave nothing behind.
-            m.remove(tid);
+        let Some(used) = m.get_mut(&tid) else { return false };
+        if *used & mask != mask {
+            return false;
         }
+        *used &= !mask;
         true
     }
 
-    fn for_each(&self, tid: Tid, f: &mut dyn FnMut(SlotEntry)) {
-        if let Some(v) = lock(&self.inner).get(&tid) {
-            v.iter().copied().for_each(f);
+    fn used(&self, tid: Tid) -> u8 {
+        lock(&self.inner).get(&tid).copied().unwrap_or(0)
+    }
+
+    fn forget(&self, tid: Tid) -> bool {
+        let mut m = lock(&self.inner);
+        match m.get(&tid) {
+            Some(0) => {
+                m.remove(&tid);
+                true
+            }
+            Some(_) => false,
+            None => true,
         }
     }
 
     fn len(&self) -> usize {
-        lock(&self.inner).values().map(Vec::len).sum()
+        lock(&self.inner).len()
     }
 }
 
-/// strobe-rcu's [`HashMultiMap`](strobe_rcu::HashMultiMap) keyed by thread: the
-/// `rhltable` of seed 000. Visiting a thread's entries is a lock-free walk of one bucket
-/// under a read section; writers are serialised inside the map (and by [`SlotTable`]).
-#[derive(Debug, Default)]
+/// Hashes a thread id with a fold and one multiply: thread ids are handed out by the
+/// kernel, not chosen by an adversary, so SipHash's flooding resistance buys nothing here
+/// and would cost more than the rest of a reservation. Consecutive ids land in distinct
+/// buckets (an odd multiplier is a bijection on the low bits the table indexes with).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TidHasher;
+
+/// The [`Hasher`] of [`TidHasher`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TidHash(u64);
+
+impl BuildHasher for TidHasher {
+    type Hasher = TidHash;
+    fn build_hasher(&self) -> TidHash {
+        TidHash(0)
+    }
+}
+
+impl Hasher for TidHash {
+    fn finish(&self) -> u64 {
+        // The table indexes with the low bits, which after an odd multiply depend only on
+        // the low bits of the input: fold the higher bits of the id in first.
+        (self.0 ^ (self.0 >> 16)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_i32(&mut self, i: i32) {
+        self.0 = self.0.rotate_left(32) ^ u64::from(i as u32);
+    }
+}
+
+/// The entry the RCU map keeps for one thread: its slot mask, changed only by atomics.
+#[derive(Debug)]
+pub struct ThreadSlots {
+    /// Bits 0-7: slots held. [`DEAD`]: the entry is being removed ([`SlotTable::forget`]);
+    /// a reservation that finds it dead looks up (or inserts) the thread's live entry.
+    state: AtomicU32,
+}
+
+/// [`ThreadSlots::state`] bit of an entry on its way out of the map.
+const DEAD: u32 = 1 << 31;
+
+/// strobe-rcu's [`HashMultiMap`](strobe_rcu::HashMultiMap) keyed by thread, one
+/// [`ThreadSlots`] entry per thread seen: the `rhltable` of seed 000, with the per-thread
+/// counting done in place (see the module note).
 pub struct RcuHashMap {
-    inner: strobe_rcu::HashMultiMap<Tid, SlotEntry>,
+    map: strobe_rcu::HashMultiMap<Tid, ThreadSlots, TidHasher>,
+    /// Serialises inserting and removing entries (never taken by a reservation of a thread
+    /// already seen), so a thread never gets two live entries.
+    entries: Mutex<()>,
+}
+
+impl Default for RcuHashMap {
+    fn default() -> Self {
+        RcuHashMap {
+            map: strobe_rcu::HashMultiMap::with_hasher(TidHasher),
+            entries: Mutex::new(()),
+        }
+    }
+}
+
+impl fmt::Debug for RcuHashMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RcuHashMap").field("threads", &self.map.len()).finish()
+    }
+}
+
+impl RcuHashMap {
+    /// Runs `f` on `tid`'s live entry, if it has one, inside a read section.
+    #[inline]
+    fn with_live<R>(&self, tid: Tid, f: impl FnOnce(&ThreadSlots) -> R) -> Option<R> {
+        let guard = strobe_rcu::read_lock();
+        let mut live = None;
+        self.map.for_each(&tid, &guard, |e| {
+            // Relaxed: only picks the candidate; the caller's own atomics on `state` decide.
+            if live.is_none() && e.state.load(Ordering::Relaxed) & DEAD == 0 {
+                live = Some(e);
+            }
+        });
+        live.map(f)
+    }
+
+    /// CAS loop on one entry: `Ok(Some)` taken, `Ok(None)` the entry died under us,
+    /// `Err(used)` refused.
+    fn try_take(
+        e: &ThreadSlots,
+        choose: &mut dyn FnMut(u8) -> Option<u8>,
+    ) -> Result<Option<u8>, u8> {
+        // Acquire: a slot freed by another thread's release (Release AND) is seen free
+        // together with everything that thread did before giving it back.
+        let mut cur = e.state.load(Ordering::Acquire);
+        loop {
+            if cur & DEAD != 0 {
+                return Ok(None);
+            }
+            let used = cur as u8;
+            let mask = choose(used).ok_or(used)?;
+            // AcqRel on success: Acquire as above; Release so a later reservation or
+            // release that sees these bits also sees our caller's prior writes. Acquire on
+            // failure: the fresh value is re-examined like the first load.
+            match e.state.compare_exchange_weak(
+                cur,
+                cur | u32::from(mask),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(Some(mask)),
+                Err(now) => cur = now,
+            }
+        }
+    }
 }
 
 impl ThreadMultiMap for RcuHashMap {
-    type Handle = (Tid, SlotEntry);
+    type Handle = ();
 
-    fn insert(&self, tid: Tid, entry: SlotEntry) -> (Tid, SlotEntry) {
-        self.inner.insert(tid, entry);
-        (tid, entry)
+    fn reserve(&self, tid: Tid, choose: &mut dyn FnMut(u8) -> Option<u8>) -> Result<(u8, ()), u8> {
+        loop {
+            // Fast path: the thread was seen before.
+            if let Some(r) = self.with_live(tid, |e| Self::try_take(e, &mut *choose)) {
+                if let Some(mask) = r? {
+                    return Ok((mask, ()));
+                }
+                // The entry was being forgotten; look again (or insert) below.
+            }
+            // First sight of the thread (or its entry just died): insert it once.
+            let _entries = lock(&self.entries);
+            if self.with_live(tid, |_| ()).is_none() {
+                self.map.insert(tid, ThreadSlots { state: AtomicU32::new(0) });
+            }
+        }
     }
 
-    fn remove(&self, (tid, entry): &(Tid, SlotEntry)) -> bool {
-        self.inner.remove(tid, entry)
+    fn release(&self, tid: Tid, mask: u8, _: &()) -> bool {
+        // The entry cannot die while it holds `mask` (forget only kills an empty entry),
+        // so the live entry found is the one the reservation took its bits from.
+        // Release: the slot is seen free only after everything its holder did with it
+        // (pairs with the Acquire loads in `try_take`).
+        self.with_live(tid, |e| {
+            let before = e.state.fetch_and(!u32::from(mask), Ordering::Release);
+            before as u8 & mask == mask
+        })
+        .unwrap_or(false)
     }
 
-    fn for_each(&self, tid: Tid, f: &mut dyn FnMut(SlotEntry)) {
-        let guard = strobe_rcu::read_lock();
-        self.inner.for_each(&tid, &guard, |e| f(*e));
+    fn used(&self, tid: Tid) -> u8 {
+        // Acquire: as in `try_take`.
+        self.with_live(tid, |e| e.state.load(Ordering::Acquire) as u8).unwrap_or(0)
+    }
+
+    fn forget(&self, tid: Tid) -> bool {
+        let _entries = lock(&self.entries);
+        let killed = self.with_live(tid, |e| {
+            // A reservation racing with us either lands first (we fail and keep the entry)
+            // or finds DEAD and goes to insert a new entry, which waits for our lock.
+            // Relaxed: nothing is published by an empty entry's death.
+            e.state.compare_exchange(0, DEAD, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        });
+        match killed {
+            None => true,
+            Some(false) => false,
+            Some(true) => {
+                // Relaxed: the DEAD bit was set by us, under the lock, and is never cleared.
+                let removed =
+                    self.map.remove_if(&tid, |e| e.state.load(Ordering::Relaxed) & DEAD != 0);
+                debug_assert!(removed, "the dead entry is still in the map");
+                true
+            }
+        }
     }
 
     fn len(&self) -> usize {
-        self.inner.len()
+        self.map.len()
     }
 }
 
@@ -263,7 +479,7 @@ pub enum SlotError {
 #[derive(Debug)]
 pub struct Reservation<H> {
     tid: Tid,
-    entry: SlotEntry,
+    mask: u8,
     handle: H,
 }
 
@@ -275,22 +491,23 @@ impl<H> Reservation<H> {
 
     /// The slot numbers held (0-based debug register indices), lowest first.
     pub fn slots(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..MAX_SLOTS).filter(|i| self.entry.mask & (1 << i) != 0)
+        (0..MAX_SLOTS).filter(|i| self.mask & (1 << i) != 0)
     }
 
     /// The slots held, as a bit mask.
     pub fn mask(&self) -> u8 {
-        self.entry.mask
+        self.mask
     }
 }
+
+/// A reservation in a table over the map `M`.
+pub type ReservationOf<M> = Reservation<<M as ThreadMultiMap>::Handle>;
 
 /// Per-thread accounting of hardware watchpoint slots over a [`ThreadMultiMap`].
 #[derive(Debug)]
 pub struct SlotTable<M> {
     map: M,
     capacity: u32,
-    writer: Mutex<()>,
-    next_id: AtomicU64,
 }
 
 impl<M: ThreadMultiMap + Default> Default for SlotTable<M> {
@@ -306,7 +523,7 @@ impl<M: ThreadMultiMap> SlotTable<M> {
     /// If `capacity` is 0 or above [`MAX_SLOTS`]: a programming error, not a user's.
     pub fn new(map: M, capacity: u32) -> Self {
         assert!((1..=MAX_SLOTS).contains(&capacity), "slot capacity {capacity} out of range");
-        SlotTable { map, capacity, writer: Mutex::new(()), next_id: AtomicU64::new(1) }
+        SlotTable { map, capacity }
     }
 
     /// Slots per thread.
@@ -320,51 +537,36 @@ impl<M: ThreadMultiMap> SlotTable<M> {
     }
 
     /// The slots `tid` holds now, as a bit mask. Visits only what the map must visit to
-    /// find `tid`'s entries (everything, for the list).
+    /// find `tid`'s slots (everything, for the list).
     pub fn used(&self, tid: Tid) -> u8 {
-        let mut mask = 0u8;
-        self.map.for_each(tid, &mut |e| mask |= e.mask);
-        mask
+        self.map.used(tid)
     }
 
     /// Reserves `n` slots for `tid`, the lowest free ones. Fails, changing nothing, when
     /// fewer than `n` are free.
-    pub fn reserve(&self, tid: Tid, n: u32) -> Result<Reservation<M::Handle>, SlotError> {
+    pub fn reserve(&self, tid: Tid, n: u32) -> Result<ReservationOf<M>, SlotError> {
         if n == 0 || n > self.capacity {
             return Err(SlotError::BadCount { requested: n, capacity: self.capacity });
         }
-        let _writer = lock(&self.writer);
-        let used = self.used(tid);
-        let in_use = used.count_ones();
-        if in_use + n > self.capacity {
-            return Err(SlotError::Exhausted {
-                tid,
-                requested: n,
-                in_use,
-                capacity: self.capacity,
-            });
-        }
-        let mut mask = 0u8;
-        for i in 0..self.capacity {
-            if mask.count_ones() == n {
-                break;
-            }
-            if used & (1 << i) == 0 {
-                mask |= 1 << i;
+        let capacity = self.capacity;
+        match self.map.reserve(tid, &mut |used| pick(used, n, capacity)) {
+            Ok((mask, handle)) => Ok(Reservation { tid, mask, handle }),
+            Err(used) => {
+                Err(SlotError::Exhausted { tid, requested: n, in_use: used.count_ones(), capacity })
             }
         }
-        // Relaxed: the id only has to be unique, which fetch_add guarantees in any order.
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let entry = SlotEntry { id, mask };
-        let handle = self.map.insert(tid, entry);
-        Ok(Reservation { tid, entry, handle })
     }
 
     /// Gives the slots of `r` back.
-    pub fn release(&self, r: Reservation<M::Handle>) {
-        let _writer = lock(&self.writer);
-        let removed = self.map.remove(&r.handle);
-        debug_assert!(removed, "a reservation is released once, to the table that made it");
+    pub fn release(&self, r: ReservationOf<M>) {
+        let released = self.map.release(r.tid, r.mask, &r.handle);
+        debug_assert!(released, "a reservation is released once, to the table that made it");
+    }
+
+    /// Forgets `tid` (a thread that exited) once it holds no slots, so the table does not
+    /// keep an entry per thread ever seen. False, changing nothing, while it holds some.
+    pub fn forget(&self, tid: Tid) -> bool {
+        self.map.forget(tid)
     }
 }
 
@@ -395,10 +597,19 @@ mod tests {
         assert!(matches!(t.reserve(100, 1), Err(SlotError::Exhausted { .. })));
         assert!(matches!(t.reserve(100, 0), Err(SlotError::BadCount { .. })));
         assert!(matches!(t.reserve(100, 5), Err(SlotError::BadCount { .. })));
+        assert!(!t.forget(100), "a thread holding slots is not forgotten");
+        assert_eq!(t.used(100), 0b1111);
         for r in [a, c, d, other] {
             t.release(r);
         }
         assert_eq!((t.used(100), t.used(200)), (0, 0));
+        assert!(t.forget(100) && t.forget(200) && t.forget(300));
+        assert!(t.map().is_empty());
+        // A forgotten thread comes back as a fresh one.
+        let again = t.reserve(100, 3).unwrap();
+        assert_eq!(again.mask(), 0b0111);
+        t.release(again);
+        assert!(t.forget(100));
         assert!(t.map().is_empty());
     }
 
@@ -418,17 +629,37 @@ mod tests {
     }
 
     #[test]
+    fn pick_takes_the_lowest_free_slots() {
+        assert_eq!(pick(0, 1, 4), Some(0b0001));
+        assert_eq!(pick(0b0101, 2, 4), Some(0b1010));
+        assert_eq!(pick(0b0111, 2, 4), None);
+        assert_eq!(pick(0b0111, 1, 4), Some(0b1000));
+        assert_eq!(pick(0, 3, 2), None);
+    }
+
+    #[test]
+    fn the_rcu_map_keeps_one_entry_per_thread() {
+        let t: SlotTable<RcuHashMap> = SlotTable::default();
+        let rs: Vec<_> = (0..4).map(|_| t.reserve(7, 1).unwrap()).collect();
+        assert_eq!(t.map().len(), 1, "reservations update the thread's entry in place");
+        for r in rs {
+            t.release(r);
+        }
+        assert_eq!(t.map().len(), 1, "releasing keeps the entry for the thread's next reservation");
+    }
+
+    #[test]
     fn list_reuses_freed_entries() {
         let m = ListMap::default();
-        let h1 = m.insert(1, SlotEntry { id: 1, mask: 1 });
-        let h2 = m.insert(2, SlotEntry { id: 2, mask: 1 });
-        assert!(m.remove(&h1));
-        assert!(!m.remove(&h1), "a handle removes once");
-        let h3 = m.insert(3, SlotEntry { id: 3, mask: 2 });
+        let (_, h1) = m.reserve(1, &mut |_| Some(1)).unwrap();
+        let (_, h2) = m.reserve(2, &mut |_| Some(1)).unwrap();
+        assert!(m.release(1, 1, &h1));
+        assert!(!m.release(1, 1, &h1), "a handle releases once");
+        let (_, h3) = m.reserve(3, &mut |_| Some(2)).unwrap();
         assert_eq!(h3.index, h1.index, "the free slot is reused");
-        assert!(!m.remove(&h1), "a stale handle does not remove the new occupant");
+        assert!(!m.release(1, 1, &h1), "a stale handle does not remove the new occupant");
         assert_eq!(m.len(), 2);
-        assert!(m.remove(&h2) && m.remove(&h3));
+        assert!(m.release(2, 1, &h2) && m.release(3, 2, &h3));
     }
 
     #[test]
@@ -436,5 +667,15 @@ mod tests {
         let t = SlotTable::new(MutexHashMap::default(), 2);
         let _a = t.reserve(1, 2).unwrap();
         assert!(matches!(t.reserve(1, 1), Err(SlotError::Exhausted { capacity: 2, .. })));
+    }
+
+    #[test]
+    fn consecutive_thread_ids_hash_apart() {
+        let h = |tid: Tid| TidHasher.hash_one(tid) as usize & 4095;
+        let mut seen = std::collections::HashSet::new();
+        for tid in 10_000..14_096 {
+            seen.insert(h(tid));
+        }
+        assert_eq!(seen.len(), 4096);
     }
 }

@@ -1,15 +1,22 @@
 //! Watch specs: what the user types after `strobe watch`, parsed and checked.
 //!
 //! ```text
-//! SPEC     := LOCATION [":" LEN] [":" ACCESS]
+//! SPEC     := [LIBRARY ":"] LOCATION [":" LEN] [":" ACCESS]
+//! LIBRARY  := a shared library the program loads, named by file name, soname, short name
+//!             or path: libfoo.so, libfoo, ./libfoo.so.1. The first field is a library
+//!             when it contains ".so" or "/", or starts with "lib" and the field after it
+//!             is not a length or an access (`libfoo:state`; `state:4` and `libx:w` are a
+//!             symbol with a length or an access).
 //! LOCATION := SYMBOL ["+" OFFSET]          counter, table+16, ns::state
-//!           | "0x" HEX ["+" OFFSET]        0x7ffd1234
+//!           | "0x" HEX ["+" OFFSET]        0x7ffd1234 (with LIBRARY: a link-time address
+//!                                          in that library)
 //! LEN      := 1 | 2 | 4 | 8                bytes covered (default: the symbol's size when
 //!                                          that is 1, 2, 4 or 8, else 8)
 //! ACCESS   := w | rw                       writes only (default) or reads and writes
 //! ```
 //!
-//! Fields are separated by single colons; a double colon belongs to the symbol (C++ and
+//! Without LIBRARY a symbol is looked up in the executable, then in the libraries it loads
+//! (see [`crate::resolve`]). Fields are separated by single colons; a double colon belongs to the symbol (C++ and
 //! Rust paths such as `ns::counter`). A symbol literally named `w` or `rw` with no fields
 //! after it must be written with a length (`rw:8`).
 //!
@@ -113,6 +120,8 @@ pub enum Location {
 pub struct WatchSpec {
     /// The spec exactly as typed, for messages.
     pub text: String,
+    /// The shared library named before the location (`libfoo.so:counter`), as typed.
+    pub module: Option<String>,
     /// What to watch.
     pub location: Location,
     /// The length given with `:LEN`; `None` means "the default" (see [`crate::resolve`]).
@@ -216,7 +225,19 @@ impl WatchSpec {
     /// Parses one spec.
     pub fn parse(text: &str) -> Result<WatchSpec, SpecError> {
         let spec = text.to_string();
-        let fields = split_fields(text.trim());
+        let mut fields = split_fields(text.trim());
+        let module = match fields.as_slice() {
+            [first, second, ..]
+                if names_library(first)
+                    || (first.trim().starts_with("lib") && !is_len_or_access(second)) =>
+            {
+                Some(first.trim().to_string())
+            }
+            _ => None,
+        };
+        if module.is_some() {
+            fields.remove(0);
+        }
         let (loc_text, rest) = match fields.split_first() {
             Some((loc, rest)) if !loc.is_empty() => (*loc, rest),
             _ => return Err(SpecError::Empty { spec }),
@@ -266,8 +287,13 @@ impl WatchSpec {
             access = Some(a);
         }
         let location = parse_location(&spec, loc_text.trim())?;
-        let parsed =
-            WatchSpec { text: spec, location, len, access: access.unwrap_or(Access::Write) };
+        let parsed = WatchSpec {
+            text: spec,
+            module,
+            location,
+            len,
+            access: access.unwrap_or(Access::Write),
+        };
         if let Location::Address(addr) = parsed.location {
             check_aligned(
                 &parsed.text,
@@ -279,8 +305,12 @@ impl WatchSpec {
         Ok(parsed)
     }
 
-    /// For a raw address spec, the final watchpoint (no ELF needed). `None` for a symbol.
+    /// For a raw address spec, the final watchpoint (no ELF needed). `None` for a symbol
+    /// or an address in a named library.
     pub fn as_absolute(&self) -> Option<Watchpoint> {
+        if self.module.is_some() {
+            return None;
+        }
         match self.location {
             Location::Address(addr) => Some(Watchpoint {
                 label: self.text.clone(),
@@ -299,6 +329,20 @@ impl FromStr for WatchSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         WatchSpec::parse(s)
     }
+}
+
+/// Whether the first field of a spec names a shared library rather than a symbol: a path,
+/// or a name with `.so` in it (no C, C++ or Rust variable name contains a `/` or a `.`).
+fn names_library(field: &str) -> bool {
+    let f = field.trim();
+    f.contains('/') || f.ends_with(".so") || f.contains(".so.")
+}
+
+/// Whether a field after the location is (or is meant as) a length or an access, so the
+/// field before it is the location, not a library.
+fn is_len_or_access(field: &str) -> bool {
+    let f = field.trim();
+    f.parse::<i64>().is_ok() || matches!(f, "w" | "W" | "rw" | "RW" | "wr" | "r" | "R" | "x" | "X")
 }
 
 /// Splits on single colons, keeping `::` inside the fields.
@@ -450,6 +494,9 @@ impl Watchpoint {
 
 impl fmt::Display for WatchSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(m) = &self.module {
+            write!(f, "{m}:")?;
+        }
         match &self.location {
             Location::Symbol { name, offset: 0 } => write!(f, "{name}")?,
             Location::Symbol { name, offset } => write!(f, "{name}+{offset}")?,
@@ -472,6 +519,31 @@ mod tests {
 
     fn sym(name: &str, offset: u64) -> Location {
         Location::Symbol { name: name.into(), offset }
+    }
+
+    #[test]
+    fn library_qualified_forms() {
+        let s = p("libfoo.so:counter:4:rw");
+        assert_eq!(s.module.as_deref(), Some("libfoo.so"));
+        assert_eq!(
+            (s.location, s.len, s.access),
+            (sym("counter", 0), Some(Len::B4), Access::ReadWrite)
+        );
+        assert_eq!(p("./lib/libbar.so.1:ns::x+8").module.as_deref(), Some("./lib/libbar.so.1"));
+        assert_eq!(p("./lib/libbar.so.1:ns::x+8").location, sym("ns::x", 8));
+        let a = p("libfoo.so:0x4010:8");
+        assert_eq!(
+            (a.module.as_deref(), &a.location),
+            (Some("libfoo.so"), &Location::Address(0x4010))
+        );
+        assert!(a.as_absolute().is_none(), "an address in a library needs its load bias");
+        // A short name is a library when what follows is not a length or an access.
+        assert_eq!(p("libfoo:state:rw").module.as_deref(), Some("libfoo"));
+        assert_eq!(p("libfoo:state:rw").location, sym("state", 0));
+        // A bare library name is a symbol named like one, not a library with nothing in it.
+        assert_eq!(p("counter").module, None);
+        assert_eq!(p("counter:8").module, None);
+        assert_eq!(p("counter:rw").module, None);
     }
 
     #[test]

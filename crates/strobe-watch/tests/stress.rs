@@ -1,12 +1,12 @@
 //! Concurrent reserve/release on a shared slot table: no thread is ever given more slots
-//! than it has, and no slot is ever handed out twice, for both map variants. Bounded by an
+//! than it has, and no slot is ever handed out twice, for every map variant. Bounded by an
 //! iteration count, not by time.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use strobe_watch::slots::DEBUG_REGISTERS;
-use strobe_watch::{ListMap, MutexHashMap, SlotError, SlotTable, ThreadMultiMap};
+use strobe_watch::{ListMap, MutexHashMap, RcuHashMap, SlotError, SlotTable, ThreadMultiMap};
 
 const TIDS: usize = 6;
 const WORKERS: usize = 4;
@@ -57,7 +57,12 @@ fn stress<M: ThreadMultiMap + Default + 'static>() {
                             }
                             Err(e) => panic!("{e}"),
                         }
-                    } else if !mine.is_empty() {
+                    } else if mine.is_empty() {
+                        // An idle moment: try to forget a thread id, as the agent does when
+                        // a thread exits; it must fail while the id holds slots.
+                        let tid = (r >> 8) as usize % TIDS;
+                        table.forget(tid as i32);
+                    } else {
                         let (tid, res) = mine.swap_remove(r as usize % mine.len());
                         // Clear our bookkeeping before the table can re-issue the slots.
                         held[tid].fetch_and(!res.mask(), Ordering::AcqRel);
@@ -74,7 +79,11 @@ fn stress<M: ThreadMultiMap + Default + 'static>() {
     for w in workers {
         w.join().expect("a worker found a violation");
     }
-    assert!(table.map().is_empty(), "every reservation was released");
+    for tid in 0..TIDS {
+        assert_eq!(table.used(tid as i32), 0, "every reservation was released");
+        assert!(table.forget(tid as i32));
+    }
+    assert!(table.map().is_empty(), "every thread was forgotten");
     assert!(refusals.load(Ordering::Relaxed) > 0, "the test must reach the 4-slot limit");
 }
 
@@ -86,4 +95,9 @@ fn list_table_under_contention() {
 #[test]
 fn mutex_hash_table_under_contention() {
     stress::<MutexHashMap>();
+}
+
+#[test]
+fn rcu_hash_table_under_contention() {
+    stress::<RcuHashMap>();
 }

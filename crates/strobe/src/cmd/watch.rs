@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -16,6 +17,8 @@ use std::process::{Command, ExitCode};
 use anyhow::{bail, Context};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use strobe_uprobe::elf::ElfFile;
+use strobe_uprobe::libpath::{self, SearchEnv};
 use strobe_watch::bp::{self, Breakpoint, Mode, Scope};
 use strobe_watch::slots::DEBUG_REGISTERS;
 use strobe_watch::{Access, ElfSymbols, Len, Multiplexer, Place, Policy, WatchSpec, Watchpoint};
@@ -25,10 +28,17 @@ Examples:
   strobe watch counter -- ./server          every write to the global `counter`
   strobe watch 'table+16:4:rw' --count -- ./app
                                             reads and writes of table+16, per function
+  strobe watch libfoo.so:state -- ./app     `state` in the shared library libfoo.so
   strobe watch 0x601040:8 --stack -- ./app  a raw address, with a call stack per hit
 
 Each hit prints the thread, the accessing function and source line, and the old and new
-value for writes, as it happens. Symbols are data symbols of the program's executable.
+value for writes, as it happens. A symbol is a data symbol of the program's executable or,
+when the executable has none by that name, of the first shared library (in load order)
+the program loads at start that has one; `LIB:SYMBOL` looks in that library only (named by
+file name, soname, path, or a short name starting with `lib`; `LIB:0xADDR` is a link-time
+address in it).
+Libraries are found as the dynamic linker will find them (DT_RUNPATH, LD_LIBRARY_PATH,
+ld.so.cache); one opened later with dlopen cannot be watched by symbol.
 With more watchpoints than the 4 debug registers they take turns (round-robin every
 4 ms); the summary gives each one's armed fraction so counts can be scaled (hits / armed).
 Hits of a thread that blocks SIGTRAP arrive late and are marked imprecise.";
@@ -37,8 +47,8 @@ Hits of a thread that blocks SIGTRAP arrive late and are marked imprecise.";
 #[derive(Debug, clap::Args)]
 #[command(after_help = EXAMPLE)]
 pub struct Args {
-    /// What to watch: `SYMBOL[+OFF][:LEN][:w|rw]` (a data symbol of the program) or
-    /// `0xADDR[:LEN][:w|rw]`. LEN is 1, 2, 4 or 8 (default: 8, or the symbol's size if
+    /// What to watch: `[LIB:]SYMBOL[+OFF][:LEN][:w|rw]` (a data symbol of the program or
+    /// of a shared library it loads) or `[LIB:]0xADDR[:LEN][:w|rw]`. LEN is 1, 2, 4 or 8 (default: 8, or the symbol's size if
     /// smaller); `w` (default) traps writes, `rw` reads and writes.
     #[arg(required = true, value_name = "SPEC")]
     specs: Vec<String>,
@@ -49,9 +59,10 @@ pub struct Args {
     /// frame pointers).
     #[arg(long)]
     stack: bool,
-    /// Give each thread its own watchpoint events (found within about a millisecond of the
-    /// thread's start; earlier accesses are missed) instead of inherited ones, with slots
-    /// accounted per thread.
+    /// Give each thread its own watchpoint events instead of inherited ones, with slots
+    /// accounted per thread. A thread made with pthread_create opens them before its start
+    /// routine runs; one made otherwise (raw clone) is found within about a millisecond
+    /// and its earlier accesses are missed.
     #[arg(long)]
     thread: bool,
     /// Refuse more watchpoints than debug registers instead of rotating them.
@@ -77,13 +88,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|w| {
             let (kind, addr) = match &w.place {
-                Place::Module { vaddr, relocatable: true, .. } => ("pie", *vaddr),
-                _ => ("abs", w.address(0)),
+                Place::Module { vaddr, relocatable: true, path } if path == &exe => {
+                    ("pie".to_string(), *vaddr)
+                }
+                // A library: the agent finds its load bias by the file's identity (device
+                // and inode), which survives symlinks and needs no escaping.
+                Place::Module { vaddr, relocatable: true, path } => {
+                    let m = std::fs::metadata(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    (format!("lib={:x}:{:x}", m.dev(), m.ino()), *vaddr)
+                }
+                _ => ("abs".to_string(), w.address(0)),
             };
             let acc = if w.access == Access::Write { "w" } else { "rw" };
-            format!("{kind},{addr:x},{},{acc}", w.len.bytes())
+            Ok(format!("{kind},{addr:x},{},{acc}", w.len.bytes()))
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     let mut opts = vec![format!("rotate_us={}", (args.rotate_ms * 1000.0).max(100.0) as u64)];
     if args.thread {
         opts.push("thread".into());
@@ -196,23 +216,104 @@ fn find_program(name: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("{name}: not found in PATH"))
 }
 
+/// Resolves every spec. A symbol is looked up in the executable, then (if it is not
+/// there) in the shared libraries the executable loads at start, found as the dynamic
+/// linker will find them; `LIB:SYMBOL` looks in that library alone.
 fn resolve_all(specs: &[String], exe: &Path) -> anyhow::Result<Vec<Watchpoint>> {
     let parsed: Vec<WatchSpec> =
         specs.iter().map(|s| WatchSpec::parse(s)).collect::<Result<_, _>>()?;
-    let mut syms: Option<ElfSymbols> = None;
+    let mut libs = Libraries::new(exe);
     let mut out = Vec::new();
     for spec in &parsed {
         if let Some(w) = spec.as_absolute() {
             out.push(w);
             continue;
         }
-        if syms.is_none() {
-            syms = Some(ElfSymbols::open(exe)?);
+        if let Some(token) = &spec.module {
+            let lib = libs.named(token)?;
+            out.push(strobe_watch::resolve(spec, std::slice::from_ref(lib))?);
+            continue;
         }
-        let Some(s) = syms.as_ref() else { unreachable!("set just above") };
-        out.push(strobe_watch::resolve(spec, std::slice::from_ref(s))?);
+        let in_exe = strobe_watch::resolve(spec, libs.exe()?);
+        match in_exe {
+            Err(strobe_watch::ResolveError::NotFound { .. }) => {
+                // Automatic lookup: the libraries loaded at start, in load order.
+                out.push(strobe_watch::resolve(spec, libs.all()?)?);
+            }
+            other => out.push(other?),
+        }
     }
     Ok(out)
+}
+
+/// The executable's symbols and, read on first need, its libraries'.
+struct Libraries<'a> {
+    exe: &'a Path,
+    /// The executable first, then each library of its load closure that could be read.
+    modules: Vec<ElfSymbols>,
+    closure_read: bool,
+}
+
+impl<'a> Libraries<'a> {
+    fn new(exe: &'a Path) -> Self {
+        Libraries { exe, modules: Vec::new(), closure_read: false }
+    }
+
+    fn exe(&mut self) -> anyhow::Result<&[ElfSymbols]> {
+        if self.modules.is_empty() {
+            self.modules.push(ElfSymbols::open(self.exe)?);
+        }
+        Ok(&self.modules[..1])
+    }
+
+    fn search_env() -> SearchEnv {
+        SearchEnv::new(std::env::var("LD_LIBRARY_PATH").ok().as_deref())
+    }
+
+    /// The executable and every library it loads at start.
+    fn all(&mut self) -> anyhow::Result<&[ElfSymbols]> {
+        self.exe()?;
+        if !self.closure_read {
+            self.closure_read = true;
+            let elf = ElfFile::open(self.exe)
+                .with_context(|| format!("cannot read {}", self.exe.display()))?;
+            for l in libpath::load_closure(&elf, &Self::search_env()) {
+                // A library that cannot be read only narrows the search.
+                if let Ok(m) = ElfSymbols::open(&l.path) {
+                    self.modules.push(m);
+                }
+            }
+        }
+        Ok(&self.modules)
+    }
+
+    /// The library `token` names (path, file name, soname or short name), which must be
+    /// loaded at start: the agent finds each watched library's load address when the
+    /// program starts.
+    fn named(&mut self, token: &str) -> anyhow::Result<&ElfSymbols> {
+        let elf = ElfFile::open(self.exe)
+            .with_context(|| format!("cannot read {}", self.exe.display()))?;
+        let path = libpath::find_library(token, &elf, &Self::search_env(), None)?;
+        let loaded = libpath::load_closure(&elf, &Self::search_env());
+        let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        };
+        if !loaded.iter().any(|l| same(&l.path, &path)) {
+            let names: Vec<String> = loaded.iter().map(|l| l.needed.clone()).collect();
+            bail!(
+                "{token} ({}) is not loaded when {} starts, so strobe watch cannot find its \
+                 address (a library opened later with dlopen cannot be watched by symbol); \
+                 the program loads: {}",
+                path.display(),
+                self.exe.display(),
+                if names.is_empty() { "no shared library".to_string() } else { names.join(", ") }
+            );
+        }
+        let m = ElfSymbols::open(&path)?;
+        self.modules.push(m);
+        self.modules.last().context("a module was just added")
+    }
 }
 
 /// Opens (and closes) one counting breakpoint on this thread: the clearest place to learn

@@ -242,6 +242,48 @@ fn per_thread_events_follow_every_thread() {
     assert!(stdout.contains("-- per-thread watchpoints in 5 threads"), "{stdout}");
 }
 
+/// With --thread, a thread made by pthread_create opens its own events before its start
+/// routine runs: a store that is the routine's first instruction is caught in every thread.
+#[test]
+fn per_thread_events_catch_a_new_threads_first_instruction() {
+    const THREADS: i64 = 20;
+    let p = prog("watch_newthread");
+    let Some(out) = watch(&["first_word", "--thread", "--", &p, &THREADS.to_string()]) else {
+        return;
+    };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("threads={THREADS} last={THREADS}")), "{stdout}");
+    let hits = hits(&stdout);
+    let values: Vec<i64> = hits.iter().map(|h| h.new).collect();
+    assert_eq!(values, (1..=THREADS).collect::<Vec<_>>(), "one hit per thread, in order\n{stdout}");
+    assert!(hits.iter().all(|h| h.func == "first_write" && !h.imprecise), "{stdout}");
+    let tids: HashSet<i32> = hits.iter().map(|h| h.tid).collect();
+    assert_eq!(tids.len() as i64, THREADS, "each store from its own thread");
+    // main and every thread it made, each armed once.
+    let armed = format!("-- per-thread watchpoints in {} threads", THREADS + 1);
+    assert!(stdout.contains(&armed), "{stdout}");
+}
+
+/// With --thread and more watchpoints than slots (rotating), 2,400 short threads made 8 at
+/// a time each arm themselves exactly once (a second set of events would count a second
+/// thread), and each one's single store is caught (the five watchpoints all overlap it,
+/// so whichever four are armed, one fires).
+#[test]
+fn per_thread_events_of_churning_threads_are_armed_once_while_rotating() {
+    let p = prog("thread_churn");
+    let spec = ["sink", "sink:4", "sink+4:4", "sink:2", "sink:1"];
+    let mut args = vec!["--count", "--thread"];
+    args.extend(spec);
+    args.extend(["--", &p]);
+    let Some(out) = watch(&args) else { return };
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("-- 2400 hits"), "{stdout}");
+    assert!(stdout.contains("took turns"), "multiplexed: {stdout}");
+    assert!(stdout.contains("-- per-thread watchpoints in 2401 threads"), "{stdout}");
+}
+
 #[test]
 fn a_forked_child_is_not_watched_and_not_harmed() {
     let Some(out) = watch(&["watched", "--", &prog("watch_sigtrap"), "fork"]) else { return };
@@ -274,4 +316,41 @@ fn a_raw_address_is_watched_in_a_position_dependent_program() {
     let hits = hits(&stdout);
     assert_eq!(hits.len(), 20, "{stdout}");
     assert!(hits.iter().all(|h| h.func == format!("writer_{}", h.new / 1_000_000)), "{stdout}");
+}
+
+/// A global of a shared library (tests/c/watchlib.c) is watched by `LIB:SYMBOL` and, when
+/// the executable has no symbol by that name, by the bare name: every write is reported,
+/// from the library's function, with its new value.
+#[test]
+fn a_shared_librarys_global_is_watched_by_library_and_by_bare_name() {
+    const THREADS: i64 = 2;
+    const WRITES: i64 = 50;
+    let (t, w) = (THREADS.to_string(), WRITES.to_string());
+    for spec in ["libwatchlib.so:lib_counter", "libwatchlib:lib_counter:8:w", "lib_counter"] {
+        let Some(out) = watch(&[spec, "--", &prog("watch_libuser"), &t, &w]) else { return };
+        assert!(out.status.success(), "{spec}: {}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("writes={}", THREADS * WRITES)), "{}", show(&out));
+        let hits = hits(&stdout);
+        assert_eq!(hits.len() as i64, THREADS * WRITES, "{spec}: one hit per write\n{stdout}");
+        let mut last: HashMap<i64, i64> = HashMap::new();
+        for h in &hits {
+            assert_eq!(h.wp, spec);
+            assert_eq!(h.func, "lib_bump", "the library's function: {h:?}");
+            let (thread, k) = (h.new / 1_000_000, h.new % 1_000_000);
+            assert!((0..THREADS).contains(&thread), "{h:?}");
+            let prev = last.insert(thread, k).unwrap_or(0);
+            assert_eq!(k, prev + 1, "each write once, in order: {h:?}");
+        }
+    }
+}
+
+#[test]
+fn a_library_the_program_does_not_load_is_refused_before_running() {
+    let p = prog("watch_writers");
+    let out = run(strobe().args(["watch", "libwatchlib.so:lib_counter", "--", &p, "1", "1"]));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("libwatchlib.so") && err.contains("not found"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"), "the program did not run");
 }
