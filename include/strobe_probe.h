@@ -31,7 +31,7 @@ extern "C" {
 /* One probe point. Layout shared with strobe_probe::Site: never reorder. */
 struct strobe_probe_site {
     unsigned char state;      /* 0 off, 1 consumers attached, 2 not registered yet */
-    void *probe;              /* owned by the library */
+    void *list;               /* owned by the library */
     const char *name;         /* string literal */
     size_t name_len;
     const char *file;         /* string literal */

@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-use crate::registry::{self, Probe};
+use crate::registry::{self, List};
 
 /// Disabled: registered, no consumer attached.
 pub(crate) const OFF: u8 = 0;
@@ -49,7 +49,9 @@ pub const MAX_ARGS: usize = 6;
 #[repr(C)]
 pub struct Site {
     state: AtomicU8,
-    probe: AtomicPtr<Probe>,
+    /// The probe's current consumer list (a copy of the probe's pointer,
+    /// written under the registry lock), null when there is none.
+    list: AtomicPtr<List>,
     name_ptr: *const u8,
     name_len: usize,
     file_ptr: *const u8,
@@ -75,7 +77,7 @@ impl Site {
         assert!(nargs <= MAX_ARGS, "a probe point takes at most 6 arguments");
         Site {
             state: AtomicU8::new(OFF),
-            probe: AtomicPtr::new(std::ptr::null_mut()),
+            list: AtomicPtr::new(std::ptr::null_mut()),
             name_ptr: name.as_ptr(),
             name_len: name.len(),
             file_ptr: file.as_ptr(),
@@ -128,10 +130,10 @@ impl Site {
         self.state.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn link(&self, p: &'static Probe) {
+    pub(crate) fn set_list(&self, l: *mut List) {
         // Release: a firing thread that loads the pointer (Acquire) sees the
-        // probe fully built.
-        self.probe.store(p as *const Probe as *mut Probe, Ordering::Release);
+        // list fully built.
+        self.list.store(l, Ordering::Release);
     }
 
     /// Fires the site: runs the attached consumers with `args`.
@@ -155,25 +157,32 @@ impl Site {
 
     #[inline(always)]
     fn fire_inline(&'static self, kind: HitKind, args: &[u64]) {
-        if self.state() == UNREGISTERED && !self.register() {
-            return;
+        if self.state() == UNREGISTERED {
+            // Out of line, so the hot path keeps no argument live across a
+            // call and saves no registers for it.
+            return self.fire_unregistered(kind, args);
         }
         let guard = strobe_rcu::read_lock();
-        // Acquire: pairs with the Release in `link`.
-        let p = self.probe.load(Ordering::Acquire);
-        // SAFETY: probes are never freed (one per distinct name, 'static).
-        if let Some(probe) = unsafe { p.as_ref() } {
+        // Acquire: pairs with the Release in `set_list`.
+        let l = self.list.load(Ordering::Acquire);
+        // SAFETY: a list is retired only after no site points at it, and freed
+        // a grace period later; `guard`'s section began before we loaded it.
+        if let Some(list) = unsafe { l.as_ref() } {
             let args = args.get(..MAX_ARGS).unwrap_or(args);
-            probe.dispatch(&guard, &Hit { site: self, kind, args });
+            list.run(&Hit { site: self, kind, args });
         }
+        drop(guard);
     }
 
-    /// A C site's first hit: registers it; true if it has consumers.
+    /// A C site's first hit: registers it, then fires it if it has
+    /// consumers.
     #[cold]
     #[inline(never)]
-    fn register(&'static self) -> bool {
+    fn fire_unregistered(&'static self, kind: HitKind, args: &[u64]) {
         registry::register_site(self);
-        self.is_enabled()
+        if self.state() == ON {
+            self.fire_inline(kind, args);
+        }
     }
 }
 
