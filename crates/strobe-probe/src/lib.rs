@@ -4,7 +4,7 @@
 //! Modelled on the kernel's uprobe hot path under RCU (seed 001): a probe
 //! point ([`probe!`]) is a static [`Site`] whose disabled cost is one `Relaxed`
 //! load and one predictable branch; enabled, it enters a strobe-rcu read
-//! section, loads its probe's consumer list and calls each consumer. Attach
+//! section, loads the consumer list its site points at and calls each consumer. Attach
 //! and detach take the registry lock and replace the list copy-on-write;
 //! detach waits for a grace period, so when it returns the handler is never
 //! called again, and the consumer is freed after a grace period.

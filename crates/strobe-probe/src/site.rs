@@ -9,7 +9,7 @@
 //! `#[cold]` and out of line, so the fall-through is the disabled path).
 //!
 //! `Relaxed` is enough because the flag is only a hint; it guards no data.
-//! What a firing site reads (the probe pointer, the consumer list) it loads
+//! What a firing site reads (its consumer list and the entries) it loads
 //! with `Acquire` inside a read section, paired with the registry's `Release`
 //! publications. The guarantee users can observe still holds with `Relaxed`:
 //! a hit that *happens after* `attach` returns (the attaching thread released
