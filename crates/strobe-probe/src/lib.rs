@@ -7,7 +7,10 @@
 //! section, loads the consumer list its site points at and calls each consumer. Attach
 //! and detach take the registry lock and replace the list copy-on-write;
 //! detach waits for a grace period, so when it returns the handler is never
-//! called again, and the consumer is freed after a grace period.
+//! called again, and the consumer is freed after a grace period. That grace
+//! period is a normal one (about a millisecond, shared by concurrent
+//! detaches), so detaching does not interrupt the threads that fire probes;
+//! [`Attachment::detach_expedited`] forces it at once when latency matters.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +73,7 @@ mod site;
 
 pub use registry::{
     attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, sites, Action,
-    Attachment, Consumer, Probe, SiteInfo,
+    Attachment, Consumer, Probe, SiteInfo, DETACH_GRACE_DELAY,
 };
 pub use site::{now_ns, Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
 

@@ -22,11 +22,32 @@
 //! only, so list arrays can share consumers.
 //!
 //! *Detach* publishes a list without the consumer, then waits for a grace
-//! period ([`strobe_rcu::synchronize`]): every trigger that could have loaded
-//! the old list has left its read section, so once `detach` returns the
-//! handler is never called again. The old list is retired once the probe and
-//! all its sites point at the new one; when it is reclaimed (after a grace
-//! period) its `Arc` clones drop, and with them the consumer's memory.
+//! period: every trigger that could have loaded the old list has left its
+//! read section, so once `detach` returns the handler is never called again.
+//! The old list is retired once the probe and all its sites point at the new
+//! one; when it is reclaimed (after a grace period) its `Arc` clones drop,
+//! and with them the consumer's memory.
+//!
+//! # Normal and expedited grace periods
+//!
+//! A strobe-rcu grace period costs the *firing* threads too: its
+//! `sys_membarrier` interrupts every CPU running one of the process's
+//! threads (a VM IPI here, microseconds each). A thread that detached in a
+//! loop with [`strobe_rcu::synchronize`] forced hundreds of thousands of them
+//! per second and halved the trigger rate of the threads it interrupted. So
+//! [`Attachment::detach`] waits like the kernel's `synchronize_rcu` (and
+//! `uprobe_unregister`, whose `synchronize_srcu` is not expedited) rather
+//! than like `synchronize_rcu_expedited`: it takes its grace-period cookie,
+//! sleeps up to [`DETACH_GRACE_DELAY`] while another detach, the background
+//! reclaimer or any `synchronize` may complete that grace period for it, and
+//! only then runs it itself. Detaches issued within one delay share one
+//! barrier, and the barriers a single detaching thread can cause are bounded
+//! by the delay (about a thousand a second), whatever its loop does.
+//! [`Attachment::detach_expedited`] keeps the immediate grace period for the
+//! caller that needs the latency and accepts the interruptions. Correctness
+//! is the same in both: the wait ends only when the grace period named by a
+//! cookie taken *after* the unpublish has completed; the delay only decides
+//! who runs it and when.
 //!
 //! *Handler-requested removal* (`UPROBE_HANDLER_REMOVE`): a handler returns
 //! [`Action::Remove`]; the trigger path then asks the consumer's filter again
@@ -47,6 +68,7 @@
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use strobe_rcu::HashMultiMap;
 
@@ -490,18 +512,31 @@ impl Attachment {
     /// Detaches the consumer. When this returns, its handler and filter are
     /// never called again; its memory is freed after a grace period.
     ///
+    /// The grace period is a normal one (see the module note): detach takes
+    /// about [`DETACH_GRACE_DELAY`] and shares its barrier with concurrent
+    /// detaches, so detaching in a loop does not slow the firing threads.
+    ///
     /// # Panics
     /// If called inside a read section (for example from a handler): the wait
     /// would never end. Return [`Action::Remove`] from a handler instead.
     pub fn detach(mut self) {
-        assert!(
-            strobe_rcu::read_depth() == 0,
-            "strobe_probe: detach called from a handler or read section; return Action::Remove instead"
-        );
-        self.unlink(true);
+        assert_outside_read_section("detach");
+        self.unlink(Wait::Normal);
     }
 
-    fn unlink(&mut self, wait: bool) {
+    /// Detaches like [`detach`](Self::detach), but forces the grace period
+    /// at once (tens of microseconds instead of about a millisecond). Each
+    /// call interrupts every CPU running a thread of the process: detaching
+    /// this way in a loop slows the threads that fire probes.
+    ///
+    /// # Panics
+    /// Inside a read section, as [`detach`](Self::detach).
+    pub fn detach_expedited(mut self) {
+        assert_outside_read_section("detach_expedited");
+        self.unlink(Wait::Expedited);
+    }
+
+    fn unlink(&mut self, wait: Wait) {
         let Some(inner) = self.inner.take() else { return };
         let r = registry();
         {
@@ -510,19 +545,75 @@ impl Attachment {
                 current(self.probe).into_iter().filter(|o| !Arc::ptr_eq(o, &inner)).collect();
             publish(self.probe, owners);
         }
-        if wait {
-            // Every trigger that loaded a list holding the consumer has ended.
-            strobe_rcu::synchronize();
+        // Every trigger that loaded a list holding the consumer has ended
+        // once the wait returns (its cookie is taken after the unpublish).
+        match wait {
+            Wait::Normal => synchronize_normal(),
+            Wait::Expedited => strobe_rcu::synchronize(),
+            Wait::None => {}
         }
         drop(inner);
     }
+}
+
+/// How [`Attachment::unlink`] waits after unpublishing.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// A normal grace period ([`synchronize_normal`]).
+    Normal,
+    /// [`strobe_rcu::synchronize`] at once.
+    Expedited,
+    /// No wait (a drop inside a read section, or [`detach_all`] waiting once
+    /// for all): the memory is still freed only after a grace period, through
+    /// the retired list.
+    None,
+}
+
+fn assert_outside_read_section(what: &str) {
+    assert!(
+        strobe_rcu::read_depth() == 0,
+        "strobe_probe: {what} called from a handler or read section; return Action::Remove instead"
+    );
+}
+
+/// How long a normal detach waits for someone else to complete its grace
+/// period before running it itself (see the module note).
+pub const DETACH_GRACE_DELAY: Duration = Duration::from_millis(1);
+
+/// A normal (not expedited) grace period of the global domain: every read
+/// section that began before this call has ended when it returns.
+///
+/// Correctness rests on the cookie alone: [`strobe_rcu::Domain::snapshot`]
+/// orders the caller's unpublish before its read of the grace-period counter
+/// (a `SeqCst` fence) and names the first grace period that starts after it;
+/// `poll` (an `Acquire` load paired with the `SeqCst` increment that ends a
+/// grace period) and `wait_for` return only once that grace period has
+/// completed, whoever ran it. The sleeps merely give other callers the chance
+/// to run it first, so one barrier serves every detach of the window.
+fn synchronize_normal() {
+    let d = strobe_rcu::global();
+    let cookie = d.snapshot();
+    let t0 = Instant::now();
+    let mut step = Duration::from_micros(100);
+    loop {
+        if d.poll(cookie) {
+            return;
+        }
+        let left = DETACH_GRACE_DELAY.saturating_sub(t0.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(step.min(left));
+        step = step.saturating_mul(2);
+    }
+    d.wait_for(cookie);
 }
 
 impl Drop for Attachment {
     fn drop(&mut self) {
         // Inside a read section the wait would deadlock: unlink without it
         // (memory is still freed only after a grace period).
-        let wait = strobe_rcu::read_depth() == 0;
+        let wait = if strobe_rcu::read_depth() == 0 { Wait::Normal } else { Wait::None };
         self.unlink(wait);
     }
 }
@@ -536,19 +627,19 @@ impl std::fmt::Debug for Attachment {
     }
 }
 
-/// Detaches several consumers with a single grace period (cheaper than one
-/// [`Attachment::detach`] each). Same guarantee for every one of them.
+/// Detaches several consumers with a single (normal) grace period, cheaper
+/// than one [`Attachment::detach`] each. Same guarantee for every one of them.
 ///
 /// # Panics
 /// Inside a read section, as [`Attachment::detach`].
 pub fn detach_all(attachments: impl IntoIterator<Item = Attachment>) {
-    assert!(strobe_rcu::read_depth() == 0, "strobe_probe: detach_all called inside a read section");
+    assert_outside_read_section("detach_all");
     let mut held = Vec::new();
     for mut a in attachments {
-        a.unlink(false);
+        a.unlink(Wait::None);
         held.push(a);
     }
-    strobe_rcu::synchronize();
+    synchronize_normal();
     drop(held);
 }
 
