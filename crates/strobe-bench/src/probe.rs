@@ -11,7 +11,7 @@
 //! - `disabled`: a `probe!` site with no consumer (the flag test alone);
 //! - `strobe-churn`: `strobe` while one more thread attaches and detaches a
 //!   second consumer on the same probe in a loop (each detach waits for a
-//!   normal grace period, `Attachment::detach`);
+//!   paced grace period, `Attachment::detach`);
 //! - `strobe-churn-exp`: the same with `Attachment::detach_expedited`, whose
 //!   immediate grace periods interrupt the firing threads (the cost the
 //!   normal detach avoids, shown side by side);

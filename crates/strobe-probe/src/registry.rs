@@ -35,19 +35,20 @@
 //! threads (a VM IPI here, microseconds each). A thread that detached in a
 //! loop with [`strobe_rcu::synchronize`] forced hundreds of thousands of them
 //! per second and halved the trigger rate of the threads it interrupted. So
-//! [`Attachment::detach`] waits like the kernel's `synchronize_rcu` (and
-//! `uprobe_unregister`, whose `synchronize_srcu` is not expedited) rather
-//! than like `synchronize_rcu_expedited`: it takes its grace-period cookie,
-//! sleeps up to [`DETACH_GRACE_DELAY`] while another detach, the background
-//! reclaimer or any `synchronize` may complete that grace period for it, and
-//! only then runs it itself. Detaches issued within one delay share one
-//! barrier, and the barriers a single detaching thread can cause are bounded
-//! by the delay (about a thousand a second), whatever its loop does.
-//! [`Attachment::detach_expedited`] keeps the immediate grace period for the
-//! caller that needs the latency and accepts the interruptions. Correctness
-//! is the same in both: the wait ends only when the grace period named by a
-//! cookie taken *after* the unpublish has completed; the delay only decides
-//! who runs it and when.
+//! [`Attachment::detach`] paces the grace periods it forces, as the kernel
+//! paces normal grace periods (`uprobe_unregister` waits with a
+//! `synchronize_srcu` that is not expedited): a detach runs its grace period
+//! at once only if no detach ran one in the last [`DETACH_GRACE_SPACING`];
+//! otherwise it sleeps until that spacing has passed, unless someone (another
+//! detach, the background reclaimer, any `synchronize`) completes its grace
+//! period meanwhile. An isolated detach therefore returns as fast as an
+//! expedited one, detaches that pile up share one barrier, and however fast
+//! threads detach in a loop, detaching forces at most about one barrier per
+//! spacing (a thousand a second). [`Attachment::detach_expedited`] never
+//! waits for the spacing, for a caller that needs the latency and accepts the
+//! interruptions. Correctness is the same in both: the wait ends only when
+//! the grace period named by a cookie taken *after* the unpublish has
+//! completed; the pacing only decides who runs it and when.
 //!
 //! *Handler-requested removal* (`UPROBE_HANDLER_REMOVE`): a handler returns
 //! [`Action::Remove`]; the trigger path then asks the consumer's filter again
@@ -66,9 +67,9 @@
 //! free a consumer before a grace period has passed since it was unlinked.
 
 use std::alloc::Layout;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strobe_rcu::HashMultiMap;
 
@@ -512,9 +513,10 @@ impl Attachment {
     /// Detaches the consumer. When this returns, its handler and filter are
     /// never called again; its memory is freed after a grace period.
     ///
-    /// The grace period is a normal one (see the module note): detach takes
-    /// about [`DETACH_GRACE_DELAY`] and shares its barrier with concurrent
-    /// detaches, so detaching in a loop does not slow the firing threads.
+    /// The grace period is paced (see the module note): an isolated detach
+    /// returns within microseconds, but detaches that follow each other
+    /// closer than [`DETACH_GRACE_SPACING`] wait for it and share barriers,
+    /// so detaching in a loop does not slow the firing threads.
     ///
     /// # Panics
     /// If called inside a read section (for example from a handler): the wait
@@ -525,9 +527,9 @@ impl Attachment {
     }
 
     /// Detaches like [`detach`](Self::detach), but forces the grace period
-    /// at once (tens of microseconds instead of about a millisecond). Each
-    /// call interrupts every CPU running a thread of the process: detaching
-    /// this way in a loop slows the threads that fire probes.
+    /// at once even right after another one. Each call interrupts every CPU
+    /// running a thread of the process: detaching this way in a loop slows
+    /// the threads that fire probes.
     ///
     /// # Panics
     /// Inside a read section, as [`detach`](Self::detach).
@@ -548,7 +550,7 @@ impl Attachment {
         // Every trigger that loaded a list holding the consumer has ended
         // once the wait returns (its cookie is taken after the unpublish).
         match wait {
-            Wait::Normal => synchronize_normal(),
+            Wait::Normal => synchronize_paced(),
             Wait::Expedited => strobe_rcu::synchronize(),
             Wait::None => {}
         }
@@ -559,7 +561,7 @@ impl Attachment {
 /// How [`Attachment::unlink`] waits after unpublishing.
 #[derive(Clone, Copy)]
 enum Wait {
-    /// A normal grace period ([`synchronize_normal`]).
+    /// A paced grace period ([`synchronize_paced`]).
     Normal,
     /// [`strobe_rcu::synchronize`] at once.
     Expedited,
@@ -576,37 +578,43 @@ fn assert_outside_read_section(what: &str) {
     );
 }
 
-/// How long a normal detach waits for someone else to complete its grace
-/// period before running it itself (see the module note).
-pub const DETACH_GRACE_DELAY: Duration = Duration::from_millis(1);
+/// The shortest interval between two grace periods that detaches force (see
+/// the module note): about the cost, in barriers, of a thousand detaches a
+/// second at most.
+pub const DETACH_GRACE_SPACING: Duration = Duration::from_millis(1);
 
-/// A normal (not expedited) grace period of the global domain: every read
-/// section that began before this call has ended when it returns.
+/// When (`now_ns`) a detach last ran a grace period itself; 0 before any.
+static LAST_FORCED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// A paced grace period of the global domain: every read section that began
+/// before this call has ended when it returns.
 ///
 /// Correctness rests on the cookie alone: [`strobe_rcu::Domain::snapshot`]
 /// orders the caller's unpublish before its read of the grace-period counter
 /// (a `SeqCst` fence) and names the first grace period that starts after it;
 /// `poll` (an `Acquire` load paired with the `SeqCst` increment that ends a
 /// grace period) and `wait_for` return only once that grace period has
-/// completed, whoever ran it. The sleeps merely give other callers the chance
-/// to run it first, so one barrier serves every detach of the window.
-fn synchronize_normal() {
+/// completed, whoever ran it. The sleep merely leaves the barrier to others
+/// for a while. `LAST_FORCED_NS` is a pacing hint that guards no data, so it
+/// is `Relaxed`; racing detaches may both see the spacing passed and both
+/// reach `wait_for`, where they share grace periods under its lock.
+fn synchronize_paced() {
     let d = strobe_rcu::global();
     let cookie = d.snapshot();
-    let t0 = Instant::now();
-    let mut step = Duration::from_micros(100);
+    let spacing = DETACH_GRACE_SPACING.as_nanos() as u64;
     loop {
         if d.poll(cookie) {
             return;
         }
-        let left = DETACH_GRACE_DELAY.saturating_sub(t0.elapsed());
-        if left.is_zero() {
+        let due = LAST_FORCED_NS.load(Ordering::Relaxed).saturating_add(spacing);
+        let now = crate::site::now_ns();
+        if now >= due {
             break;
         }
-        std::thread::sleep(step.min(left));
-        step = step.saturating_mul(2);
+        std::thread::sleep(Duration::from_nanos(due - now));
     }
     d.wait_for(cookie);
+    LAST_FORCED_NS.store(crate::site::now_ns(), Ordering::Relaxed);
 }
 
 impl Drop for Attachment {
@@ -627,7 +635,7 @@ impl std::fmt::Debug for Attachment {
     }
 }
 
-/// Detaches several consumers with a single (normal) grace period, cheaper
+/// Detaches several consumers with a single (paced) grace period, cheaper
 /// than one [`Attachment::detach`] each. Same guarantee for every one of them.
 ///
 /// # Panics
@@ -639,7 +647,7 @@ pub fn detach_all(attachments: impl IntoIterator<Item = Attachment>) {
         a.unlink(Wait::None);
         held.push(a);
     }
-    synchronize_normal();
+    synchronize_paced();
     drop(held);
 }
 

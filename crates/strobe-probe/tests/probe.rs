@@ -276,7 +276,7 @@ fn fire_churn(i: u64) {
 
 /// Stress: two threads fire while two others attach and detach consumers
 /// that each check they are never called after their detach; every consumer
-/// is dropped exactly once. One churner detaches with normal grace periods,
+/// is dropped exactly once. One churner detaches with paced grace periods,
 /// the other with expedited ones, so each kind also completes (or finds
 /// completed) grace periods the other started.
 #[test]
