@@ -46,7 +46,13 @@ pub const MAX_ARGS: usize = 6;
 ///
 /// The layout is part of the C ABI (`struct strobe_probe_site`): do not
 /// reorder fields.
-#[repr(C)]
+///
+/// Aligned to a cache line (64 bytes, the size of the fields rounded up):
+/// the disabled test reads `state` and a firing thread `list` on every hit,
+/// so a site must not share its line with a program variable that some
+/// thread writes (false sharing would turn each of those reads into a
+/// cache miss). Only attach and detach write the line.
+#[repr(C, align(64))]
 pub struct Site {
     state: AtomicU8,
     /// The probe's current consumer list (a copy of the probe's pointer,
@@ -60,8 +66,9 @@ pub struct Site {
     nargs: u32,
 }
 
-// The C header asserts the same size.
-const _: () = assert!(std::mem::size_of::<Site>() == 56);
+// The C header asserts the same size and alignment.
+const _: () = assert!(std::mem::size_of::<Site>() == 64);
+const _: () = assert!(std::mem::align_of::<Site>() == 64);
 
 // SAFETY: the raw pointers point at immutable 'static bytes (string literals);
 // every mutable field is atomic.
