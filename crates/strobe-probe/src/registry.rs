@@ -200,6 +200,9 @@ pub(crate) struct List {
     owners: Vec<Arc<ConsumerInner>>,
 }
 
+/// A list allocation's alignment (and size granule): one cache line.
+const LIST_ALIGN: usize = 64;
+
 /// Where the entries start in a list allocation.
 const ENTRIES_OFF: usize =
     std::mem::size_of::<List>().next_multiple_of(std::mem::align_of::<Entry>());
@@ -210,8 +213,11 @@ impl List {
             .checked_mul(len)
             .and_then(|s| s.checked_add(ENTRIES_OFF))
             .expect("consumer list size overflows");
-        let align = std::mem::align_of::<List>().max(std::mem::align_of::<Entry>());
-        Layout::from_size_align(size, align).expect("consumer list layout")
+        // Whole cache lines of its own: firing threads read the list on every
+        // hit, so no other heap object (a counter some thread updates) may
+        // share a line with it.
+        let align = LIST_ALIGN.max(std::mem::align_of::<List>()).max(std::mem::align_of::<Entry>());
+        Layout::from_size_align(size, align).expect("consumer list layout").pad_to_align()
     }
 
     /// A list of `owners`' consumers, or null when there is none.
