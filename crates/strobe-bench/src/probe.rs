@@ -374,6 +374,26 @@ fn render(
         mark(worst.map(|(_, r)| r >= 0.8)),
         worst.map_or("-".into(), |(th, r)| format!("{:.2} at {th} thr", r))
     );
+    // `disabled` shares nothing between threads, so its 2-thread/1-thread
+    // ratio is the parallelism the machine gave this run: near 2 on an idle
+    // 2-CPU machine, near 1 when other processes hold a CPU (then no
+    // 2-thread figure says anything about scaling).
+    let par = cell(rows, "disabled", 2).zip(d1).map(|(b, a)| b / a);
+    let _ = writeln!(
+        t,
+        "\nparallelism available (disabled 2 thr / 1 thr): {}; load average at the end: {}",
+        par.map_or("-".into(), |p| format!("{p:.2}x")),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "-".into())
+    );
+    if par.is_some_and(|p| p < 1.6) {
+        let _ = writeln!(
+            t,
+            "  other processes held a CPU: multi-thread rows show no scaling; re-measure on an idle machine"
+        );
+    }
     t
 }
 
