@@ -11,13 +11,17 @@
 //! - `disabled`: a `probe!` site with no consumer (the flag test alone);
 //! - `strobe-churn`: `strobe` while one more thread attaches and detaches a
 //!   second consumer on the same probe in a loop (each detach waits for a
-//!   grace period);
+//!   paced grace period, `Attachment::detach`);
+//! - `strobe-churn-exp`: the same with `Attachment::detach_expedited`, whose
+//!   immediate grace periods interrupt the firing threads (the cost the
+//!   normal detach avoids, shown side by side);
 //! - `uprobe`, `uprobe-prologue`: kernel uprobes, from
 //!   `probe_uprobe::rows` (see [`uprobe_rows`]).
 //!
 //! Threads beyond the machine's CPUs oversubscribe it (4 and 8 here on 2
 //! vCPUs): those rows show how each variant degrades, not parallel speedup.
-//! Each cell is the median of `repeats` timed windows.
+//! Each cell is the median of `repeats` timed windows, taken in rounds over
+//! all cells.
 //!
 //! Must never: be linked into a target; quote figures from `--quick`.
 
@@ -30,14 +34,15 @@ use serde_json::Value;
 use strobe_probe::{attach, probe, Action, Consumer};
 
 use crate::report::{machine_summary, row};
-use crate::stats::median_of;
+use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport, Row};
 
 /// Thread counts of the table.
 pub const THREADS: [usize; 4] = [1, 2, 4, 8];
 
 /// The variants this module measures, in table order.
-pub const VARIANTS: [&str; 5] = ["mutex", "rwlock", "strobe", "disabled", "strobe-churn"];
+pub const VARIANTS: [&str; 6] =
+    ["mutex", "rwlock", "strobe", "disabled", "strobe-churn", "strobe-churn-exp"];
 
 /// Triggers per inner batch between checks of the stop flag.
 const BATCH: u64 = 1024;
@@ -93,6 +98,7 @@ fn worker(variant: &str, stop: &AtomicBool) -> u64 {
         "strobe" => run_loop!(|i: u64| probe!(bench_strobe, i)),
         "disabled" => run_loop!(|i: u64| probe!(bench_disabled, i)),
         "strobe-churn" => run_loop!(|i: u64| probe!(bench_churn, i)),
+        "strobe-churn-exp" => run_loop!(|i: u64| probe!(bench_churn_exp, i)),
         _ => {}
     }
     n
@@ -114,7 +120,7 @@ fn setup() -> Result<Setup, BenchError> {
     MUTEX_LIST.lock().unwrap_or_else(|e| e.into_inner()).push(nop_handler());
     RWLOCK_LIST.write().unwrap_or_else(|e| e.into_inner()).push(nop_handler());
     let mut attached = Vec::new();
-    for name in ["bench_strobe", "bench_churn"] {
+    for name in ["bench_strobe", "bench_churn", "bench_churn_exp"] {
         attached.push(attach(name, nop_consumer()).map_err(|e| BenchError::Other(e.to_string()))?);
     }
     Ok(Setup { _attached: attached })
@@ -133,12 +139,21 @@ fn measure(variant: &'static str, threads: usize, window: Duration) -> (f64, u64
     let churn_stop = Arc::new(AtomicBool::new(false));
     let churned = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(threads + 1));
-    let churner = (variant == "strobe-churn").then(|| {
+    let churn_probe = match variant {
+        "strobe-churn" => Some(("bench_churn", false)),
+        "strobe-churn-exp" => Some(("bench_churn_exp", true)),
+        _ => None,
+    };
+    let churner = churn_probe.map(|(name, expedited)| {
         let (cs, churned) = (churn_stop.clone(), churned.clone());
         std::thread::spawn(move || {
             while !cs.load(Ordering::Relaxed) {
-                if let Ok(a) = attach("bench_churn", nop_consumer()) {
-                    a.detach();
+                if let Ok(a) = attach(name, nop_consumer()) {
+                    if expedited {
+                        a.detach_expedited();
+                    } else {
+                        a.detach();
+                    }
                 }
                 churned.fetch_add(1, Ordering::Relaxed);
             }
@@ -187,27 +202,35 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let window = if opts.quick { Duration::from_millis(40) } else { Duration::from_millis(300) };
     let repeats = if opts.quick { opts.repeats.min(3) } else { opts.repeats };
     let s = setup()?;
-    let mut rows = Vec::new();
-    let mut churn_rate = Vec::new();
-    for variant in VARIANTS {
-        for threads in THREADS {
-            let mut churns = Vec::new();
-            let m = median_of(repeats, || {
-                let (m, c) = measure(variant, threads, window);
-                churns.push(c as f64 / window.as_secs_f64());
-                m
-            });
-            if variant == "strobe-churn" {
-                churn_rate.push((threads, crate::stats::median(&churns)));
-            }
-            rows.push(row([
-                ("variant", variant.into()),
-                ("threads", threads.into()),
-                ("mtrig_per_s", Value::from((m * 1000.0).round() / 1000.0)),
-            ]));
+    // Repeats are rounds over every cell, not back-to-back windows of one
+    // cell: load from other processes then drifts over all variants alike,
+    // and the ratios between rows (churn/strobe) stay meaningful on a busy
+    // machine.
+    let cells: Vec<(&'static str, usize)> =
+        VARIANTS.iter().flat_map(|&v| THREADS.iter().map(move |&t| (v, t))).collect();
+    let mut rates = vec![Vec::with_capacity(repeats); cells.len()];
+    let mut churns = vec![Vec::with_capacity(repeats); cells.len()];
+    for _ in 0..repeats.max(1) {
+        for (k, &(variant, threads)) in cells.iter().enumerate() {
+            let (m, c) = measure(variant, threads, window);
+            rates[k].push(m);
+            churns[k].push(c as f64 / window.as_secs_f64());
         }
     }
     teardown(s);
+    let mut rows = Vec::new();
+    let mut churn_rate = Vec::new();
+    for (k, &(variant, threads)) in cells.iter().enumerate() {
+        let m = median(&rates[k]);
+        if variant.starts_with("strobe-churn") {
+            churn_rate.push((variant, threads, median(&churns[k])));
+        }
+        rows.push(row([
+            ("variant", variant.into()),
+            ("threads", threads.into()),
+            ("mtrig_per_s", Value::from((m * 1000.0).round() / 1000.0)),
+        ]));
+    }
     // Kernel uprobes need the uprobe PMU and permission; without them the in-process rows
     // still stand, and the skip is printed with its reason.
     let uprobe_skipped = match uprobe_rows(opts) {
@@ -225,8 +248,9 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         report.text.push_str(&format!("uprobe rows skipped: {why}\n"));
         report.extra.insert("uprobe_skipped".into(), Value::from(why));
     }
-    for (t, r) in &churn_rate {
-        report.extra.insert(format!("churn_detach_per_s_{t}t"), Value::from(r.round()));
+    for (v, t, r) in &churn_rate {
+        let key = if *v == "strobe-churn" { "churn" } else { "churn_exp" };
+        report.extra.insert(format!("{key}_detach_per_s_{t}t"), Value::from(r.round()));
     }
     report.rows = rows;
     Ok(report)
@@ -234,7 +258,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
 
 fn render(
     rows: &[Row],
-    churn: &[(usize, f64)],
+    churn: &[(&str, usize, f64)],
     opts: &BenchOpts,
     repeats: usize,
     window: Duration,
@@ -286,18 +310,22 @@ fn render(
         }
         let _ = writeln!(t);
     }
-    let _ = write!(t, "{:<16}", "churn/strobe");
-    for th in THREADS {
-        let r = cell(rows, "strobe-churn", th).zip(cell(rows, "strobe", th)).map(|(a, b)| a / b);
-        let _ = write!(t, "{:>12}", r.map_or("-".into(), |r| format!("{:.2}", r)));
+    for (v, label) in [("strobe-churn", "churn/strobe"), ("strobe-churn-exp", "churn-exp/strobe")] {
+        let _ = write!(t, "{label:<16}");
+        for th in THREADS {
+            let r = cell(rows, v, th).zip(cell(rows, "strobe", th)).map(|(a, b)| a / b);
+            let _ = write!(t, "{:>12}", r.map_or("-".into(), |r| format!("{:.2}", r)));
+        }
+        let _ = writeln!(t);
     }
-    let _ = writeln!(t);
-    let _ = write!(t, "{:<16}", "detach/s (churn)");
-    for th in THREADS {
-        let r = churn.iter().find(|(x, _)| *x == th).map(|(_, r)| *r);
-        let _ = write!(t, "{:>12}", r.map_or("-".into(), |r| format!("{r:.0}")));
+    for (v, label) in [("strobe-churn", "detach/s"), ("strobe-churn-exp", "detach/s (exp)")] {
+        let _ = write!(t, "{label:<16}");
+        for th in THREADS {
+            let r = churn.iter().find(|(x, n, _)| *x == v && *n == th).map(|(_, _, r)| *r);
+            let _ = write!(t, "{:>12}", r.map_or("-".into(), |r| format!("{r:.0}")));
+        }
+        let _ = writeln!(t);
     }
-    let _ = writeln!(t);
 
     let _ = writeln!(t, "\ngoals");
     let mark = |ok: Option<bool>| match ok {
@@ -346,6 +374,26 @@ fn render(
         mark(worst.map(|(_, r)| r >= 0.8)),
         worst.map_or("-".into(), |(th, r)| format!("{:.2} at {th} thr", r))
     );
+    // `disabled` shares nothing between threads, so its 2-thread/1-thread
+    // ratio is the parallelism the machine gave this run: near 2 on an idle
+    // 2-CPU machine, near 1 when other processes hold a CPU (then no
+    // 2-thread figure says anything about scaling).
+    let par = cell(rows, "disabled", 2).zip(d1).map(|(b, a)| b / a);
+    let _ = writeln!(
+        t,
+        "\nparallelism available (disabled 2 thr / 1 thr): {}; load average at the end: {}",
+        par.map_or("-".into(), |p| format!("{p:.2}x")),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "-".into())
+    );
+    if par.is_some_and(|p| p < 1.6) {
+        let _ = writeln!(
+            t,
+            "  other processes held a CPU: multi-thread rows show no scaling; re-measure on an idle machine"
+        );
+    }
     t
 }
 

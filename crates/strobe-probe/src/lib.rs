@@ -4,10 +4,14 @@
 //! Modelled on the kernel's uprobe hot path under RCU (seed 001): a probe
 //! point ([`probe!`]) is a static [`Site`] whose disabled cost is one `Relaxed`
 //! load and one predictable branch; enabled, it enters a strobe-rcu read
-//! section, loads its probe's consumer list and calls each consumer. Attach
+//! section, loads the consumer list its site points at and calls each consumer. Attach
 //! and detach take the registry lock and replace the list copy-on-write;
 //! detach waits for a grace period, so when it returns the handler is never
-//! called again, and the consumer is freed after a grace period.
+//! called again, and the consumer is freed after a grace period. Detaches
+//! pace the grace periods they force (at most one per
+//! [`DETACH_GRACE_SPACING`], shared by the detaches waiting for it), so
+//! detaching in a loop does not keep interrupting the threads that fire
+//! probes; [`Attachment::detach_expedited`] skips the pacing.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,7 +74,7 @@ mod site;
 
 pub use registry::{
     attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, sites, Action,
-    Attachment, Consumer, Probe, SiteInfo,
+    Attachment, Consumer, Probe, SiteInfo, DETACH_GRACE_SPACING,
 };
 pub use site::{now_ns, Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
 

@@ -9,7 +9,7 @@
 //! `#[cold]` and out of line, so the fall-through is the disabled path).
 //!
 //! `Relaxed` is enough because the flag is only a hint; it guards no data.
-//! What a firing site reads (the probe pointer, the consumer list) it loads
+//! What a firing site reads (its consumer list and the entries) it loads
 //! with `Acquire` inside a read section, paired with the registry's `Release`
 //! publications. The guarantee users can observe still holds with `Relaxed`:
 //! a hit that *happens after* `attach` returns (the attaching thread released
@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-use crate::registry::{self, Probe};
+use crate::registry::{self, List};
 
 /// Disabled: registered, no consumer attached.
 pub(crate) const OFF: u8 = 0;
@@ -46,10 +46,18 @@ pub const MAX_ARGS: usize = 6;
 ///
 /// The layout is part of the C ABI (`struct strobe_probe_site`): do not
 /// reorder fields.
-#[repr(C)]
+///
+/// Aligned to a cache line (64 bytes, the size of the fields rounded up):
+/// the disabled test reads `state` and a firing thread `list` on every hit,
+/// so a site must not share its line with a program variable that some
+/// thread writes (false sharing would turn each of those reads into a
+/// cache miss). Only attach and detach write the line.
+#[repr(C, align(64))]
 pub struct Site {
     state: AtomicU8,
-    probe: AtomicPtr<Probe>,
+    /// The probe's current consumer list (a copy of the probe's pointer,
+    /// written under the registry lock), null when there is none.
+    list: AtomicPtr<List>,
     name_ptr: *const u8,
     name_len: usize,
     file_ptr: *const u8,
@@ -58,8 +66,9 @@ pub struct Site {
     nargs: u32,
 }
 
-// The C header asserts the same size.
-const _: () = assert!(std::mem::size_of::<Site>() == 56);
+// The C header asserts the same size and alignment.
+const _: () = assert!(std::mem::size_of::<Site>() == 64);
+const _: () = assert!(std::mem::align_of::<Site>() == 64);
 
 // SAFETY: the raw pointers point at immutable 'static bytes (string literals);
 // every mutable field is atomic.
@@ -75,7 +84,7 @@ impl Site {
         assert!(nargs <= MAX_ARGS, "a probe point takes at most 6 arguments");
         Site {
             state: AtomicU8::new(OFF),
-            probe: AtomicPtr::new(std::ptr::null_mut()),
+            list: AtomicPtr::new(std::ptr::null_mut()),
             name_ptr: name.as_ptr(),
             name_len: name.len(),
             file_ptr: file.as_ptr(),
@@ -128,10 +137,10 @@ impl Site {
         self.state.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn link(&self, p: &'static Probe) {
+    pub(crate) fn set_list(&self, l: *mut List) {
         // Release: a firing thread that loads the pointer (Acquire) sees the
-        // probe fully built.
-        self.probe.store(p as *const Probe as *mut Probe, Ordering::Release);
+        // list fully built.
+        self.list.store(l, Ordering::Release);
     }
 
     /// Fires the site: runs the attached consumers with `args`.
@@ -155,25 +164,32 @@ impl Site {
 
     #[inline(always)]
     fn fire_inline(&'static self, kind: HitKind, args: &[u64]) {
-        if self.state() == UNREGISTERED && !self.register() {
-            return;
+        if self.state() == UNREGISTERED {
+            // Out of line, so the hot path keeps no argument live across a
+            // call and saves no registers for it.
+            return self.fire_unregistered(kind, args);
         }
         let guard = strobe_rcu::read_lock();
-        // Acquire: pairs with the Release in `link`.
-        let p = self.probe.load(Ordering::Acquire);
-        // SAFETY: probes are never freed (one per distinct name, 'static).
-        if let Some(probe) = unsafe { p.as_ref() } {
+        // Acquire: pairs with the Release in `set_list`.
+        let l = self.list.load(Ordering::Acquire);
+        // SAFETY: a list is retired only after no site points at it, and freed
+        // a grace period later; `guard`'s section began before we loaded it.
+        if let Some(list) = unsafe { l.as_ref() } {
             let args = args.get(..MAX_ARGS).unwrap_or(args);
-            probe.dispatch(&guard, &Hit { site: self, kind, args });
+            list.run(&Hit { site: self, kind, args });
         }
+        drop(guard);
     }
 
-    /// A C site's first hit: registers it; true if it has consumers.
+    /// A C site's first hit: registers it, then fires it if it has
+    /// consumers.
     #[cold]
     #[inline(never)]
-    fn register(&'static self) -> bool {
+    fn fire_unregistered(&'static self, kind: HitKind, args: &[u64]) {
         registry::register_site(self);
-        self.is_enabled()
+        if self.state() == ON {
+            self.fire_inline(kind, args);
+        }
     }
 }
 

@@ -276,7 +276,9 @@ fn fire_churn(i: u64) {
 
 /// Stress: two threads fire while two others attach and detach consumers
 /// that each check they are never called after their detach; every consumer
-/// is dropped exactly once.
+/// is dropped exactly once. One churner detaches with paced grace periods,
+/// the other with expedited ones, so each kind also completes (or finds
+/// completed) grace periods the other started.
 #[test]
 fn churn_stress() {
     struct DropCount(Arc<AtomicUsize>);
@@ -300,8 +302,9 @@ fn churn_stress() {
             })
         })
         .collect();
-    let churners: Vec<_> = (0..2)
-        .map(|_| {
+    let churners: Vec<_> = [false, true]
+        .into_iter()
+        .map(|expedited| {
             let drops = drops.clone();
             thread::spawn(move || {
                 for k in 0..iters {
@@ -320,7 +323,11 @@ fn churn_stress() {
                     if k % 2 == 0 {
                         thread::yield_now();
                     }
-                    a.detach();
+                    if expedited {
+                        a.detach_expedited();
+                    } else {
+                        a.detach();
+                    }
                     detached.store(true, Ordering::SeqCst);
                 }
             })
