@@ -77,6 +77,9 @@ pub const BATCH_BLOCKS: usize = 1;
 /// once: small batches are freed while still in cache.
 const CHEAP_BATCH_BLOCKS: usize = 1;
 
+/// Records freed between two quiescent-state reports of the freeing thread.
+const QUIESCE_EVERY: usize = 32;
+
 /// Blocks a thread may hold retired-but-unfreed before `retire` waits.
 ///
 /// One batch: while the thread fills the next batch, the previous one waits
@@ -591,7 +594,7 @@ impl Drop for AbortOnUnwind {
 ///
 /// # Safety
 /// The batch's grace period has completed and the caller owns it.
-unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block) {
+unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block, me: Option<&Reader>) {
     let guard = AbortOnUnwind;
     let mut blk = b.chain.head;
     while !blk.is_null() {
@@ -603,6 +606,15 @@ unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block) {
             for i in 0..len {
                 let r = recs.add(i).read();
                 (r.drop)(r.ptr);
+                // A block takes microseconds to free, during which this
+                // thread enters no section: report quiescent states so that
+                // another thread's grace period, polling for our epoch, need
+                // not pay a membarrier for us. A no-op inside a section.
+                if i % QUIESCE_EVERY == QUIESCE_EVERY - 1 {
+                    if let Some(me) = me {
+                        me.quiesce();
+                    }
+                }
             }
             (*blk).len = 0;
             if keep.is_null() {
@@ -813,7 +825,7 @@ impl Domain {
         let mut keep = ptr::null_mut();
         for g in garbage {
             // SAFETY: a full grace period passed after we took ownership.
-            unsafe { free_batch(self, g, &mut keep) };
+            unsafe { free_batch(self, g, &mut keep, None) };
         }
         if !keep.is_null() {
             // SAFETY: the kept block is ours and empty.
@@ -1099,13 +1111,16 @@ impl LocalHandle {
         drop(g);
         if let Some(c) = wait_cookie {
             d.stats.backpressure.fetch_add(1, Ordering::Relaxed);
-            d.wait_for(c);
+            // Outside sections (backpressure requires `!in_read`): wait
+            // offline, so that other threads' grace periods skip us.
+            d.wait_for_as(c, self.reader);
         }
         self.in_reclaim.set(true);
         let mut keep = ptr::null_mut();
         for b in ready.iter().take(nready) {
-            // SAFETY: each batch's cookie has been reached and we own it.
-            unsafe { free_batch(d, *b, &mut keep) };
+            // SAFETY: each batch's cookie has been reached and we own it; the
+            // record is ours, claimed for the handle's lifetime.
+            unsafe { free_batch(d, *b, &mut keep, Some(&*self.reader)) };
         }
         self.in_reclaim.set(false);
         drop(fg);
