@@ -425,8 +425,10 @@ impl Domain {
     /// issues the kernel's non-expedited `MEMBARRIER_CMD_GLOBAL`, which waits
     /// for a kernel RCU grace period instead of sending IPIs. Takes from
     /// microseconds (busy readers) to tens of milliseconds (idle ones).
-    /// Shares grace periods with concurrent callers of either kind. Must not
-    /// be called inside a read section.
+    /// Shares grace periods with concurrent callers of either kind: a
+    /// `synchronize` (or a retiring thread) that arrives while a lazy grace
+    /// period runs waits for it, so keep lazy ones off paths whose peers
+    /// need grace periods fast. Must not be called inside a read section.
     pub fn synchronize_lazy(&self) {
         self.wait_for_kind(self.snapshot(), ptr::null(), GpKind::Lazy);
     }
