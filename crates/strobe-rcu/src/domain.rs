@@ -5,21 +5,24 @@
 //!
 //! `gp_seq` counts grace-period boundaries: odd while one runs, even when
 //! idle. A caller that has unpublished something takes a *cookie*
-//! ([`Domain::snapshot`]): a `SeqCst` fence, then `(gp_seq + 3) & !1`, the value
-//! `gp_seq` reaches at the end of the first grace period that *starts* after
-//! the fence (if one is running now, it may have scanned the readers before our
-//! unpublish, so the one after it). [`Domain::wait_for`] returns once `gp_seq`
+//! ([`Domain::snapshot`]): a `SeqCst` fence and RMW reading `gp_seq`, then
+//! `(gp_seq + 3) & !1`, the value `gp_seq` reaches at the end of the first
+//! grace period that *starts* after the RMW (if one is running now, it may
+//! have scanned the readers before our unpublish, so the one after it). [`Domain::wait_for`] returns once `gp_seq`
 //! has reached the cookie, running grace periods under `gp_lock` if nobody else
 //! does. Concurrent callers therefore share grace periods: whoever holds the
 //! lock advances `gp_seq` for everyone, and the others find their cookie
 //! already reached when they get the lock (N concurrent `synchronize` calls
 //! cost at most two grace periods, not N).
 //!
-//! One grace period is: `gp_seq += 1`, one membarrier (or `SeqCst` fence in
-//! the fallback), a scan of every reader record waiting out the sections it
-//! catches, `gp_seq += 1`. The membarrier is the only expensive step (about
-//! 10 us here while the other vCPU runs); callers amortise it by retiring in
-//! batches of thousands of objects per cookie.
+//! One grace period is: `gp_seq += 1`, advance the reader epoch
+//! (`reader.rs`), a `SeqCst` fence, *poll* the registry until every other
+//! claimed record shows the new epoch (or is offline); only if some record
+//! stays stale past a short patience, one membarrier (or `SeqCst` fence in
+//! the fallback) and the classic scan of the stale records; `gp_seq += 1`.
+//! The membarrier is the only expensive step (about 10 us here while the
+//! other vCPU runs); busy readers make it unnecessary, and callers amortise
+//! it by retiring in batches of thousands of objects per cookie.
 //!
 //! *Ordering.* The snapshot's `SeqCst` fence orders the caller's unpublish
 //! before its read of `gp_seq`; that read precedes (in `gp_seq`'s modification
@@ -31,13 +34,66 @@
 //! that sees its cookie reached happens-after every section the scan waited
 //! for.
 //!
+//! *Lone writers.* The membarrier exists to reach readers on other CPUs. A
+//! grace period run by the owner of record `me` (outside its sections) that
+//! finds no *other* record claimed skips it: after its epoch advance it
+//! executes a `SeqCst` fence and walks the registry; a thread that claims a
+//! record (or publishes a new one) executes a `SeqCst` fence after the claim
+//! and before its first section. This is the store-buffering pattern with a
+//! fence on each side: either the walk sees the claim (and the grace period
+//! pays the membarrier) or the claimer's fence follows ours in the `SeqCst`
+//! order, so its sections' loads see everything before our fence, including
+//! the unpublish. A record released (not claimed) has no section running. A
+//! single-threaded retirer thus completes a grace period for the cost of a
+//! few RMWs and a fence, and can free a batch while it is still in cache.
+//!
+//! *Polling.* A record is *proven* for the grace period with epoch `E` when
+//! the walk (after the fence that follows the epoch advance) reads, with
+//! `Acquire`:
+//! - `in_use` false: nobody owns it; a later claim is covered as above;
+//! - `ctr` carrying `E` (any nest count): the owner stored it after loading
+//!   `E` with `Acquire`, which synchronizes with the advance (a release RMW)
+//!   that the unpublish happens-before (`reader.rs`, "Epochs"), so the
+//!   section that carries `E` and every later one see the unpublish; and the
+//!   `Release` store means every earlier section of that thread has ended.
+//!   Nested entries and exits keep the epoch, and an outermost entry always
+//!   loads the epoch afresh, so the word never carries `E` on behalf of a
+//!   section that began before the advance. A signal handler that runs a
+//!   whole section between the interrupted entry's epoch load and its store
+//!   can make the word show `E` briefly while the interrupted entry then
+//!   stores the older epoch: its section's loads still come after the
+//!   handler's `Acquire` load of `E` on the same CPU, so they see the
+//!   unpublish too;
+//! - `ctr == OFFLINE`: the owner is blocked in a grace-period wait, outside
+//!   sections; the `Release` store of `OFFLINE` ends its earlier sections,
+//!   its handlers' sections fence themselves while it is offline, and it
+//!   fences after coming back (`Reader::online`, the same store-buffering
+//!   pair as a claim).
+//!
+//! A proven record stays proven for the rest of the grace period, so after
+//! the barrier the scan starts at the first record still stale. The scan
+//! waits while a record shows a non-zero nest count with an epoch other
+//! than `E` and the same word it first read; the epoch changes only at an
+//! outermost entry, so a changed word means the section seen has ended.
+//! An entry that loaded the old epoch again stores the same word (an ABA
+//! the old per-reader sequence did not have): that only makes the scan wait
+//! longer, and it cannot last, since an entry whose epoch load follows the
+//! barrier loads `E`.
+//!
+//! The caller's own record (`me`, passed by retiring threads and by the
+//! global `synchronize`) is skipped: its owner is running this code, outside
+//! its sections, and a handler section on its thread runs after the
+//! unpublish in program order.
+//!
 //! Must never: be entered from a read section (it waits for the caller's own
 //! section), or be called from a signal handler (it locks and sleeps).
 
 use std::ptr;
 
-use crate::primitive::{backoff, fence, lock, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
-use crate::reader::{Reader, NEST_MASK};
+use crate::primitive::{
+    backoff, fence, lock, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering,
+};
+use crate::reader::{Reader, NEST_MASK, OFFLINE, SEQ_ONE};
 use crate::reclaim::{Bag, Orphans};
 
 /// How the writer side makes readers' stores visible.
@@ -57,6 +113,10 @@ const MODE_FENCES: usize = 2;
 /// Domains are leaked (`&'static`), like the global one: reader records and
 /// bags must outlive every thread that might touch them.
 pub struct Domain {
+    /// The reader epoch (`reader.rs`): the only field readers load, alone on
+    /// its cache line so that grace-period bookkeeping and statistics never
+    /// invalidate it under them.
+    reader_epoch: EpochWord,
     pub(crate) readers: AtomicPtr<Reader>,
     pub(crate) bags: AtomicPtr<Bag>,
     gp_seq: AtomicU64,
@@ -67,6 +127,9 @@ pub struct Domain {
     /// orphan queue (`barrier`, the background reclaimer), for the whole
     /// take-wait-free sequence.
     pub(crate) steal_lock: Mutex<()>,
+    /// The last grace period completed by polling, without a barrier: the
+    /// next one is likely cheap too, so retiring threads run them inline.
+    pub(crate) gp_was_cheap: AtomicBool,
     pub(crate) orphans: Mutex<Orphans>,
     /// The process-wide domain runs a background reclaimer thread.
     #[cfg_attr(loom, allow(dead_code))]
@@ -81,9 +144,89 @@ unsafe impl Sync for Domain {}
 // SAFETY: as above; nothing is tied to the creating thread.
 unsafe impl Send for Domain {}
 
+/// How long a grace period polls for readers to show the new epoch before it
+/// pays a barrier: about one expedited membarrier's worth (~10 us here).
+pub(crate) const EXPEDITED_PATIENCE: std::time::Duration = std::time::Duration::from_micros(3);
+
+/// A grace period faster than this is "cheap": retiring threads then run
+/// their own right away on small batches (`reclaim.rs`). A membarrier that
+/// reaches no running reader (the other threads are off CPU) is this cheap
+/// too; one that interrupts a running reader (~10 us here) is not.
+#[cfg(not(loom))]
+const CHEAP_GP: std::time::Duration = std::time::Duration::from_micros(8);
+
+/// How long [`Domain::synchronize_lazy`] waits for silent readers before the
+/// non-expedited barrier.
+pub const LAZY_PATIENCE: std::time::Duration = std::time::Duration::from_millis(20);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GpKind {
+    Expedited,
+    Lazy,
+}
+
+/// The polling budget of one grace period.
+struct Patience {
+    kind: GpKind,
+    step: u32,
+    #[cfg(not(loom))]
+    start: Option<std::time::Instant>,
+}
+
+impl Patience {
+    fn new(kind: GpKind) -> Self {
+        Self {
+            kind,
+            step: 0,
+            #[cfg(not(loom))]
+            start: None,
+        }
+    }
+
+    /// One polling step (spin, then sleep for lazy ones); true once the
+    /// budget is spent.
+    fn exhausted(&mut self) -> bool {
+        self.step = self.step.saturating_add(1);
+        #[cfg(loom)]
+        {
+            // Loom explores the barrier-free outcome and the barrier path:
+            // give up after a few rounds.
+            loom::thread::yield_now();
+            self.step > 3
+        }
+        #[cfg(not(loom))]
+        {
+            let (budget, sleep) = match self.kind {
+                GpKind::Expedited => (EXPEDITED_PATIENCE, false),
+                GpKind::Lazy => (LAZY_PATIENCE, self.step > 64),
+            };
+            // The clock only every 16 steps: reading it costs as much as a
+            // poll of the registry.
+            if self.step % 16 == 1 {
+                let start = *self.start.get_or_insert_with(std::time::Instant::now);
+                if start.elapsed() >= budget {
+                    return true;
+                }
+            }
+            if sleep {
+                let us = 1u64 << (self.step - 64).min(10);
+                std::thread::sleep(std::time::Duration::from_micros(us));
+            } else {
+                std::hint::spin_loop();
+            }
+            false
+        }
+    }
+}
+
+/// A word on its own cache line (and prefetch pair).
+#[repr(align(128))]
+struct EpochWord(AtomicUsize);
+
 macro_rules! domain_init {
     ($mode:expr, $bg:expr) => {
         Domain {
+            reader_epoch: EpochWord(AtomicUsize::new(0)),
             readers: AtomicPtr::new(ptr::null_mut()),
             bags: AtomicPtr::new(ptr::null_mut()),
             gp_seq: AtomicU64::new(0),
@@ -91,6 +234,7 @@ macro_rules! domain_init {
             mode: AtomicUsize::new($mode),
             mode_lock: Mutex::new(()),
             steal_lock: Mutex::new(()),
+            gp_was_cheap: AtomicBool::new(true),
             orphans: Mutex::new(Orphans::new()),
             background: $bg,
             stats: crate::reclaim::counters_init!(),
@@ -115,6 +259,12 @@ impl Domain {
     /// lacks `MEMBARRIER_CMD_PRIVATE_EXPEDITED`; tests use it to cover that path.
     pub fn new_with_fences() -> &'static Domain {
         Box::leak(Box::new(domain_init!(MODE_FENCES, false)))
+    }
+
+    /// The reader epoch word (`reader.rs`).
+    #[inline(always)]
+    pub(crate) fn epoch_word(&self) -> &AtomicUsize {
+        &self.reader_epoch.0
     }
 
     /// True when this domain's readers rely on membarrier (decided at first
@@ -169,11 +319,17 @@ impl Domain {
                 // Relaxed: the record is ours now (claimed by the CAS); only
                 // this thread reads `heavy` until it releases the record.
                 r.heavy.store(heavy, Ordering::Relaxed);
+                r.heavy_saved.store(heavy, Ordering::Relaxed);
+                r.is_offline.store(false, Ordering::Relaxed);
+                // SeqCst: a grace period that found no other record in use
+                // skips the membarrier; this fence pairs with its fence after
+                // the registry walk ("Lone writers" in the module note).
+                fence(Ordering::SeqCst);
                 return p;
             }
             p = r.next.load(Ordering::Acquire);
         }
-        let rec = Box::into_raw(Box::new(Reader::new(heavy)));
+        let rec = Box::into_raw(Box::new(Reader::new(heavy, &self.reader_epoch.0)));
         let mut head = self.readers.load(Ordering::Relaxed);
         loop {
             // SAFETY: `rec` is ours until the CAS publishes it.
@@ -185,7 +341,11 @@ impl Domain {
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return rec,
+                Ok(_) => {
+                    // SeqCst: as after claiming a free record above.
+                    fence(Ordering::SeqCst);
+                    return rec;
+                }
                 Err(h) => head = h,
             }
         }
@@ -202,9 +362,16 @@ impl Domain {
 
     /// A cookie for "a full grace period after now" (see the module note).
     pub fn snapshot(&self) -> u64 {
-        // SeqCst fence: orders the caller's unpublish before the gp_seq read.
+        // An RMW rather than a plain load: being a release, it heads a
+        // release sequence that the grace period's own `fetch_add` reads
+        // from, so the unpublish happens-before that grace period's epoch
+        // advance (the "Epochs" note in `reader.rs`).
+        // The fence as well: it is what pairs, store-buffering style, with a
+        // reader's fence (or the membarrier) when another thread runs the
+        // barrier; an RMW on `gp_seq` alone orders nothing for other
+        // locations in the language's model.
         fence(Ordering::SeqCst);
-        let s = self.gp_seq.load(Ordering::SeqCst);
+        let s = self.gp_seq.fetch_add(0, Ordering::SeqCst);
         (s + 3) & !1
     }
 
@@ -218,13 +385,89 @@ impl Domain {
     /// Waits until the grace period named by `cookie` has completed, running
     /// grace periods itself if nobody else is.
     pub fn wait_for(&self, cookie: u64) {
+        self.wait_for_as(cookie, ptr::null());
+    }
+
+    /// [`wait_for`](Self::wait_for) on behalf of the thread that owns reader
+    /// record `me` (null if unknown), which must be outside any section: a
+    /// grace period finding no other record in use then skips the membarrier.
+    pub(crate) fn wait_for_as(&self, cookie: u64, me: *const Reader) {
+        self.wait_for_kind(cookie, me, GpKind::Expedited);
+    }
+
+    fn wait_for_kind(&self, cookie: u64, me: *const Reader, kind: GpKind) {
         if self.poll(cookie) {
             return;
         }
-        let _g = lock(&self.gp_lock);
-        while !self.poll(cookie) {
-            self.run_grace_period();
+        // Offline while we wait (perhaps blocked on the lock): whoever runs
+        // the grace period need not wait for us or interrupt us.
+        // SAFETY: `me` is the caller's claimed record, outside sections
+        // (contract).
+        let me_ref = unsafe { me.as_ref() };
+        if let Some(r) = me_ref {
+            r.offline();
         }
+        {
+            let _g = lock(&self.gp_lock);
+            while !self.poll(cookie) {
+                self.run_grace_period(me, kind);
+            }
+        }
+        if let Some(r) = me_ref {
+            r.online();
+        }
+    }
+
+    /// Waits for a grace period like [`synchronize`](Self::synchronize) but
+    /// never interrupts a reader's CPU: it waits, sleeping, for every reader
+    /// thread to enter a section (or finish one) after the grace period
+    /// began, and only for threads that stay silent for [`LAZY_PATIENCE`]
+    /// issues the kernel's non-expedited `MEMBARRIER_CMD_GLOBAL`, which waits
+    /// for a kernel RCU grace period instead of sending IPIs. Takes from
+    /// microseconds (busy readers) to tens of milliseconds (idle ones).
+    /// Shares grace periods with concurrent callers of either kind: a
+    /// `synchronize` (or a retiring thread) that arrives while a lazy grace
+    /// period runs waits for it, so keep lazy ones off paths whose peers
+    /// need grace periods fast. Must not be called inside a read section.
+    pub fn synchronize_lazy(&self) {
+        self.wait_for_kind(self.snapshot(), ptr::null(), GpKind::Lazy);
+    }
+
+    pub(crate) fn synchronize_lazy_as(&self, me: *const Reader) {
+        self.wait_for_kind(self.snapshot(), me, GpKind::Lazy);
+    }
+
+    /// The first record at or after `p` (in registry order) that another
+    /// thread has claimed and whose `ctr` does not yet carry `epoch`; null if
+    /// none. Such a record may hold a section the grace period must wait for;
+    /// every other record is proven safe without a barrier ("Polling" in the
+    /// module note).
+    fn first_stale(&self, mut p: *mut Reader, me: *const Reader, epoch: usize) -> *mut Reader {
+        while !p.is_null() {
+            // SAFETY: registry records are never freed while the domain lives.
+            let r = unsafe { &*p };
+            // Acquire `in_use`: pairs with the Release in `release_reader`,
+            // so the sections of a thread that released the record have
+            // finished their loads; against a concurrent claim the fences on
+            // both sides order it ("Lone writers"). Acquire `ctr`: pairs with
+            // the reader's Release stores, so the sections before the store
+            // we read have finished their loads.
+            if !ptr::eq(p, me) && r.in_use.load(Ordering::Acquire) {
+                let v = r.ctr.load(Ordering::Acquire);
+                if v & !NEST_MASK != epoch && v != OFFLINE {
+                    return p;
+                }
+            }
+            p = r.next.load(Ordering::Acquire);
+        }
+        ptr::null_mut()
+    }
+
+    /// True when some reader record other than `me` is claimed: only then
+    /// can a read section run concurrently with the caller.
+    pub(crate) fn others_reading(&self, me: *const Reader) -> bool {
+        // An epoch no record can carry (the low bits are the nest count).
+        !self.first_stale(self.readers.load(Ordering::Acquire), me, 1).is_null()
     }
 
     /// Waits for a grace period: every read section that began before this
@@ -234,20 +477,63 @@ impl Domain {
         self.wait_for(self.snapshot());
     }
 
-    /// One grace period. Caller holds `gp_lock`.
-    fn run_grace_period(&self) {
+    /// One grace period. Caller holds `gp_lock`; `me` as in `wait_for_as`.
+    fn run_grace_period(&self, me: *const Reader, kind: GpKind) {
+        #[cfg(not(loom))]
+        let t0 = std::time::Instant::now();
         let mode = self.ensure_mode();
         // SeqCst: starts the grace period; ordered before the barrier below.
         self.gp_seq.fetch_add(1, Ordering::SeqCst);
-        self.heavy_barrier(mode);
-        let mut p = self.readers.load(Ordering::Acquire);
+        // SeqCst (a release): sections that load this epoch see everything
+        // that happened before it (`reader.rs`, "Epochs").
+        let epoch = self.reader_epoch.0.fetch_add(SEQ_ONE, Ordering::SeqCst).wrapping_add(SEQ_ONE);
+        // SeqCst fence: orders the epoch advance (and the caller's unpublish)
+        // before the registry walks, pairing with the claimers' fence.
+        fence(Ordering::SeqCst);
+        // Polling: wait for every other claimed record to carry the new epoch.
+        let head = self.readers.load(Ordering::Acquire);
+        let mut stale = self.first_stale(head, me, epoch);
+        if stale.is_null() && !self.others_reading(me) {
+            self.stats.lone_grace_periods.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut waited = Patience::new(kind);
+        while !stale.is_null() {
+            if waited.exhausted() {
+                break;
+            }
+            stale = self.first_stale(stale, me, epoch);
+        }
+        if stale.is_null() {
+            // Every section that could hold what was unpublished has ended:
+            // no barrier, no scan.
+            self.stats.polled_grace_periods.fetch_add(1, Ordering::Relaxed);
+        } else {
+            match kind {
+                GpKind::Expedited => self.heavy_barrier(mode),
+                GpKind::Lazy => self.lazy_barrier(mode),
+            }
+            self.scan_after_barrier(stale, epoch);
+        }
+        #[cfg(not(loom))]
+        let cheap = stale.is_null() || t0.elapsed() < CHEAP_GP;
+        #[cfg(loom)]
+        let cheap = stale.is_null();
+        // Relaxed: a hint for choosing how to run the next grace period.
+        self.gp_was_cheap.store(cheap, Ordering::Relaxed);
+        // SeqCst (a release): publishes the end of the grace period to poll().
+        self.gp_seq.fetch_add(1, Ordering::SeqCst);
+        self.stats.grace_periods.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The classic memb-flavour scan, after a barrier, from record `p` on.
+    fn scan_after_barrier(&self, mut p: *mut Reader, epoch: usize) {
         while !p.is_null() {
             // SAFETY: registry records are never freed while the domain lives.
             let r = unsafe { &*p };
             // Acquire: pairs with the reader's Release exit (and entry), so a
             // reader seen outside its section has finished its loads.
             let v = r.ctr.load(Ordering::Acquire);
-            if v & NEST_MASK != 0 {
+            if v & NEST_MASK != 0 && v & !NEST_MASK != epoch {
                 let mut step = 0;
                 loop {
                     backoff(&mut step);
@@ -259,9 +545,16 @@ impl Domain {
             }
             p = r.next.load(Ordering::Acquire);
         }
-        // SeqCst (a release): publishes the end of the grace period to poll().
-        self.gp_seq.fetch_add(1, Ordering::SeqCst);
-        self.stats.grace_periods.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The barrier of a lazy grace period: `MEMBARRIER_CMD_GLOBAL` (a kernel
+    /// RCU grace period, no IPIs) when available, else the expedited one.
+    fn lazy_barrier(&self, mode: usize) {
+        #[cfg(not(loom))]
+        if mode == MODE_MEMBARRIER && crate::sys::global() {
+            return;
+        }
+        self.heavy_barrier(mode);
     }
 
     fn heavy_barrier(&self, mode: usize) {

@@ -107,8 +107,9 @@ pub fn register_current_thread() {
 pub fn read_lock() -> ReadGuard<'static> {
     let r = READER.get();
     if r as usize > DEAD {
-        // SAFETY: a live record claimed by this thread until its TLS teardown.
-        unsafe { (*r).enter() };
+        // SAFETY: a live record of the global domain claimed by this thread
+        // until its TLS teardown.
+        unsafe { (*r).enter_in(GLOBAL.epoch_word()) };
         return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
     }
     read_lock_slow(r)
@@ -191,7 +192,43 @@ pub fn synchronize() {
 /// calling thread is inside a read section.
 pub fn try_synchronize() -> Result<(), Error> {
     outside_section("synchronize")?;
-    GLOBAL.synchronize();
+    GLOBAL.wait_for_as(GLOBAL.snapshot(), my_reader());
+    Ok(())
+}
+
+/// The calling thread's live reader record, or null.
+fn my_reader() -> *const Reader {
+    let r = READER.get();
+    if r as usize > DEAD {
+        r
+    } else {
+        ptr::null()
+    }
+}
+
+/// Waits for a grace period without interrupting any reader's CPU: for
+/// writers that can wait longer (detaching a probe under churn) but must not
+/// disturb the readers. Returns once every read section that began before the
+/// call has ended, like [`synchronize`]; it waits (sleeping) for each reader
+/// thread to pass a section boundary, which busy readers do within
+/// microseconds, and for threads that stay silent past
+/// [`LAZY_PATIENCE`](crate::LAZY_PATIENCE) uses the kernel's non-expedited,
+/// IPI-free `MEMBARRIER_CMD_GLOBAL` (milliseconds). See
+/// [`Domain::synchronize_lazy`].
+///
+/// Not async-signal-safe. Panics inside a read section (see
+/// [`try_synchronize_lazy`]).
+pub fn synchronize_lazy() {
+    if let Err(e) = try_synchronize_lazy() {
+        panic!("{e}");
+    }
+}
+
+/// [`synchronize_lazy`], or [`Error::InReadSection`] instead of a deadlock
+/// when the calling thread is inside a read section.
+pub fn try_synchronize_lazy() -> Result<(), Error> {
+    outside_section("synchronize_lazy")?;
+    GLOBAL.synchronize_lazy_as(my_reader());
     Ok(())
 }
 

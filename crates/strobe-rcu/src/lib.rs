@@ -17,7 +17,8 @@
 //! - **Grace periods** ([`synchronize`], or [`try_synchronize`] which returns
 //!   [`Error::InReadSection`] instead of panicking when called inside a read
 //!   section; [`start_poll_synchronize`]/[`poll_synchronize`] to start one
-//!   and check it later without waiting):
+//!   and check it later without waiting; [`synchronize_lazy`] for writers that
+//!   may wait longer but must not interrupt readers' CPUs):
 //!   concurrent callers share them. The
 //!   expensive barrier is paid once per grace period; reclamation asks for one
 //!   per batch of about two thousand objects, never per object.
@@ -68,13 +69,13 @@ mod reclaim;
 #[cfg(not(loom))]
 mod sys;
 
-pub use domain::Domain;
+pub use domain::{Domain, LAZY_PATIENCE};
 pub use error::Error;
 #[cfg(not(loom))]
 pub use global::{
     barrier, flush, global, poll_synchronize, read_depth, read_lock, register_current_thread,
-    retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, try_barrier,
-    try_synchronize, SCAN_PERIOD,
+    retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, synchronize_lazy,
+    try_barrier, try_synchronize, try_synchronize_lazy, SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;

@@ -1,22 +1,48 @@
 //! Read-side critical sections: the per-thread reader record and the guard.
 //!
-//! # Design (the liburcu "memb" flavour, with a per-reader sequence)
+//! # Design (the liburcu "memb" flavour, with epochs)
 //!
 //! Every thread that reads owns one [`Reader`] record in its domain's registry.
 //! The record holds one word, `ctr`: the low [`NEST_BITS`] bits count how deeply
-//! the thread is nested in read sections, the high bits are a sequence number
-//! that the thread bumps each time it enters an *outermost* section.
+//! the thread is nested in read sections, the high bits hold the domain's
+//! *reader epoch* as the thread read it when it entered its current (or last)
+//! *outermost* section. Every grace period advances the epoch before its
+//! barrier.
 //!
-//! Entering is `load ctr; store ctr'` on the thread's own cache line followed by
-//! a compiler fence; leaving is `load; store(Release)`. No read-modify-write
-//! instruction, no shared cache line: this is what makes the read side cost
-//! about as much as two plain memory accesses.
+//! Entering an outermost section is `load ctr` (for the branch), `load epoch`,
+//! `store ctr = epoch | 1` on the thread's own cache line followed by a
+//! compiler fence; a nested one stores `ctr + 1`; leaving stores `ctr - 1`
+//! (`Release`). No read-modify-write instruction, no shared line written.
 //!
-//! A grace period (see `domain.rs`) snapshots every record after a
-//! `sys_membarrier` and waits, per record, until the nest count is zero or the
-//! sequence moved: either means the section seen in the snapshot has ended.
-//! Comparing sequences instead of waiting for "idle" lets a writer finish even
-//! if a reader re-enters sections back to back forever.
+//! A grace period (see `domain.rs`) advances the epoch, issues a
+//! `sys_membarrier`, then looks at every record and waits, per record, until
+//! the nest count is zero, the epoch is the one it just set, or the word moved
+//! from what it first saw: each means the section seen has ended or began
+//! after the epoch advanced. Because sections entered after the advance carry
+//! the new epoch, a writer finishes even if a reader re-enters sections back
+//! to back forever.
+//!
+//! # Cost
+//!
+//! The section's latency chain is what bounds a loop of sections: with a
+//! per-reader sequence (`ctr' = ctr + SEQ_ONE`, the previous design) each
+//! outermost entry stored a value computed from the load of `ctr`, which the
+//! CPU forwards from the previous exit's store, which was itself computed from
+//! a load forwarded from the entry's store: two store-to-load forwarding hops
+//! per section, carried from one section to the next (2.3 ns per section
+//! here). The entry now stores a value computed from the epoch, a line no
+//! reader writes, so nothing carries from one section to the next except a
+//! predicted branch.
+//!
+//! # Epochs
+//!
+//! A reader that loads the epoch a grace period set (`Acquire`) synchronizes
+//! with that grace period's epoch `fetch_add` (a release), and the caller's
+//! unpublish happens-before that `fetch_add`: either the caller runs the grace
+//! period itself, or its cookie was taken with a `SeqCst` RMW on `gp_seq`
+//! ([`Domain::snapshot`](crate::Domain::snapshot)) that the grace period's own
+//! RMW on `gp_seq` reads from (a release sequence). So every load of a section
+//! stamped with the new epoch sees the unpublish, and the writer may skip it.
 //!
 //! # Memory ordering
 //!
@@ -31,7 +57,7 @@
 //! Without membarrier the reader executes a real `SeqCst` fence instead
 //! ([`Reader::heavy`]), which gives the same two cases by the fence rules of
 //! the memory model. The entering store is `Release` (free on x86) so that a
-//! writer that reads a *new* sequence also synchronizes with everything the
+//! writer that reads a *new* epoch also synchronizes with everything the
 //! previous section did (C++20 release sequences no longer extend through
 //! later plain stores of the same thread).
 //!
@@ -45,10 +71,11 @@
 //! The update is a load and a store on the thread's own word, not an atomic
 //! RMW, yet it is *signal-atomic*: a handler that interrupts between the load
 //! and the store runs whole read sections, so it leaves the nest bits exactly
-//! as it found them (it may bump the sequence). The interrupted code then
-//! stores a value computed from the pre-signal word: the nest count is right,
-//! and at worst the sequence repeats the handler's, which only makes a writer
-//! wait for one more section. A handler that interrupts an *ending* section
+//! as it found them (it may stamp a newer epoch). The interrupted code then
+//! stores a value computed from the pre-signal word (and an epoch it may have
+//! loaded before the handler ran): the nest count is right, and at worst the
+//! epoch goes back to an older one, which only makes a writer wait for one
+//! more section (`domain.rs`, "Polling", for why the section is still safe). A handler that interrupts an *ending* section
 //! before its store sees itself nested inside it, which is also right: the
 //! outer section has not ended yet.
 //!
@@ -62,8 +89,12 @@ use crate::primitive::{fence, light_fence, AtomicBool, AtomicPtr, AtomicUsize, O
 pub(crate) const NEST_BITS: u32 = 20;
 /// Mask of the nesting depth in `ctr`.
 pub(crate) const NEST_MASK: usize = (1 << NEST_BITS) - 1;
-/// One step of the outermost-section sequence in `ctr`.
+/// One step of the domain's reader epoch (the high bits of `ctr`).
 pub(crate) const SEQ_ONE: usize = 1 << NEST_BITS;
+/// `ctr` of a thread that is *offline*: blocked in a grace-period wait,
+/// outside any section. Grace periods treat it as quiescent. Epochs never
+/// get this high (2^44 grace periods).
+pub(crate) const OFFLINE: usize = !NEST_MASK;
 
 /// One reader thread's record. Records are never freed while their domain
 /// lives; a thread that exits releases its record for reuse.
@@ -76,36 +107,62 @@ pub(crate) struct Reader {
     /// Written only by the owning thread (and its signal handlers).
     pub(crate) ctr: AtomicUsize,
     /// True when the writer side has no membarrier: the reader then executes a
-    /// `SeqCst` fence after entering. Set before the record is handed out.
+    /// `SeqCst` fence after entering. Set when the record is claimed, and
+    /// raised while the owner is offline (see [`Reader::offline`]).
     pub(crate) heavy: AtomicBool,
+    /// `heavy` as it was before the owner went offline; owner only.
+    pub(crate) heavy_saved: AtomicBool,
+    /// The owner is offline; owner only.
+    pub(crate) is_offline: AtomicBool,
     /// Claimed by a thread.
     pub(crate) in_use: AtomicBool,
     /// Next record in the domain's registry (set once before publication).
     pub(crate) next: AtomicPtr<Reader>,
+    /// The domain's reader epoch (`Domain::reader_epoch`): outermost entries
+    /// copy it into `ctr`. Set once at creation; domains are never freed.
+    pub(crate) epoch: *const AtomicUsize,
 }
 
 impl Reader {
-    pub(crate) fn new(heavy: bool) -> Self {
+    pub(crate) fn new(heavy: bool, epoch: *const AtomicUsize) -> Self {
         Self {
             ctr: AtomicUsize::new(0),
             heavy: AtomicBool::new(heavy),
+            heavy_saved: AtomicBool::new(heavy),
+            is_offline: AtomicBool::new(false),
             in_use: AtomicBool::new(true),
             next: AtomicPtr::new(std::ptr::null_mut()),
+            epoch,
         }
     }
 
     /// Enters a read section. Async-signal-safe.
     #[inline(always)]
     pub(crate) fn enter(&self) {
+        // SAFETY: `epoch` points into the domain, which is never freed.
+        self.enter_in(unsafe { &*self.epoch })
+    }
+
+    /// [`enter`](Self::enter) given this record's domain epoch word (the
+    /// global domain's is at a fixed address: one load fewer).
+    #[inline(always)]
+    pub(crate) fn enter_in(&self, epoch: &AtomicUsize) {
         // Relaxed: only this thread (or a handler interrupting it, which
         // restores the nest bits before returning) writes `ctr`.
         let v = self.ctr.load(Ordering::Relaxed);
         if v & NEST_MASK == 0 {
-            let next = (v & !NEST_MASK).wrapping_add(SEQ_ONE) | 1;
-            // Release: see the module note (a writer reading the new sequence
+            // The stored value comes from the domain's epoch, not from `v`:
+            // `v` only steers the (predicted) branch, so back-to-back sections
+            // form no load->store->load chain through `ctr` (module note,
+            // "Cost").
+            // Acquire: pairs with the grace period's RMW that set the epoch
+            // (module note, "Epochs").
+            let e = epoch.load(Ordering::Acquire);
+            // Release: see the module note (a writer reading the new value
             // must synchronize with the previous section's accesses).
-            self.ctr.store(next, Ordering::Release);
-            // Relaxed: set once before the record was handed to this thread.
+            self.ctr.store(e | 1, Ordering::Release);
+            // Relaxed: written only by this thread (set when the record is
+            // claimed, and raised while the thread is offline).
             if self.heavy.load(Ordering::Relaxed) {
                 fence(Ordering::SeqCst);
             } else {
@@ -128,6 +185,66 @@ impl Reader {
         // Release: orders every load of the section before the store that a
         // writer's Acquire scan reads (module note, "Leaving").
         self.ctr.store(v.wrapping_sub(1), Ordering::Release);
+    }
+
+    /// Reports a quiescent state: outside any section, stamps `ctr` with the
+    /// current epoch so that a polling grace period sees this thread as
+    /// done without waiting for its next section. Owner only, outside
+    /// sections (a no-op inside one). Async-signal-safe.
+    #[inline]
+    pub(crate) fn quiesce(&self) {
+        let v = self.ctr.load(Ordering::Relaxed);
+        if v & NEST_MASK == 0 {
+            // SAFETY: as in `enter`. Acquire/Release: as in `enter`; a store
+            // carrying the new epoch comes after this thread read it, so
+            // its later sections see what preceded the epoch advance, and
+            // its earlier ones have ended.
+            let e = unsafe { (*self.epoch).load(Ordering::Acquire) };
+            self.ctr.store(e & !NEST_MASK, Ordering::Release);
+        }
+    }
+
+    /// Goes offline (owner only, outside sections): grace periods stop
+    /// waiting for this thread until [`online`](Self::online). For a thread
+    /// about to block waiting for a grace period that another thread runs.
+    /// Meanwhile a section entered by a signal handler fences itself (the
+    /// fallback scheme), because a grace period may have skipped us.
+    #[inline]
+    pub(crate) fn offline(&self) {
+        if self.ctr.load(Ordering::Relaxed) & NEST_MASK != 0 {
+            return;
+        }
+        // Relaxed (all three flags): read and written by this thread only.
+        self.heavy_saved.store(self.heavy.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.heavy.store(true, Ordering::Relaxed);
+        self.is_offline.store(true, Ordering::Relaxed);
+        // Keep the compiler from sinking the flag below the store: a handler
+        // must see `heavy` before a grace period can see `OFFLINE`.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // Release: the sections before it have ended (as an exit).
+        self.ctr.store(OFFLINE, Ordering::Release);
+    }
+
+    /// Comes back online after [`offline`](Self::offline).
+    ///
+    /// A grace period that read `OFFLINE` skipped this thread. The pattern is
+    /// store buffering with a `SeqCst` fence on each side: we store a value
+    /// that is not `OFFLINE` then fence; the grace period advances the epoch,
+    /// fences, then reads `ctr`. If it read `OFFLINE`, our fence follows its
+    /// fence in the `SeqCst` order and every later load of ours sees what
+    /// preceded its fence (the unpublish). Until our fence, sections (of
+    /// signal handlers) still fence themselves.
+    #[inline]
+    pub(crate) fn online(&self) {
+        if !self.is_offline.load(Ordering::Relaxed) {
+            return;
+        }
+        // Relaxed: only the fence below orders it (see above). A handler's
+        // sections since `offline` left the nest count at zero.
+        self.ctr.store(0, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.is_offline.store(false, Ordering::Relaxed);
+        self.heavy.store(self.heavy_saved.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// The current nesting depth of the owning thread (call only from it).

@@ -72,6 +72,14 @@ pub const BATCH_BLOCKS: usize = 8;
 #[cfg(loom)]
 pub const BATCH_BLOCKS: usize = 1;
 
+/// Full blocks that make a batch when grace periods are cheap (no barrier:
+/// see "Polling" in `domain.rs`), which the retiring thread then runs at
+/// once: small batches are freed while still in cache.
+const CHEAP_BATCH_BLOCKS: usize = 1;
+
+/// Records freed between two quiescent-state reports of the freeing thread.
+const QUIESCE_EVERY: usize = 32;
+
 /// Blocks a thread may hold retired-but-unfreed before `retire` waits.
 ///
 /// One batch: while the thread fills the next batch, the previous one waits
@@ -447,6 +455,8 @@ impl Orphans {
 /// Event counters of a domain (all relaxed: statistics only).
 pub(crate) struct Counters {
     pub(crate) grace_periods: AtomicU64,
+    pub(crate) lone_grace_periods: AtomicU64,
+    pub(crate) polled_grace_periods: AtomicU64,
     pub(crate) blocks_allocated: AtomicU64,
     pub(crate) block_alloc_failures: AtomicU64,
     pub(crate) emergency: AtomicU64,
@@ -460,6 +470,8 @@ macro_rules! counters_init {
     () => {
         crate::reclaim::Counters {
             grace_periods: AtomicU64::new(0),
+            lone_grace_periods: AtomicU64::new(0),
+            polled_grace_periods: AtomicU64::new(0),
             blocks_allocated: AtomicU64::new(0),
             block_alloc_failures: AtomicU64::new(0),
             emergency: AtomicU64::new(0),
@@ -478,6 +490,12 @@ pub(crate) use counters_init;
 pub struct Stats {
     /// Grace periods completed.
     pub grace_periods: u64,
+    /// Of those, the ones that skipped the membarrier because no other thread
+    /// held a reader record.
+    pub lone_grace_periods: u64,
+    /// Of those, the ones that completed without any barrier: every other
+    /// reader was seen carrying the new epoch (this includes lone ones).
+    pub polled_grace_periods: u64,
     /// Objects retired but not yet freed, as of each thread's last slow path
     /// (so it can lag by up to one block per thread).
     pub outstanding: usize,
@@ -576,7 +594,7 @@ impl Drop for AbortOnUnwind {
 ///
 /// # Safety
 /// The batch's grace period has completed and the caller owns it.
-unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block) {
+unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block, me: Option<&Reader>) {
     let guard = AbortOnUnwind;
     let mut blk = b.chain.head;
     while !blk.is_null() {
@@ -588,6 +606,15 @@ unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block) {
             for i in 0..len {
                 let r = recs.add(i).read();
                 (r.drop)(r.ptr);
+                // A block takes microseconds to free, during which this
+                // thread enters no section: report quiescent states so that
+                // another thread's grace period, polling for our epoch, need
+                // not pay a membarrier for us. A no-op inside a section.
+                if i % QUIESCE_EVERY == QUIESCE_EVERY - 1 {
+                    if let Some(me) = me {
+                        me.quiesce();
+                    }
+                }
             }
             (*blk).len = 0;
             if keep.is_null() {
@@ -798,7 +825,7 @@ impl Domain {
         let mut keep = ptr::null_mut();
         for g in garbage {
             // SAFETY: a full grace period passed after we took ownership.
-            unsafe { free_batch(self, g, &mut keep) };
+            unsafe { free_batch(self, g, &mut keep, None) };
         }
         if !keep.is_null() {
             // SAFETY: the kept block is ours and empty.
@@ -835,6 +862,8 @@ impl Domain {
         }
         Stats {
             grace_periods: c.grace_periods.load(Ordering::Relaxed),
+            lone_grace_periods: c.lone_grace_periods.load(Ordering::Relaxed),
+            polled_grace_periods: c.polled_grace_periods.load(Ordering::Relaxed),
             outstanding,
             blocks_allocated: c.blocks_allocated.load(Ordering::Relaxed),
             block_alloc_failures: c.block_alloc_failures.load(Ordering::Relaxed),
@@ -980,6 +1009,21 @@ impl LocalHandle {
         // Relaxed, no RMW: only the owner writes it; the idle scan reads it as
         // a hint (see `reclaim_taken`).
         bag.slow_calls.store(bag.slow_calls.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        // Alone: no other thread holds a reader record, so a grace period
+        // costs a few RMWs and a fence ("Lone writers" in `domain.rs`): seal
+        // every block as it fills and free it at once, while it is still in
+        // cache, instead of letting a batch of thousands go cold.
+        // Cheap: the last grace period needed no barrier (every other reader
+        // was busy entering sections, or there was none), so this thread
+        // runs its own right away, in the same way.
+        let inline = !in_read && !in_reclaim;
+        let alone = inline && !d.others_reading(self.reader);
+        // Relaxed: a hint; any answer is correct, only the speed differs.
+        let cheap = alone || (inline && d.gp_was_cheap.load(Ordering::Relaxed));
+        if inline {
+            // SAFETY: our own record; outside sections (`in_read` is false).
+            unsafe { (*self.reader).quiesce() };
+        }
         let g = lock(&bag.lock);
         let mut ready = [Batch::EMPTY; RING];
         let mut nready = 0;
@@ -1015,6 +1059,7 @@ impl LocalHandle {
                 l.cur = ptr::null_mut();
             }
             let want_seal = l.full.blocks >= BATCH_BLOCKS
+                || (cheap && l.full.blocks >= CHEAP_BATCH_BLOCKS)
                 || l.elist.len >= EMERGENCY_BATCH
                 || (force_seal && (l.full.blocks > 0 || l.elist.len > 0));
             if want_seal && l.ring_len < RING {
@@ -1025,6 +1070,11 @@ impl LocalHandle {
                 sealed = Some(cookie);
             }
             if !in_reclaim {
+                if let (true, Some(c)) = (cheap, sealed) {
+                    // Under `lock`: takers never hold `gp_lock` while taking
+                    // a bag lock, and no section waits for this lock.
+                    d.wait_for_as(c, self.reader);
+                }
                 while l.ring_len > 0 && d.poll(l.ring[l.ring_start].cookie) {
                     ready[nready] = l.pop_ring();
                     nready += 1;
@@ -1061,13 +1111,16 @@ impl LocalHandle {
         drop(g);
         if let Some(c) = wait_cookie {
             d.stats.backpressure.fetch_add(1, Ordering::Relaxed);
-            d.wait_for(c);
+            // Outside sections (backpressure requires `!in_read`): wait
+            // offline, so that other threads' grace periods skip us.
+            d.wait_for_as(c, self.reader);
         }
         self.in_reclaim.set(true);
         let mut keep = ptr::null_mut();
         for b in ready.iter().take(nready) {
-            // SAFETY: each batch's cookie has been reached and we own it.
-            unsafe { free_batch(d, *b, &mut keep) };
+            // SAFETY: each batch's cookie has been reached and we own it; the
+            // record is ours, claimed for the handle's lifetime.
+            unsafe { free_batch(d, *b, &mut keep, Some(&*self.reader)) };
         }
         self.in_reclaim.set(false);
         drop(fg);

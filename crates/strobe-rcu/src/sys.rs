@@ -33,6 +33,15 @@ pub(crate) fn register_private_expedited() -> bool {
     membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
 }
 
+/// `MEMBARRIER_CMD_GLOBAL`: every thread of the system has passed a full
+/// memory barrier when it returns, by waiting for a kernel RCU grace period
+/// (no IPIs; milliseconds). Returns false when unavailable (nohz_full, old
+/// kernels, seccomp).
+pub(crate) fn global() -> bool {
+    const CMD_GLOBAL: libc::c_int = 1;
+    membarrier(CMD_GLOBAL) == 0
+}
+
 /// Makes every running thread of the process execute a full memory barrier.
 /// Returns false if the kernel refused (it cannot once registration succeeded).
 pub(crate) fn private_expedited() -> bool {

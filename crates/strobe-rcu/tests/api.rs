@@ -8,7 +8,7 @@ use std::thread;
 
 use strobe_rcu::{
     barrier, read_depth, read_lock, register_current_thread, retire, retire_head, stats,
-    synchronize, RcuHead, RcuPtr, MAX_OUTSTANDING_PER_THREAD,
+    synchronize, synchronize_lazy, RcuHead, RcuPtr, MAX_OUTSTANDING_PER_THREAD,
 };
 
 /// Tests in this file share the global domain and the fault-injection switch;
@@ -69,6 +69,40 @@ fn synchronize_waits_for_a_reader_that_began_before_it() {
     go_tx.send(()).unwrap();
     reader.join().unwrap();
     writer.join().unwrap();
+}
+
+#[test]
+fn synchronize_lazy_waits_for_a_reader_that_began_before_it() {
+    let released = Arc::new(AtomicBool::new(false));
+    let (in_section_tx, in_section_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let r2 = released.clone();
+    let reader = thread::spawn(move || {
+        let g = read_lock();
+        in_section_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        r2.store(true, Ordering::SeqCst);
+        drop(g);
+    });
+    in_section_rx.recv().unwrap();
+    let r3 = released.clone();
+    let writer = thread::spawn(move || {
+        // This thread reads too: its own record must not hold the grace
+        // period up while it waits.
+        drop(read_lock());
+        synchronize_lazy();
+        assert!(r3.load(Ordering::SeqCst), "synchronize_lazy returned during a section");
+    });
+    thread::yield_now();
+    go_tx.send(()).unwrap();
+    reader.join().unwrap();
+    writer.join().unwrap();
+    let g = read_lock();
+    assert_eq!(
+        strobe_rcu::try_synchronize_lazy(),
+        Err(strobe_rcu::Error::InReadSection { what: "synchronize_lazy", depth: 1 })
+    );
+    drop(g);
 }
 
 #[test]

@@ -232,16 +232,19 @@ fn read_sections_in_signal_handlers_nested_in_interrupted_ones() {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let bad = Arc::new(AtomicUsize::new(0));
+    let retired = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = std::sync::mpsc::channel();
     let mut readers = Vec::new();
     for _ in 0..2 {
-        let (stop, bad, tx) = (stop.clone(), bad.clone(), tx.clone());
+        let (stop, bad, tx, drops, retired) =
+            (stop.clone(), bad.clone(), tx.clone(), drops.clone(), retired.clone());
         readers.push(thread::spawn(move || {
             // Registration in normal context makes the handler's read_lock
             // allocation-free.
             register_current_thread();
             // SAFETY: pthread_self has no preconditions.
             tx.send(unsafe { libc::pthread_self() }).unwrap();
+            let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let g = read_lock();
                 if let Some(c) = ptr.load(&g) {
@@ -252,6 +255,13 @@ fn read_sections_in_signal_handlers_nested_in_interrupted_ones() {
                     }
                 }
                 drop(g);
+                // Retire too, so that signals also land while this thread
+                // runs (or waits for) grace periods of its own, offline.
+                n += 1;
+                if n % 4 == 0 {
+                    retire(Canary::new(n, &drops));
+                    retired.fetch_add(1, Ordering::SeqCst);
+                }
             }
             // Block the signal before thread exit: a handler running during
             // TLS teardown would have to borrow a record (not signal-safe).
@@ -286,8 +296,9 @@ fn read_sections_in_signal_handlers_nested_in_interrupted_ones() {
     assert!(sent > 0 && SIG_SEEN.load(Ordering::Relaxed) > 0, "no signal was handled");
     assert_eq!(SIG_BAD.load(Ordering::SeqCst), 0, "a handler saw a freed object");
     assert_eq!(bad.load(Ordering::SeqCst), 0, "a reader saw a freed object");
-    // Every replaced value (gen 0 .. gen-2) was dropped, the current one lives.
-    assert_eq!(drops.load(Ordering::SeqCst), gen as usize - 1);
+    // Every replaced value (gen 0 .. gen-2) was dropped, the current one
+    // lives, and every object the readers retired was dropped.
+    assert_eq!(drops.load(Ordering::SeqCst), gen as usize - 1 + retired.load(Ordering::SeqCst));
 }
 
 /// The fallback scheme (readers pay a `SeqCst` fence, no membarrier) under
