@@ -6,7 +6,8 @@
 #
 # The models build with `--cfg loom`, which changes every crate's flags, so they
 # get their own target directory and never invalidate the normal build.
-# LOOM_DEEP=1 raises the bounds (the retire model alone then takes ~3 minutes).
+# LOOM_DEEP=1 raises the bounds (the retire model at bound 2 then runs for more than 15 minutes
+# since grace periods poll readers; run it by hand, not in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
