@@ -35,8 +35,11 @@
 //!
 //! # The cost, once
 //!
-//! The first image measures the per-sample cost (`sampler::calibrate`, about 50 ms) and
-//! puts it in `STROBE_COSTS`; forked children and exec'd images reuse it.
+//! The first image measures the per-sample cost (`sampler::calibrate`, about 15 ms of CPU)
+//! and puts it in `STROBE_COSTS`; forked children and exec'd images reuse it. The period
+//! charges that cost times `sampler::INDIRECT_COST_FACTOR`: the calibration spins a
+//! register-only loop, and a real target pays about twice as much per sample (measured
+//! with `strobe bench sampling`, which prints the ratio).
 //!
 //! # Known limits
 //!
@@ -244,12 +247,17 @@ fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
     let samples_per_cycle = if window > 0 { 2.0 } else { 1.0 };
     let budget = a.cfg.overhead_ppm as f64 / 1e6;
     let window_ns = window as f64 / per_ns;
+    // What one sample costs the target: the calibrated handler path plus what the
+    // calibration cannot see (cache/TLB refill, group switches; see
+    // `sampler::INDIRECT_COST_FACTOR` for where the factor comes from). The period choice
+    // and the explicit-period warning charge the same figure.
+    let charged_ns = sample_ns as f64 * sampler::INDIRECT_COST_FACTOR;
     let (period, jitter, source) = match spec.period {
         Some(p) => (p, spec.jitter.unwrap_or(0), PeriodSource::Explicit),
         None => {
             // Mean cycle (long period + jitter/2 + window) = samples * cost / budget; the
             // default jitter is a tenth of the period.
-            let cycle_ns = samples_per_cycle * sample_ns.max(1) as f64 / budget;
+            let cycle_ns = samples_per_cycle * charged_ns.max(1.0) / budget;
             let long_ns = (cycle_ns - window_ns).max(4.0 * window_ns).max(200_000.0);
             let jitter_frac = if spec.jitter.is_some() { 0.0 } else { 0.1 };
             let base_ns = long_ns / (1.0 + jitter_frac / 2.0);
@@ -258,7 +266,7 @@ fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
         }
     };
     let cycle_ns = (period as f64 + jitter as f64 / 2.0) / per_ns + window_ns;
-    let predicted_ppm = (samples_per_cycle * sample_ns as f64 / cycle_ns.max(1.0) * 1e6) as u64;
+    let predicted_ppm = (samples_per_cycle * charged_ns / cycle_ns.max(1.0) * 1e6) as u64;
     a.period.store(period, Ordering::Relaxed);
     a.jitter.store(jitter, Ordering::Relaxed);
     a.sample_ns.store(sample_ns, Ordering::Relaxed);
@@ -300,9 +308,11 @@ fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
             &strobe_format::Note {
                 level: NoteLevel::Warning,
                 message: format!(
-                    "period={period} with window={window} predicts a {:.1}% slowdown ({} us per sample), above the {:.1}% overhead budget; drop period= to let strobe pick one",
+                    "period={period} with window={window} predicts a {:.1}% slowdown ({:.0} us per sample: {:.1} us measured at start, x{} for cache refill and context switches), above the {:.1}% overhead budget; drop period= to let strobe pick one",
                     predicted_ppm as f64 / 1e4,
-                    sample_ns / 1000,
+                    charged_ns / 1e3,
+                    sample_ns as f64 / 1e3,
+                    sampler::INDIRECT_COST_FACTOR,
                     a.cfg.overhead_ppm as f64 / 1e4
                 ),
             },

@@ -587,6 +587,12 @@ fn summarize(m: &Measured) -> BenchReport {
     let mut wrow = variant_row("windows", &w);
     wrow.insert("sample_cost_us".into(), r3(cost_us).into());
     wrow.insert("floor_cost_us".into(), r3(floor_us).into());
+    // What one sample really cost the workload: the steady-state extra CPU over the
+    // samples taken. Its ratio to the calibrated cost is what the agent's budget model
+    // must charge on top of its calibration (agent: `INDIRECT_COST_FACTOR`).
+    let effective_us = w.steady_slowdown_pct / 100.0 * base.cpu_s / w.samples.max(1.0) * 1e6;
+    let effective_ratio = effective_us / cost_us.max(1e-9);
+    wrow.insert("effective_cost_us".into(), r3(effective_us).into());
     report.rows.push(wrow);
     report.rows.push(variant_row("windows-wakeup1", &w1));
     report.rows.push(variant_row("short-only", &s));
@@ -656,6 +662,7 @@ fn summarize(m: &Measured) -> BenchReport {
             "report_s_short_only_over_windows": r3(report_ratio),
             "wakeups_wakeup1_over_windows": r3(wakeup_ratio),
             "sample_cost_over_floor": r3(cost_ratio),
+            "effective_cost_over_calibrated": r3(effective_ratio),
         }),
     );
     x.insert(
@@ -725,6 +732,12 @@ fn summarize(m: &Measured) -> BenchReport {
         t,
         "\nper-sample cost (windows, measured by the agent at start): {cost_us:.1} us; \
          floor (signal delivery + one group read) {floor_us:.1} us"
+    );
+    let _ = writeln!(
+        t,
+        "effective cost per sample in the workload (steady extra CPU / samples): \
+         {effective_us:.1} us, {effective_ratio:.2}x the calibrated cost (the agent charges \
+         2x)"
     );
     match &perf_json.get("skipped") {
         Some(why) => {

@@ -35,8 +35,11 @@ perf event group: a sampling leader (task-clock, or cycles when the machine has 
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window; \
 the counters read at both ends of each window give per-function metrics (strobe report).\n\n\
 The long period comes from the overhead budget (--overhead): at start the agent measures \
-what one sample costs it and picks the period that keeps the slowdown within the budget. \
-An explicit period= overrides that, with a warning when it exceeds the budget.\n\n\
+what one sample costs it (about 15 ms of CPU), charges twice that for what the measurement \
+cannot see (cache refill after each signal, the perf group switched at each context switch; \
+the factor is measured with strobe bench sampling), and picks the period that keeps the \
+slowdown within the budget. An explicit period= overrides that, with a warning when the \
+predicted slowdown exceeds the budget.\n\n\
 With no command, strobe profiles its bundled workload (strobe workload).",
     after_help = "Examples:\n  \
 strobe record                                          # profile the bundled workload\n  \
