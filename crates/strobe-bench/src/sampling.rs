@@ -22,6 +22,10 @@
 //! judged on; the total is shown too.
 //! Bytes, writer wakeups (the file's END chunk), the agent's per-sample cost and the
 //! floor it measured in the same run (the PROCESS chunk) are read from the record file;
+//! The `windows` row also gives `effective_cost_us` (the steady-state extra CPU over the
+//! samples taken: what one sample really cost the workload) beside `charged_cost_us` (what
+//! the agent's budget model charged, recovered from its predicted overhead and period), so
+//! the model's allowance for costs its calibration cannot see can be checked.
 //! `report_s` times `strobe report FILE --format json`. Report throughput is measured on
 //! a large synthetic recording written through strobe-format's encoder (crate
 //! strobe-report's `throughput::measure_file`), so it is not limited by a short run.
@@ -100,6 +104,10 @@ struct Recorded {
     window_ns: u64,
     sample_cost_ns: u64,
     floor_cost_ns: u64,
+    /// What the agent's budget model charged per sample (the calibrated cost plus what
+    /// it adds for costs the calibration cannot see), recovered from its predicted
+    /// overhead and period; 0 when the leader counts events rather than time.
+    charged_cost_ns: u64,
     events: Vec<String>,
     report_s: f64,
 }
@@ -356,6 +364,7 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
         .len();
     let mut reader = Reader::open(path).map_err(bad)?;
     let events: Vec<String> = reader.header().events.iter().map(|e| e.name.clone()).collect();
+    let leader_is_time = reader.header().events.first().is_some_and(|e| e.is_time);
     let mut r = Recorded {
         run,
         bytes,
@@ -367,6 +376,7 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
         window_ns: 0,
         sample_cost_ns: 0,
         floor_cost_ns: 0,
+        charged_cost_ns: 0,
         events,
         report_s: 0.0,
     };
@@ -382,6 +392,15 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
                     r.window_ns = info.window;
                     r.sample_cost_ns = info.sample_cost_ns;
                     r.floor_cost_ns = info.floor_cost_ns;
+                    if leader_is_time {
+                        // predicted = samples per cycle * charged / mean cycle.
+                        let cycle_ns =
+                            info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;
+                        let per_cycle = if info.window > 0 { 2.0 } else { 1.0 };
+                        r.charged_cost_ns = (info.predicted_overhead_ppm as f64 / 1e6 * cycle_ns
+                            / per_cycle)
+                            .round() as u64;
+                    }
                 }
                 start = Some(start.map_or(info.start_mono_ns, |s| s.min(info.start_mono_ns)));
             }
@@ -592,7 +611,9 @@ fn summarize(m: &Measured) -> BenchReport {
     // must charge on top of its calibration (agent: `INDIRECT_COST_FACTOR`).
     let effective_us = w.steady_slowdown_pct / 100.0 * base.cpu_s / w.samples.max(1.0) * 1e6;
     let effective_ratio = effective_us / cost_us.max(1e-9);
+    let charged_us = med(m.windows.iter().map(|r| r.charged_cost_ns as f64)) / 1e3;
     wrow.insert("effective_cost_us".into(), r3(effective_us).into());
+    wrow.insert("charged_cost_us".into(), r3(charged_us).into());
     report.rows.push(wrow);
     report.rows.push(variant_row("windows-wakeup1", &w1));
     report.rows.push(variant_row("short-only", &s));
@@ -736,8 +757,9 @@ fn summarize(m: &Measured) -> BenchReport {
     let _ = writeln!(
         t,
         "effective cost per sample in the workload (steady extra CPU / samples): \
-         {effective_us:.1} us, {effective_ratio:.2}x the calibrated cost (the agent charges \
-         2x)"
+         {effective_us:.1} us, {effective_ratio:.2}x the calibrated cost; the agent's budget \
+         charged {charged_us:.1} us ({:.2}x)",
+        charged_us / cost_us.max(1e-9)
     );
     match &perf_json.get("skipped") {
         Some(why) => {
@@ -793,6 +815,7 @@ mod tests {
             window_ns: 20_000,
             sample_cost_ns: 28_000,
             floor_cost_ns: 15_000,
+            charged_cost_ns: 56_000,
             events: vec!["task-clock".into(), "page-faults".into()],
             report_s,
         }
@@ -935,6 +958,8 @@ mod tests {
         assert_eq!(r.span_s, 2.0);
         assert_eq!((r.period_ns, r.window_ns), (2_600_000, 20_000));
         assert_eq!((r.sample_cost_ns, r.floor_cost_ns), (27_500, 15_000));
+        // 1.9% of a 2.62 ms cycle (period + window) over its 2 samples.
+        assert_eq!(r.charged_cost_ns, 24_890);
         assert_eq!(r.events, ["task-clock", "page-faults"]);
 
         // Cut short: the benchmark refuses it rather than quoting part of a run.
