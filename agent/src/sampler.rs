@@ -454,15 +454,19 @@ const CALIB_SPIN_NS: u64 = 2_500_000;
 const CALIB_STABLE: f64 = 0.1;
 
 /// What the start-up calibration cannot see, as a factor on the cost per sample it
-/// measures. The calibration spins a register-only loop on one thread; a real target
-/// also pays for the cache and TLB lines that each signal evicts, for the perf group
-/// it schedules in and out at every context switch (a task-clock leader reprograms an
-/// hrtimer there, which on this VM exits to the hypervisor), and runs two CPUs that
-/// share the machine with the writer. Measured with `strobe bench sampling` on a quiet
-/// 2-vCPU VM: the bundled workload's steady-state slowdown divided by the samples it
-/// took gave 31-39 us per sample against 19.6 us calibrated (1.6-2.0x; the bench
-/// prints this ratio as `effective cost / calibrated`). The budget charges the upper
-/// end, so the default run stays within the budget.
+/// measures. Where it comes from: on a quiet 2-vCPU VM, `strobe bench sampling` measured
+/// the bundled workload's steady-state slowdown at 3.02% and 3.80% with ~980 samples per
+/// CPU-second, i.e. 31-39 us per sample, against 19.6 us calibrated: 1.6-2.0x. The
+/// budget charges the upper end, so the default run stays within the budget. The bench
+/// prints the effective cost per sample beside what the budget charged, so the figure
+/// can be checked on another machine.
+///
+/// The likely sources, not separated by measurement: the cache and TLB lines each signal
+/// evicts (the calibration spins a register-only loop), the perf group scheduled out and
+/// in at every context switch and the software counters bumped at every page fault (the
+/// spin makes neither), and the second CPU the threads share with the writer. Spinning
+/// over a working set instead was tried: 20 us per sample at 16-64 KiB, 24 us at
+/// 256 KiB-1 MiB, 20-35 us at 4 MiB from run to run, too noisy to replace the factor.
 /// `strobe record --help` (under `--overhead`) says the same to users.
 pub const INDIRECT_COST_FACTOR: f64 = 2.0;
 
