@@ -75,7 +75,7 @@ pub use error::Error;
 pub use global::{
     barrier, flush, global, poll_synchronize, read_depth, read_lock, register_current_thread,
     retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, synchronize_lazy,
-    try_barrier, try_synchronize, try_synchronize_lazy, SCAN_PERIOD,
+    try_barrier, try_read_lock, try_synchronize, try_synchronize_lazy, SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;
