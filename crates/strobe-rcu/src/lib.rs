@@ -41,6 +41,7 @@
 //! | function | signal-safe |
 //! |---|---|
 //! | [`read_lock`], dropping a [`ReadGuard`], [`read_depth`] | yes, precondition above |
+//! | [`try_read_lock`] | yes, on any thread (an unregistered one gets `None`) |
 //! | [`RcuPtr::load`] | yes |
 //! | [`HashMultiMap::for_each`] / [`get`](HashMultiMap::get) / [`count`](HashMultiMap::count) | yes, if the key's `Hash`/`Eq` and the callback are |
 //! | [`LocalHandle::read_lock`] | yes |
