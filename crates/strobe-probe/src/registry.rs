@@ -292,6 +292,9 @@ impl List {
         self.run_all(hit);
     }
 
+    /// Cold only for code layout: the single-consumer call in `run` then
+    /// falls through instead of jumping out and back.
+    #[cold]
     #[inline(never)]
     fn run_all(&self, hit: &Hit<'_>) {
         for e in self.entries() {

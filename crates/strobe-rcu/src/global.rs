@@ -115,6 +115,25 @@ pub fn read_lock() -> ReadGuard<'static> {
     read_lock_slow(r)
 }
 
+/// [`read_lock`] on a registered thread, or `None` (and no section) on a
+/// thread that has not registered yet or whose TLS is gone: it never
+/// registers, allocates or locks, so it is async-signal-safe on any thread.
+/// Hot paths that can send the rare unregistered caller elsewhere use it to
+/// keep their common path free of the registration branch's merge (the guard
+/// it returns is known not to be a borrowed record, so dropping it is the
+/// exit store alone).
+#[inline(always)]
+pub fn try_read_lock() -> Option<ReadGuard<'static>> {
+    let r = READER.get();
+    if r as usize > DEAD {
+        // SAFETY: as in `read_lock`.
+        unsafe { (*r).enter_in(GLOBAL.epoch_word()) };
+        Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
+    } else {
+        None
+    }
+}
+
 #[cold]
 fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
     if r.is_null() {
@@ -135,6 +154,10 @@ fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
 }
 
 /// Gives back the record a post-exit section borrowed (see `read_lock_slow`).
+/// Cold: only sections run after thread exit get here, and the guard's drop
+/// then falls through on the common path.
+#[cold]
+#[inline(never)]
 pub(crate) fn release_transient(r: *const Reader) {
     // SAFETY: the record is claimed by this thread.
     if unsafe { (*r).depth() } == 0 {

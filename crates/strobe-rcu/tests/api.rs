@@ -8,7 +8,7 @@ use std::thread;
 
 use strobe_rcu::{
     barrier, read_depth, read_lock, register_current_thread, retire, retire_head, stats,
-    synchronize, synchronize_lazy, RcuHead, RcuPtr, MAX_OUTSTANDING_PER_THREAD,
+    synchronize, synchronize_lazy, try_read_lock, RcuHead, RcuPtr, MAX_OUTSTANDING_PER_THREAD,
 };
 
 /// Tests in this file share the global domain and the fault-injection switch;
@@ -260,4 +260,55 @@ fn outstanding_garbage_stays_under_the_ceiling_without_any_barrier() {
     );
     barrier();
     assert_eq!(live.load(Ordering::SeqCst), 0);
+}
+
+/// `try_read_lock` never registers: on a fresh thread it enters no section;
+/// once the thread is registered it nests with `read_lock` like any guard, and
+/// a grace period waits for its section.
+#[test]
+fn try_read_lock_enters_only_on_registered_threads() {
+    thread::spawn(|| {
+        assert!(try_read_lock().is_none());
+        assert_eq!(read_depth(), 0);
+        register_current_thread();
+        let outer = try_read_lock().expect("registered thread");
+        assert_eq!(read_depth(), 1);
+        let inner = read_lock();
+        let nested = try_read_lock().expect("registered thread");
+        assert_eq!(nested.depth(), 3);
+        drop(nested);
+        drop(inner);
+        assert_eq!(outer.depth(), 1);
+        drop(outer);
+        assert_eq!(read_depth(), 0);
+    })
+    .join()
+    .unwrap();
+
+    // A writer's grace period waits for a section entered by try_read_lock.
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (leave_tx, leave_rx) = mpsc::channel::<()>();
+    let left = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let left = left.clone();
+        thread::spawn(move || {
+            register_current_thread();
+            let g = try_read_lock().expect("registered thread");
+            entered_tx.send(()).unwrap();
+            leave_rx.recv().unwrap();
+            left.store(true, Ordering::SeqCst);
+            drop(g);
+        })
+    };
+    entered_rx.recv().unwrap();
+    let writer = {
+        let left = left.clone();
+        thread::spawn(move || {
+            synchronize();
+            left.load(Ordering::SeqCst)
+        })
+    };
+    leave_tx.send(()).unwrap();
+    assert!(writer.join().unwrap(), "synchronize returned before the section ended");
+    reader.join().unwrap();
 }
