@@ -43,36 +43,11 @@ fn read_sections_nest_and_unwind() {
     assert_eq!(read_depth(), 0);
 }
 
-#[test]
-fn synchronize_waits_for_a_reader_that_began_before_it() {
-    let released = Arc::new(AtomicBool::new(false));
-    let (in_section_tx, in_section_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let r2 = released.clone();
-    let reader = thread::spawn(move || {
-        let g = read_lock();
-        in_section_tx.send(()).unwrap();
-        go_rx.recv().unwrap();
-        r2.store(true, Ordering::SeqCst);
-        drop(g);
-    });
-    in_section_rx.recv().unwrap();
-    let r3 = released.clone();
-    let writer = thread::spawn(move || {
-        synchronize();
-        // The grace period cannot end before the reader's section did, and the
-        // reader set the flag inside its section.
-        assert!(r3.load(Ordering::SeqCst), "synchronize returned during a section");
-    });
-    // Give the writer a chance to start waiting (not needed for correctness).
-    thread::yield_now();
-    go_tx.send(()).unwrap();
-    reader.join().unwrap();
-    writer.join().unwrap();
-}
-
-#[test]
-fn synchronize_lazy_waits_for_a_reader_that_began_before_it() {
+/// Starts a reader that holds a section open until told to leave, runs
+/// `wait` (a grace period) on a writer thread meanwhile, and checks that
+/// `wait` returned only after the reader's section ended (the reader sets a
+/// flag inside its section, just before leaving).
+fn grace_period_waits_for_an_earlier_reader(name: &'static str, wait: fn()) {
     let released = Arc::new(AtomicBool::new(false));
     let (in_section_tx, in_section_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -90,13 +65,24 @@ fn synchronize_lazy_waits_for_a_reader_that_began_before_it() {
         // This thread reads too: its own record must not hold the grace
         // period up while it waits.
         drop(read_lock());
-        synchronize_lazy();
-        assert!(r3.load(Ordering::SeqCst), "synchronize_lazy returned during a section");
+        wait();
+        assert!(r3.load(Ordering::SeqCst), "{name} returned during a section");
     });
+    // Give the writer a chance to start waiting (not needed for correctness).
     thread::yield_now();
     go_tx.send(()).unwrap();
     reader.join().unwrap();
     writer.join().unwrap();
+}
+
+#[test]
+fn synchronize_waits_for_a_reader_that_began_before_it() {
+    grace_period_waits_for_an_earlier_reader("synchronize", synchronize);
+}
+
+#[test]
+fn synchronize_lazy_waits_for_a_reader_that_began_before_it() {
+    grace_period_waits_for_an_earlier_reader("synchronize_lazy", synchronize_lazy);
     let g = read_lock();
     assert_eq!(
         strobe_rcu::try_synchronize_lazy(),
