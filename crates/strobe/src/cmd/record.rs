@@ -36,10 +36,11 @@ PMU) and the counters chosen with -e. Sampling alternates a long period and a sh
 the counters read at both ends of each window give per-function metrics (strobe report).\n\n\
 The long period comes from the overhead budget (--overhead): at start the agent measures \
 what one sample costs it (about 15 ms of CPU), charges twice that for what the measurement \
-cannot see (cache refill after each signal, the perf group switched at each context switch; \
-the factor is measured with strobe bench sampling), and picks the period that keeps the \
-slowdown within the budget. An explicit period= overrides that, with a warning when the \
-predicted slowdown exceeds the budget.\n\n\
+cannot see (cache refill after each signal; the factor comes from strobe bench sampling), and \
+picks the period whose predicted slowdown equals the budget. Costs that do not grow with the \
+sample rate (the perf group switched at each context switch, software counters such as \
+page-faults) are not in the prediction and come on top. An explicit period= overrides that, \
+with a warning when the predicted slowdown exceeds the budget.\n\n\
 With no command, strobe profiles its bundled workload (strobe workload).",
     after_help = "Examples:\n  \
 strobe record                                          # profile the bundled workload\n  \
