@@ -27,9 +27,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Profile a program (or the bundled workload) into a record file.
+    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Record(cmd::record::Args),
-    /// Print per-function metrics from a record file.
+    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Report(cmd::report::Args),
     /// Count, time or trace calls with kernel uprobes and in-program probe points.
     Probe(cmd::probe::Args),
@@ -37,7 +37,7 @@ enum Command {
     Watch(cmd::watch::Args),
     /// Run a benchmark that compares strobe's mechanisms with the alternatives.
     Bench(cmd::bench::Args),
-    /// Run the bundled workload that `strobe record` profiles by default.
+    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Workload(cmd::workload::Args),
 }
 

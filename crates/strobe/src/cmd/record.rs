@@ -28,6 +28,7 @@ pub const DEFAULT_OUTPUT: &str = "strobe.data";
 /// Arguments of `strobe record`.
 #[derive(Debug, clap::Args)]
 #[command(
+    about = "Profile a program (or the bundled workload) into a record file",
     long_about = "Profile a program and all its threads into a record file.\n\n\
 strobe injects its agent (libstrobe_agent.so) with LD_PRELOAD, so the program must be a \
 dynamically linked executable. Every thread, including threads created later, gets its own \

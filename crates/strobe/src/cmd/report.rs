@@ -43,6 +43,7 @@ strobe report run.strobe --format json --window-policy fold > report.json",
 /// Arguments of `strobe report`.
 #[derive(Debug, clap::Args)]
 #[command(
+    about = "Print per-function metrics from a record file",
     long_about = "Print per-function metrics from a record file.\n\n\
 Each function's share of time comes from its sample count. Its metrics come from the short \
 windows that started and ended in it: the counter deltas of each window (end sample minus \

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 /// Arguments of `strobe workload`.
 #[derive(Debug, clap::Args)]
 #[command(
+    about = "Run the bundled workload that `strobe record` profiles by default",
     long_about = "Run the bundled workload: worker threads rotating, in a new random order each \
 round, through functions of distinct behaviour (workload_fp_math, workload_int_divide, \
 workload_page_faults, workload_sleep, workload_branches, workload_pointer_chase). Each \
