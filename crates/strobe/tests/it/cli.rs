@@ -20,3 +20,21 @@ fn every_subcommand_has_help_with_an_example() {
         assert!(text.contains("Example"), "strobe {sub} --help lacks an example:\n{text}");
     }
 }
+
+#[test]
+fn long_help_explains_how_each_command_works() {
+    // `--help` shows the long description; `-h` keeps to the one-line summaries.
+    for (sub, explains) in
+        [("record", "LD_PRELOAD"), ("report", "short windows"), ("workload", "new random order")]
+    {
+        let long = run(strobe().args([sub, "--help"]));
+        let long = String::from_utf8_lossy(&long.stdout).into_owned();
+        assert!(
+            long.contains(explains),
+            "strobe {sub} --help does not explain {explains}:\n{long}"
+        );
+        let short = run(strobe().args([sub, "-h"]));
+        let short = String::from_utf8_lossy(&short.stdout);
+        assert!(short.len() < long.len(), "strobe {sub} -h is as long as --help:\n{short}");
+    }
+}
