@@ -198,27 +198,27 @@ pub struct Adopted {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
-    /// Real threads: creators count, "clone" (set a listed flag), claim, open (count a
-    /// set), publish and finish, through a table smaller than the threads in flight; a
-    /// writer polls as the agent does. Every thread ends with exactly one set of events.
+    /// Real threads: creators count a thread, "clone" it (it becomes listed), claim an
+    /// entry, open (count a set of events), publish and finish, through a table smaller
+    /// than the threads in flight, with pauses in which none is pending; a writer polls as
+    /// the agent does. Every thread ends with exactly one set of events.
     #[test]
     fn stress_every_thread_gets_one_set() {
-        const CREATORS: usize = 4;
-        const EACH: usize = 300;
-        const TOTAL: usize = CREATORS * EACH;
+        const CREATORS: usize = 2;
+        const EACH: usize = 100_000;
         struct World {
             table: BornTable<3>,
-            listed: Vec<AtomicBool>,
+            /// Threads of each creator listed in /proc so far (ids `c * EACH ..`).
+            listed: [AtomicUsize; CREATORS],
             sets: Vec<AtomicU32>,
             running: AtomicUsize,
         }
         let w = Arc::new(World {
             table: BornTable::new(),
-            listed: (0..TOTAL).map(|_| AtomicBool::new(false)).collect(),
-            sets: (0..TOTAL).map(|_| AtomicU32::new(0)).collect(),
+            listed: [const { AtomicUsize::new(0) }; CREATORS],
+            sets: (0..CREATORS * EACH).map(|_| AtomicU32::new(0)).collect(),
             running: AtomicUsize::new(CREATORS),
         });
         let creators: Vec<_> = (0..CREATORS)
@@ -228,7 +228,7 @@ mod tests {
                     for k in 0..EACH {
                         let id = c * EACH + k;
                         w.table.coming();
-                        w.listed[id].store(true, Ordering::Release);
+                        w.listed[c].store(k + 1, Ordering::Release);
                         // Every third thread fails to open its events after claiming.
                         if let Some(claim) = w.table.claim() {
                             if id % 3 != 0 {
@@ -238,16 +238,20 @@ mod tests {
                             claim.publish(id as i32);
                         }
                         w.table.done();
+                        if k % 4 == 0 {
+                            std::thread::yield_now();
+                        }
                     }
                     w.running.fetch_sub(1, Ordering::Release);
                 })
             })
             .collect();
-        let mut known = vec![false; TOTAL];
-        let mut adopted = 0;
+        let mut known = vec![false; CREATORS * EACH];
+        let mut armed_known = [0; CREATORS];
+        let (mut adopted, mut writer_armed) = (0, 0);
         loop {
             let last = w.running.load(Ordering::Acquire) == 0;
-            let listed: Vec<bool> = w.listed.iter().map(|l| l.load(Ordering::Acquire)).collect();
+            let listed: Vec<usize> = w.listed.iter().map(|l| l.load(Ordering::Acquire)).collect();
             let pending = w.table.pending();
             w.table.adopt(|a| {
                 let id = a.tid as usize;
@@ -259,17 +263,21 @@ mod tests {
                 }
             });
             if pending == 0 {
-                for (id, _) in listed.iter().enumerate().filter(|(_, l)| **l) {
-                    if !known[id] {
-                        w.sets[id].fetch_add(1, Ordering::Relaxed);
-                        known[id] = true;
+                for (c, &n) in listed.iter().enumerate() {
+                    let (from, to) = (c * EACH + armed_known[c], c * EACH + n);
+                    for (id, k) in known.iter_mut().enumerate().take(to).skip(from) {
+                        if !*k {
+                            w.sets[id].fetch_add(1, Ordering::Relaxed);
+                            *k = true;
+                            writer_armed += 1;
+                        }
                     }
+                    armed_known[c] = n;
                 }
             }
             if last {
                 break;
             }
-            std::thread::yield_now();
         }
         for c in creators {
             c.join().unwrap();
@@ -278,6 +286,6 @@ mod tests {
         for (id, s) in w.sets.iter().enumerate() {
             assert_eq!(s.load(Ordering::Relaxed), 1, "thread {id}");
         }
-        assert!(adopted > 0, "no thread armed itself");
+        assert!(adopted > 0 && writer_armed > 0, "adopted {adopted}, armed {writer_armed}");
     }
 }
