@@ -27,6 +27,7 @@ LOOM_MAX_PREEMPTIONS=$retire cargo test -p strobe-rcu --release --test loom -- \
 
 # strobe-sampler's models (crates/strobe-sampler/tests/loom.rs): the per-thread
 # sample ring (wrap-around, loss counting, the wakeup threshold), slot reuse by a
-# new owner against a late signal of the old one, and the watchpoint hit ring.
+# new owner against a late signal of the old one, the watchpoint hit ring, and the
+# hand-over of events that threads open on themselves at birth (born_hand_over*).
 # A few seconds each at bound 3; LOOM_DEEP=1 runs them at 4.
 LOOM_MAX_PREEMPTIONS=$small cargo test -p strobe-sampler --release --test loom

@@ -1,7 +1,8 @@
 //! The signal-path core of strobe's capture agent (seeds 004 and 003): the period
 //! alternation state machine, each thread's sample ring drained on a threshold, the slot
 //! life cycle that lets a signal handler find its thread's state, and the multi-producer
-//! ring the watchpoint handler fills.
+//! ring the watchpoint handler fills; and the hand-over of the watchpoint events that
+//! threads open on themselves at birth.
 //!
 //! Owns: these data structures and their memory-ordering arguments; the agent
 //! (`agent/`) owns the system calls around them (perf events, signals, the eventfd, the
@@ -17,6 +18,8 @@
 //! - [`slot`]: FREE -> CLAIMED -> ACTIVE -> CLOSING -> DEAD -> FREE, and the generation a
 //!   late signal of an old owner fails.
 //! - [`mpsc`]: the bounded multi-producer ring of watchpoint hits.
+//! - [`born`]: FREE -> CLAIMED -> READY hand-over entries and the count of threads still
+//!   arming themselves, which tells the writer when it may arm a thread itself.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
@@ -24,6 +27,7 @@ extern crate alloc;
 mod sync;
 
 pub mod alternate;
+pub mod born;
 pub mod mpsc;
 pub mod ring;
 pub mod slot;

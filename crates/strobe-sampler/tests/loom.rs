@@ -14,11 +14,19 @@
 //!    owner's ring, the new owner's ring starts empty.
 //! 4. `mpsc_no_record_lost_below_capacity` and `mpsc_wraparound`: the watchpoint hit ring
 //!    with two producers and a consumer.
+//! 5. `born_hand_over` and `born_hand_over_with_failed_arming`: threads made by
+//!    `pthread_create` arm themselves through a one-entry hand-over table while the writer
+//!    lists them, reads the pending count and adopts: no thread ever gets two sets of
+//!    events, a thread that armed itself is adopted in the first pass that listed it and
+//!    read 0 pending, and every thread ends with exactly one set.
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicBool;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use strobe_sampler::born::BornTable;
 use strobe_sampler::slot::{ACTIVE, DEAD};
 use strobe_sampler::{MpscRing, Push, SampleRing, SlotCtl, RECORD_HEAD};
 
@@ -247,4 +255,125 @@ fn mpsc_wraparound() {
         assert_eq!(seen.len() as u64, stored);
         assert_eq!(stored + ring.lost(), 2, "stored {stored}, lost {}", ring.lost());
     });
+}
+
+/// One thread of the target in the hand-over model.
+struct Born {
+    /// It appears in `/proc/self/task`: set by the clone, after the parent counted it.
+    /// Release/Acquire stands for the kernel's task-list lock between the clone and the
+    /// writer's listing.
+    exists: AtomicBool,
+    /// Sets of watchpoint events opened on it (a plain write: opened by the thread itself
+    /// or by the writer; two unordered openings are a data race loom reports).
+    sets: UnsafeCell<u32>,
+}
+
+/// What the writer did for one thread.
+#[derive(Clone, Copy, Default, Debug)]
+struct Seen {
+    /// The pass that adopted its self-opened events.
+    adopted: Option<u32>,
+    /// The writer opened its events itself.
+    armed: bool,
+    /// The first pass that listed it and read 0 pending.
+    zero_after_listing: Option<u32>,
+}
+
+/// `threads` threads made by `pthread_create` (the last `failing` of them fail to open
+/// their events after claiming an entry) and the writer's polling: two passes while they
+/// start, one after.
+fn born_model(threads: usize, failing: usize, passes: u32) {
+    loom::model(move || {
+        let table = Arc::new(BornTable::<1>::new());
+        let born: Arc<Vec<Born>> = Arc::new(
+            (0..threads)
+                .map(|_| Born { exists: AtomicBool::new(false), sets: UnsafeCell::new(0) })
+                .collect(),
+        );
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let (table, born) = (table.clone(), born.clone());
+                thread::spawn(move || {
+                    let tid = i as i32 + 1;
+                    // The parent: counted before the clone, which makes the thread visible.
+                    table.coming();
+                    born[i].exists.store(true, Ordering::Release);
+                    // The new thread, before its start routine (agent: `arm_self`).
+                    let mut armed_self = false;
+                    if let Some(claim) = table.claim() {
+                        if i < threads - failing {
+                            // SAFETY: loom checks this write against the writer's.
+                            born[i].sets.with_mut(|n| unsafe { *n += 1 });
+                            claim.put(0, 100 + tid, 7);
+                            armed_self = true;
+                        }
+                        claim.publish(tid);
+                    }
+                    table.done();
+                    armed_self
+                })
+            })
+            .collect();
+
+        let mut seen = vec![Seen::default(); threads];
+        // The writer's pass (agent: `follow_threads` and `adopt_born`).
+        let pass = |n: u32, seen: &mut Vec<Seen>| {
+            let listed: Vec<bool> = born.iter().map(|b| b.exists.load(Ordering::Acquire)).collect();
+            let pending = table.pending();
+            table.adopt(|a| {
+                let i = (a.tid - 1) as usize;
+                if a.opened == 0 {
+                    return; // its arming failed: the writer arms it below
+                }
+                assert_eq!(a.opened, 1);
+                assert_eq!(a.fds[0], (100 + a.tid, 7), "the entry's fd and aim");
+                let s = &mut seen[i];
+                assert!(s.adopted.is_none() && !s.armed, "thread {} handed over twice", a.tid);
+                s.adopted = Some(n);
+            });
+            if pending > 0 {
+                return;
+            }
+            for (i, s) in seen.iter_mut().enumerate() {
+                if !listed[i] {
+                    continue;
+                }
+                s.zero_after_listing.get_or_insert(n);
+                if s.adopted.is_none() && !s.armed {
+                    // SAFETY: loom checks this write against the thread's own.
+                    born[i].sets.with_mut(|n| unsafe { *n += 1 });
+                    s.armed = true;
+                }
+            }
+        };
+        for n in 0..passes {
+            pass(n, &mut seen);
+        }
+        let armed_self: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        pass(passes, &mut seen);
+
+        for (i, s) in seen.iter().enumerate() {
+            // SAFETY: every thread is joined.
+            let sets = born[i].sets.with(|n| unsafe { *n });
+            assert_eq!(sets, 1, "thread {}: {sets} sets of events ({s:?})", i + 1);
+            if armed_self[i] {
+                assert!(!s.armed, "thread {} armed itself and by the writer", i + 1);
+                let (adopted, zero) = (s.adopted.unwrap(), s.zero_after_listing.unwrap());
+                assert!(adopted <= zero, "thread {} missed in pass {zero} ({s:?})", i + 1);
+            } else {
+                assert!(s.armed && s.adopted.is_none(), "thread {}: {s:?}", i + 1);
+            }
+        }
+        assert_eq!(table.pending(), 0);
+    });
+}
+
+#[test]
+fn born_hand_over() {
+    born_model(2, 0, 1);
+}
+
+#[test]
+fn born_hand_over_with_failed_arming() {
+    born_model(2, 1, 1);
 }
