@@ -169,7 +169,8 @@ pub struct RingBuffer {
 // atomics in the metadata page, so moving it to another thread is sound.
 unsafe impl Send for RingBuffer {}
 
-fn page_size() -> usize {
+/// The system page size (the unit of a ring buffer's size), 4096 if sysconf fails.
+pub fn page_size() -> usize {
     // SAFETY: sysconf with a valid name has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {

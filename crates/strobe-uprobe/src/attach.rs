@@ -114,6 +114,21 @@ pub struct EventSettings {
     pub sampling: Option<Wakeup>,
 }
 
+impl EventSettings {
+    /// Sets inheritance, enable-on-exec and (when sampling) a sample per hit with
+    /// [`SAMPLE_TYPE`] on the monotonic clock, on either kind of uprobe event.
+    fn apply(&self, attr: &mut perf_event_attr) {
+        attr.set_inherit(u64::from(self.inherit));
+        attr.set_enable_on_exec(u64::from(self.enable_on_exec));
+        if let Some(wakeup) = self.sampling {
+            attr.__bindgen_anon_1.sample_period = 1;
+            attr.sample_type = SAMPLE_TYPE;
+            ring::use_monotonic_clock(attr);
+            wakeup.apply(attr);
+        }
+    }
+}
+
 /// The sample fields of sampling uprobes: which event (entry or return of which probe),
 /// which thread, when.
 pub const SAMPLE_TYPE: u64 =
@@ -144,14 +159,7 @@ pub fn open_uprobe(
         why: "the file path contains a NUL byte".to_string(),
     })?;
     let mut attr = pmu.attr(site, retprobe, &path)?;
-    attr.set_inherit(u64::from(settings.inherit));
-    attr.set_enable_on_exec(u64::from(settings.enable_on_exec));
-    if let Some(wakeup) = settings.sampling {
-        attr.__bindgen_anon_1.sample_period = 1;
-        attr.sample_type = SAMPLE_TYPE;
-        ring::use_monotonic_clock(&mut attr);
-        wakeup.apply(&mut attr);
-    }
+    settings.apply(&mut attr);
     // `path` outlives the call: the kernel copies the string during perf_event_open.
     let ev = PerfEvent::open(&attr, target, None, what)?;
     drop(path);
@@ -340,14 +348,7 @@ pub fn open_trace_uprobe(
     what: &str,
 ) -> Result<PerfEvent, Error> {
     let mut attr = sys::new_attr(sys::PERF_TYPE_TRACEPOINT, def.id);
-    attr.set_inherit(u64::from(settings.inherit));
-    attr.set_enable_on_exec(u64::from(settings.enable_on_exec));
-    if let Some(wakeup) = settings.sampling {
-        attr.__bindgen_anon_1.sample_period = 1;
-        attr.sample_type = SAMPLE_TYPE;
-        ring::use_monotonic_clock(&mut attr);
-        wakeup.apply(&mut attr);
-    }
+    settings.apply(&mut attr);
     Ok(PerfEvent::open(&attr, target, None, what)?)
 }
 

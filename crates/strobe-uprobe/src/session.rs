@@ -235,7 +235,7 @@ impl Session {
             }
             return Ok(());
         }
-        let ring_bytes = self.opts.ring_pages * page_size();
+        let ring_bytes = self.opts.ring_pages * strobe_perf::ring::page_size();
         let settings = EventSettings {
             inherit: true,
             enable_on_exec: true,
@@ -384,16 +384,6 @@ impl Session {
             unmatched_returns: matcher.unmatched_returns(),
             unmatched_entries: if self.opts.latency { matcher.unmatched_entries() } else { 0 },
         })
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf with a valid name has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
     }
 }
 

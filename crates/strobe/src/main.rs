@@ -25,11 +25,11 @@ struct Cli {
     command: Command,
 }
 
+/// The subcommands. Record, report and workload carry `about` and `long_about` on their
+/// Args structs: a doc comment on the variant would replace the long description.
 #[derive(Debug, Subcommand)]
 enum Command {
-    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Record(cmd::record::Args),
-    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Report(cmd::report::Args),
     /// Count, time or trace calls with kernel uprobes and in-program probe points.
     Probe(cmd::probe::Args),
@@ -37,7 +37,6 @@ enum Command {
     Watch(cmd::watch::Args),
     /// Run a benchmark that compares strobe's mechanisms with the alternatives.
     Bench(cmd::bench::Args),
-    // about and long_about: on the Args struct (a doc comment here would hide its long_about).
     Workload(cmd::workload::Args),
 }
 
