@@ -15,9 +15,14 @@
  * combine STROBE_PROBE_OPTIONAL with -lstrobe_probe_c under --as-needed, the default
  * of many distributions: weak references alone do not keep the library.)
  *
- * A site registers itself on its first hit (that hit takes a lock and allocates);
- * later hits take no lock and allocate nothing. Requires GCC or Clang (uses
- * __atomic builtins, ##__VA_ARGS__ and, for scopes, the cleanup attribute). */
+ * Every site lives in its module's `strobe_probe_sites` section; one constructor per
+ * module (executable or shared library) registers that section with the library at
+ * load time, so `strobe probe --list` shows every site, fired or not, and a site can
+ * be enabled by name before it first runs. A site the constructor missed (the library
+ * was not loaded yet) registers on its first hit, which then takes a lock and
+ * allocates; later hits take no lock and allocate nothing. Requires GCC or Clang
+ * (uses __atomic builtins, ##__VA_ARGS__, the section attribute and, for scopes, the
+ * cleanup attribute). */
 #ifndef STROBE_PROBE_H
 #define STROBE_PROBE_H
 
@@ -47,7 +52,7 @@ _Static_assert(sizeof(struct strobe_probe_site) == 64, "strobe_probe_site layout
 _Static_assert(_Alignof(struct strobe_probe_site) == 64, "strobe_probe_site alignment");
 #endif
 
-#define STROBE_PROBE_ABI_VERSION 1
+#define STROBE_PROBE_ABI_VERSION 2
 
 #ifdef STROBE_PROBE_OPTIONAL
 #define STROBE__LINK __attribute__((weak))
@@ -64,6 +69,8 @@ void strobe_probe_fire(const struct strobe_probe_site *site, const uint64_t *arg
 uint64_t strobe_probe_enter(const struct strobe_probe_site *site, const uint64_t *args,
                             uint32_t nargs) STROBE__LINK;
 void strobe_probe_exit(const struct strobe_probe_site *site, uint64_t start) STROBE__LINK;
+/* Registers n sites (one module's section); called by the constructor below. */
+void strobe_probe_register_sites(const struct strobe_probe_site *sites, size_t n) STROBE__LINK;
 
 /* ---- implementation details below ---- */
 
@@ -82,6 +89,32 @@ void strobe_probe_exit(const struct strobe_probe_site *site, uint64_t start) STR
 #define STROBE__A5(a, b, c, d, e) STROBE__A4(a, b, c, d), STROBE__ARG(e)
 #define STROBE__A6(a, b, c, d, e, f) STROBE__A5(a, b, c, d, e), STROBE__ARG(f)
 #define STROBE__ARGS(n, ...) STROBE__CAT(STROBE__A, n)(__VA_ARGS__)
+
+/* Every site goes to this section; the linker gathers a module's sites into one array
+ * between __start_strobe_probe_sites and __stop_strobe_probe_sites. */
+#define STROBE__SECTION __attribute__((section("strobe_probe_sites")))
+
+/* Per module, not per translation unit: the definition is weak and hidden, so the
+ * linker keeps one per executable or shared library, and the __start/__stop symbols
+ * it reads are that module's own. Every translation unit adds a constructor entry for
+ * it, so it may run several times: registering is idempotent, and a flag makes the
+ * repeats return at once. */
+extern struct strobe_probe_site __start_strobe_probe_sites[]
+    __attribute__((weak, visibility("hidden")));
+extern struct strobe_probe_site __stop_strobe_probe_sites[]
+    __attribute__((weak, visibility("hidden")));
+
+void strobe__register_module(void);
+__attribute__((constructor, weak, visibility("hidden"))) void strobe__register_module(void) {
+    static int done;
+    if (done || !__start_strobe_probe_sites || !__stop_strobe_probe_sites)
+        return;
+    done = 1;
+    if (!STROBE_PROBE_AVAILABLE() || !strobe_probe_register_sites)
+        return;
+    strobe_probe_register_sites(__start_strobe_probe_sites,
+                                (size_t)(__stop_strobe_probe_sites - __start_strobe_probe_sites));
+}
 
 #define STROBE__SITE_INIT(name, n) \
     { 2, NULL, #name, sizeof(#name) - 1, __FILE__, sizeof(__FILE__) - 1, __LINE__, n }
@@ -103,7 +136,7 @@ void strobe_probe_exit(const struct strobe_probe_site *site, uint64_t start) STR
  * 0 to 6 integer or pointer arguments. */
 #define STROBE_PROBE(name, ...)                                                          \
     do {                                                                                 \
-        static struct strobe_probe_site strobe__site =                                   \
+        static STROBE__SECTION struct strobe_probe_site strobe__site =                   \
             STROBE__SITE_INIT(name, STROBE__NARGS(__VA_ARGS__));                         \
         if (STROBE__ON(strobe__site))                                                    \
             STROBE__CALL(strobe__site, STROBE__NARGS(__VA_ARGS__), ##__VA_ARGS__);       \
@@ -132,7 +165,7 @@ static inline struct strobe__scope strobe__scope_begin(struct strobe_probe_site 
 }
 
 #define STROBE__SCOPE(id, name, ...)                                                       \
-    static struct strobe_probe_site STROBE__CAT(strobe__ssite, id) =                       \
+    static STROBE__SECTION struct strobe_probe_site STROBE__CAT(strobe__ssite, id) =       \
         STROBE__SITE_INIT(name, STROBE__NARGS(__VA_ARGS__));                               \
     __attribute__((cleanup(strobe__scope_end), unused)) struct strobe__scope               \
         STROBE__CAT(strobe__scope, id) =                                                   \

@@ -3,8 +3,12 @@
 //! A C probe site is a `static struct strobe_probe_site`, laid out exactly as
 //! [`strobe_probe::Site`] (the header asserts the size, the Rust crate too).
 //! The header's `STROBE_PROBE(name, ...)` tests the site's flag inline and
-//! calls [`strobe_probe_fire`] only when it is set; a site starts
-//! "unregistered", so its first hit registers it here.
+//! calls [`strobe_probe_fire`] only when it is set. The header puts every site
+//! in its module's `strobe_probe_sites` section and gives the module one
+//! constructor that registers the whole section here
+//! ([`strobe_probe_register_sites`]), so sites are listed and attachable
+//! before they fire; a site that constructor missed starts "unregistered", so
+//! its first hit registers it.
 //!
 //! The functions are declared weak in the header: a program built with probe
 //! points runs without this library (each site switches itself off on its
@@ -23,7 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use strobe_probe::{HitKind, Site, MAX_ARGS};
 
 /// Version of this ABI (the site layout and the functions below).
-pub const STROBE_PROBE_ABI: u32 = 1;
+pub const STROBE_PROBE_ABI: u32 = 2;
 
 /// The ABI version the library implements; the header checks nothing at run
 /// time, but tools can.
@@ -43,6 +47,25 @@ unsafe fn args_slice<'a>(args: *const u64, nargs: u32) -> &'a [u64] {
     }
     // SAFETY: caller's contract; n is clamped to at most the caller's count.
     unsafe { std::slice::from_raw_parts(args, n) }
+}
+
+/// Registers the `n` C sites starting at `sites`: one module's
+/// `strobe_probe_sites` section, passed by the constructor the header gives
+/// each module. Sites already registered are skipped. Takes a lock and
+/// allocates (it runs at load time, in normal context).
+///
+/// # Safety
+/// `sites` points at `n` consecutive `struct strobe_probe_site`s initialised
+/// by the header's macros, living for the rest of the process, or `n` is 0.
+#[no_mangle]
+pub unsafe extern "C" fn strobe_probe_register_sites(sites: *const Site, n: usize) {
+    if sites.is_null() || n == 0 {
+        return;
+    }
+    // SAFETY: caller's contract: a static array of `n` sites (the header's
+    // section, whose entries are 64-byte sites laid out as `Site`).
+    let sites: &'static [Site] = unsafe { std::slice::from_raw_parts(sites, n) };
+    let _ = catch_unwind(|| strobe_probe::register_sites(sites));
 }
 
 /// Fires a C probe site (`STROBE_PROBE`). Registers the site on its first

@@ -37,17 +37,20 @@
 //! assert_eq!(seen.load(Ordering::Relaxed), 2 * (0 + 1 + 2 + 3));
 //! ```
 //!
-//! # Registration: a linker section for Rust, first hit for C
+//! # Registration: linker sections, for Rust and for C
 //!
 //! Every Rust site adds a reference to itself to the [`SITES`] distributed
 //! slice (linkme: a linker section gathered at link time). The registry walks
 //! it once, when first used, so every Rust site is listed (`strobe probe
 //! --list`) and attachable by name before it ever runs, and no hit ever pays
-//! for registration. C sites (`include/strobe_probe.h`) start in an
-//! "unregistered" state that takes the slow path once: their first hit takes
-//! the registry lock and registers them. That hit is the only one that locks
-//! or allocates (so a C probe point that may first fire in a signal handler
-//! should be hit once in normal context); a C site is listed once it fired.
+//! for registration. C sites (`include/strobe_probe.h`) live in their module's
+//! `strobe_probe_sites` section, and one constructor per module hands the
+//! section to [`register_sites`] at load time, so they too are listed before
+//! they fire. A C site the constructor could not register (the library was
+//! absent when the module's constructors ran, or the toolchain put the site
+//! elsewhere) starts "unregistered" and takes the slow path once: its first hit
+//! takes the registry lock and registers it. That hit is the only one that
+//! locks or allocates.
 //!
 //! # Environment (the counting consumer strobe's CLI enables)
 //!
@@ -73,8 +76,8 @@ mod registry;
 mod site;
 
 pub use registry::{
-    attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, sites, Action,
-    Attachment, Consumer, Probe, SiteInfo, DETACH_GRACE_SPACING,
+    attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, register_sites,
+    sites, Action, Attachment, Consumer, Probe, SiteInfo, DETACH_GRACE_SPACING,
 };
 pub use site::{now_ns, Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
 

@@ -421,6 +421,23 @@ pub(crate) fn register_site(site: &'static Site) {
     add_site(&r.by_name, site);
 }
 
+/// Registers the C sites of one loaded module at once, so that they are listed and
+/// attachable by name before their first hit. `include/strobe_probe.h` places every
+/// C site in the module's `strobe_probe_sites` section and gives each module one
+/// constructor that passes the section here (through `strobe_probe_register_sites`).
+/// Sites already registered are skipped, so a module may be passed more than once.
+/// Takes the registry lock and allocates: normal context only.
+pub fn register_sites(sites: &'static [Site]) {
+    let r = registry();
+    let _l = lock(r);
+    for site in sites {
+        // Under the lock, as `register_site` (a concurrent first hit) also runs.
+        if site.state() == crate::site::UNREGISTERED {
+            add_site(&r.by_name, site);
+        }
+    }
+}
+
 /// Publishes a list of `owners` (none when empty) to the probe and each of
 /// its sites, sets the sites' flags, and retires the old list. Caller holds
 /// the lock.
@@ -467,8 +484,9 @@ fn current(p: &Probe) -> Vec<Arc<ConsumerInner>> {
 
 /// Attaches `consumer` to the probe called `name`, from any thread.
 ///
-/// The probe need not have a registered site yet (C sites register on their
-/// first hit, and sites of libraries loaded later appear when they do).
+/// The probe need not have a registered site yet (sites of libraries loaded
+/// later appear when they do, and a C site whose module registered before
+/// the library was loaded appears on its first hit).
 /// Hits that happen after this returns reach the consumer. Takes the registry
 /// lock and allocates; not for signal handlers.
 ///
