@@ -48,9 +48,11 @@
 //!   SIGTRAP handler gets a virtual disposition that our handler chains to for every
 //!   SIGTRAP that is not a sample (raw `rt_sigaction` system calls bypass this).
 //! - A target that closes every fd it did not open stops the recording.
-//! - As with every signal-based profiler, a sample that lands while a thread enters a
-//!   blocking call that is never restarted (nanosleep, poll with a timeout) makes that call
-//!   return EINTR early; the handler uses SA_RESTART for the others.
+//!
+//! Not a limit: sampling never makes a blocking call (nanosleep, poll, select) return
+//! EINTR. perf raises the `sigtrap` signal from task work on the thread's way back to user
+//! space, not while it waits in the kernel (test `sampling_never_cuts_a_blocking_call_short`).
+//! The handler still uses SA_RESTART, for the target's own SIGTRAPs it chains to.
 
 mod config;
 mod sampler;

@@ -139,6 +139,25 @@ fn a_target_with_its_own_sigtrap_handler_sees_only_its_own_sigtraps() {
 }
 
 #[test]
+fn sampling_never_cuts_a_blocking_call_short() {
+    // nanosleep, ppoll and select return EINTR when a signal arrives while they wait,
+    // SA_RESTART or not. A 30 us period puts overflows inside them all the time; perf's
+    // sigtrap is raised only on the way back to user space, so none may see EINTR.
+    let dir = Scratch::new("record-eintr");
+    let file = dir.path("e.strobe");
+    let out = run(strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .args(["-e", "{task-clock/period=30us,window=20us/}", "--"])
+        .arg(prog("slow_syscalls")));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "eintr 0 of 18000\n", "{}", show(&out));
+    let rec = read(&file);
+    assert!(rec.total_samples() > 1000, "sampled meanwhile: {} samples", rec.total_samples());
+}
+
+#[test]
 fn target_exit_status_is_passed_on() {
     let dir = Scratch::new("record-status");
     let file = dir.path("s.strobe");
