@@ -210,6 +210,15 @@ impl Encoder {
         self.end(s);
     }
 
+    /// The bytes of a module with no file (the vDSO), written by the recorder on stream 0.
+    pub fn image(&mut self, stream: StreamId, img: &Image) {
+        let s = self.begin(tag::IMAGE, stream);
+        put_str(&mut self.buf, &img.name);
+        put(&mut self.buf, img.bytes.len() as u64);
+        self.buf.extend_from_slice(&img.bytes);
+        self.end(s);
+    }
+
     /// Starts a batch of samples of thread `tid`, each carrying `ncounters` counter values
     /// (at most [`MAX_COUNTERS`]; more are cut). The chunk is completed when the returned
     /// encoder is finished or dropped; a batch with no sample leaves no chunk.

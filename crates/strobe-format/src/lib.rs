@@ -40,7 +40,7 @@ pub const MAGIC: [u8; 6] = *b"STROBE";
 /// [`MINOR_VERSION`] instead (new chunk tags are skipped, new trailing fields ignored).
 pub const MAJOR_VERSION: u16 = 1;
 /// The minor version this crate writes in the header chunk.
-pub const MINOR_VERSION: u32 = 0;
+pub const MINOR_VERSION: u32 = 1;
 /// Length of the file preamble (magic + major version).
 pub const PREAMBLE_LEN: usize = 8;
 /// The two bytes every chunk starts with, so a reader can find the next chunk after damage.
@@ -70,4 +70,7 @@ pub mod tag {
     pub const END: u8 = 7;
     /// A message from the agent (a warning, or why it could not start).
     pub const NOTE: u8 = 8;
+    /// The bytes of a module that exists only in memory (the kernel's vDSO), so that
+    /// its addresses can be symbolized later, on any machine (minor version 1).
+    pub const IMAGE: u8 = 9;
 }

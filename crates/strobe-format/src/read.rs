@@ -70,6 +70,13 @@ pub enum Record {
         /// The statistics.
         end: ProcessEnd,
     },
+    /// The bytes of a module with no file (the vDSO).
+    Image {
+        /// The stream (the recorder's, 0).
+        stream: StreamId,
+        /// The image.
+        image: Image,
+    },
     /// A message from the agent.
     Note {
         /// The stream.
@@ -553,6 +560,11 @@ impl<R: Read> Reader<R> {
                 };
                 Record::Note { stream, note: Note { level, message: s!("note text") } }
             }
+            tag::IMAGE => {
+                let name = s!("image name");
+                let bytes = c.bytes().ok_or_else(|| bad(&c, "bad image bytes"))?.to_vec();
+                Record::Image { stream, image: Image { name, bytes } }
+            }
             // A tag from a newer minor version: skip it.
             _ => return Ok(None),
         };
@@ -711,6 +723,8 @@ pub struct Recording {
     pub processes: Vec<ProcessData>,
     /// Where the file was cut, if it was.
     pub truncated_at: Option<u64>,
+    /// Modules with no file (the vDSO), for symbolizing.
+    pub images: Vec<Image>,
 }
 
 impl Recording {
@@ -736,6 +750,7 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
     let header = reader.header().clone();
     let mut processes: Vec<ProcessData> = Vec::new();
     let mut truncated_at = None;
+    let mut images = Vec::new();
     fn proc_mut(ps: &mut Vec<ProcessData>, stream: StreamId) -> &mut ProcessData {
         let i = match ps.iter().position(|p| p.stream == stream) {
             Some(i) => i,
@@ -777,8 +792,9 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
             }
             Record::End { stream, end } => proc_mut(&mut processes, stream).end = Some(end),
             Record::Note { stream, note } => proc_mut(&mut processes, stream).notes.push(note),
+            Record::Image { image, .. } => images.push(image),
             Record::Truncated { offset } => truncated_at = Some(offset),
         }
     }
-    Ok(Recording { header, processes, truncated_at })
+    Ok(Recording { header, processes, truncated_at, images })
 }

@@ -204,6 +204,16 @@ pub enum NoteLevel {
     Error,
 }
 
+/// A module that has no file (the vDSO): its name as `/proc/PID/maps` shows it and the
+/// bytes of its mapping, an ELF image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// The mapping's name, e.g. `[vdso]`.
+    pub name: String,
+    /// The mapping's bytes.
+    pub bytes: Vec<u8>,
+}
+
 /// A message from an agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {

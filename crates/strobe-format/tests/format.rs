@@ -151,7 +151,14 @@ fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
     );
     starts.push(e.len());
     e.note(7, &Note { level: NoteLevel::Warning, message: "a note".into() });
+    starts.push(e.len());
+    e.image(0, &vdso_image());
     (e.as_bytes().to_vec(), starts, samples)
+}
+
+/// A stand-in for the vDSO's bytes: the chunk carries any bytes, zeros included.
+fn vdso_image() -> Image {
+    Image { name: "[vdso]".into(), bytes: (0..=255u8).cycle().take(8192).chain([0, 0]).collect() }
 }
 
 fn records(bytes: &[u8]) -> Vec<Result<Record, FormatError>> {
@@ -164,7 +171,7 @@ fn every_chunk_round_trips() {
     let r = Reader::new(&bytes[..], "mem").unwrap();
     assert_eq!(r.header(), &header());
     let recs: Vec<Record> = r.map(Result::unwrap).collect();
-    assert_eq!(recs.len(), 7, "{recs:?}");
+    assert_eq!(recs.len(), 8, "{recs:?}");
     assert!(matches!(&recs[0], Record::Process { stream: 7, info } if *info == process(100)));
     assert!(matches!(&recs[1], Record::Threads { threads, .. } if threads[0].name == "main"));
     assert!(matches!(&recs[2], Record::Maps { maps, .. } if maps.maps[0].end == 0x3000));
@@ -174,6 +181,13 @@ fn every_chunk_round_trips() {
     assert!(matches!(&recs[4], Record::Lost { lost, .. } if lost[0].lost == 2));
     assert!(matches!(&recs[5], Record::End { end, .. } if end.mean_window() == Some(27_000.0)));
     assert!(matches!(&recs[6], Record::Note { note, .. } if note.message == "a note"));
+    assert!(matches!(&recs[7], Record::Image { stream: 0, image } if *image == vdso_image()));
+    let dir = std::env::temp_dir().join(format!("strobe-format-image-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("img.strobe");
+    std::fs::write(&p, &bytes).unwrap();
+    assert_eq!(read_all(&p).unwrap().images, [vdso_image()]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -268,8 +282,8 @@ fn a_flipped_byte_is_reported_with_its_chunk_offset_and_reading_resumes() {
             assert_eq!(errs.len(), 1, "chunk {i} byte {at}: {recs:?}");
             assert_eq!(errs[0].offset(), Some(w[0] as u64), "chunk {i} byte {at}: {}", errs[0]);
             assert!(errs[0].to_string().contains(&format!("byte {}", w[0])), "{}", errs[0]);
-            // Every other chunk still reads: 7 records in all, one of them the error.
-            assert_eq!(recs.len(), 7, "chunk {i} byte {at}: {recs:?}");
+            // Every other chunk still reads: 8 records in all, one of them the error.
+            assert_eq!(recs.len(), 8, "chunk {i} byte {at}: {recs:?}");
         }
     }
     // read_all refuses a corrupt file.
@@ -337,7 +351,8 @@ fn unknown_chunk_tags_are_skipped() {
     h.extend_from_slice(payload);
     bytes.extend_from_slice(&h);
     let recs = records(&bytes);
-    assert_eq!(recs.len(), 7);
+    // The small file's 8 records; the unknown chunk adds none.
+    assert_eq!(recs.len(), 8);
     assert!(recs.iter().all(Result::is_ok));
 }
 

@@ -110,6 +110,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                 };
                 notes.push(format!("{level}: {}", note.message));
             }
+            Record::Image { image, .. } => agg.spaces.add_image(image.name, image.bytes),
             Record::Truncated { offset } => truncated_at = Some(offset),
             Record::Threads { .. } | Record::End { .. } => {}
         }

@@ -6,9 +6,12 @@
 //! offset (ELF symbols, DWARF line tables when present, demangled Rust and C++ names).
 //! Each unique address is symbolized once, whatever its sample count.
 //!
+//! The vDSO has no file: `strobe record` saves its bytes in the recording (an IMAGE
+//! chunk), and its addresses are symbolized against a private temporary copy of them.
+//!
 //! An address that cannot be symbolized is never dropped: it becomes
-//! `[unknown in <module>]` when a mapping holds it (a stripped library, the vDSO, JIT
-//! code) and `[unknown]` when none does.
+//! `[unknown in <module>]` when a mapping holds it (a stripped library, a vDSO the
+//! recording has no image of, JIT code) and `[unknown]` when none does.
 //!
 //! This module must never look at counters or decide attribution.
 
@@ -27,6 +30,8 @@ pub(crate) struct Spaces {
     current: FxHashMap<u32, u32>,
     /// Space id -> its mappings.
     spaces: Vec<Space>,
+    /// Modules with no file, by mapping name (`[vdso]`): their bytes.
+    images: FxHashMap<String, Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -61,6 +66,11 @@ impl Spaces {
             space.maps.push(m);
             space.sorted = false;
         }
+    }
+
+    /// Records the bytes of the module mapped under `name` (a pseudo path like `[vdso]`).
+    pub(crate) fn add_image(&mut self, name: String, bytes: Vec<u8>) {
+        self.images.insert(name, bytes);
     }
 
     fn sort(&mut self) {
@@ -136,9 +146,10 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
     for (i, &(space, ip)) in addrs.iter().enumerate() {
         let Some(m) = spaces.locate(space, ip) else { continue };
         let Some(slot) = out.get_mut(i) else { continue };
-        // Only real files can be symbolized; pseudo mappings keep their module name.
+        // Real files, and pseudo mappings the recording has the bytes of, can be
+        // symbolized; other pseudo mappings keep their module name.
         let is_file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)");
-        if is_file {
+        if is_file || spaces.images.contains_key(&m.path) {
             by_file.entry(m.path.as_str()).or_default().push((ip - m.start + m.offset, i));
         }
         *slot = unknown_in(&m.path);
@@ -149,7 +160,20 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
         unique.dedup();
-        let src = Source::Elf(Elf::new(path));
+        // An image is symbolized from a temporary file holding its bytes (removed when
+        // `_copy` drops); if that cannot be written, its addresses stay unknown.
+        let _copy;
+        let file = match spaces.images.get(path) {
+            Some(bytes) => match ImageFile::write(bytes) {
+                Ok(f) => {
+                    _copy = f;
+                    _copy.0.clone()
+                }
+                Err(_) => continue,
+            },
+            None => std::path::PathBuf::from(path),
+        };
+        let src = Source::Elf(Elf::new(file));
         let Ok(syms) = symbolizer.symbolize(&src, Input::FileOffset(unique.as_slice())) else {
             continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
         };
@@ -177,6 +201,32 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
         }
     }
     out
+}
+
+/// A module image written to a private temporary file, removed on drop.
+struct ImageFile(std::path::PathBuf);
+
+impl ImageFile {
+    fn write(bytes: &[u8]) -> std::io::Result<ImageFile> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("strobe-report-image-{}-{n}.so", std::process::id()));
+        // create_new and 0600: never follow or reuse a file someone else put there.
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+        let file = ImageFile(path);
+        f.write_all(bytes)?;
+        Ok(file)
+    }
+}
+
+impl Drop for ImageFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 #[cfg(test)]

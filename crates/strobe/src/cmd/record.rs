@@ -266,6 +266,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         overhead_ppm,
         follow_fork: args.follow_fork,
     });
+    // The vDSO has no file: save its bytes so report can name the functions in it
+    // (clock_gettime, gettimeofday). The target maps the same image as we do.
+    if let Some(image) = own_vdso() {
+        enc.image(strobe_format::RECORDER_STREAM, &image);
+    }
     file.write_all(enc.as_bytes())
         .with_context(|| format!("cannot write the output file {}", args.output.display()))?;
     drop(file);
@@ -388,6 +393,20 @@ fn summarize(path: &Path) {
         line.push_str(&format!("; the file is cut short at byte {at}"));
     }
     eprintln!("{line}");
+}
+
+/// This process's vDSO as `/proc/self/maps` and `/proc/self/mem` show it; `None` when
+/// the kernel maps none (then its samples stay `[unknown in [vdso]]`).
+fn own_vdso() -> Option<strobe_format::Image> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.split_whitespace().nth(5) == Some("[vdso]"))?;
+    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    let mut bytes = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
+    std::fs::File::open("/proc/self/mem").ok()?.read_exact_at(&mut bytes, start).ok()?;
+    bytes.starts_with(b"\x7fELF").then(|| strobe_format::Image { name: "[vdso]".into(), bytes })
 }
 
 #[cfg(test)]

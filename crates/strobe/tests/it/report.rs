@@ -154,6 +154,45 @@ fn function<'v>(json: &'v serde_json::Value, name: &str) -> &'v serde_json::Valu
 }
 
 #[test]
+fn samples_in_the_vdso_are_named() {
+    let dir = Scratch::new("report-vdso");
+    let file = dir.path("clock.strobe");
+    let out = run(strobe()
+        .arg("record")
+        .arg("-o")
+        .arg(&file)
+        .arg("--")
+        .arg(strobe_testprogs::path("clock_loop")));
+    assert!(out.status.success(), "{}", show(&out));
+    let json = report_json(&file, &[]);
+    let funcs = json["functions"].as_array().unwrap();
+    let in_vdso: Vec<_> = funcs.iter().filter(|f| f["module"] == "[vdso]").collect();
+    let samples = |fs: &[&serde_json::Value]| -> u64 {
+        fs.iter().map(|f| f["samples"].as_u64().unwrap_or(0)).sum()
+    };
+    if in_vdso.is_empty() {
+        let clock = std::fs::read_to_string(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+        )
+        .unwrap_or_default();
+        eprintln!(
+            "skipped: clock_gettime did not run in the vDSO here (clocksource {}), so there is \
+             nothing to name",
+            clock.trim()
+        );
+        return;
+    }
+    // Every vDSO sample is named from the image strobe record saved: none is unknown.
+    assert!(in_vdso.iter().all(|f| f["function"] != "[unknown in [vdso]]"), "{json:#}");
+    let clock: Vec<_> = in_vdso
+        .iter()
+        .copied()
+        .filter(|f| f["function"].as_str().unwrap_or("").contains("clock_gettime"))
+        .collect();
+    assert!(samples(&clock) * 2 > samples(&in_vdso), "{json:#}");
+}
+
+#[test]
 fn table_names_the_functions_of_a_real_binary_with_their_metrics() {
     let dir = Scratch::new("report-table");
     let file = dir.path("run.strobe");
