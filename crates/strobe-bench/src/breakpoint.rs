@@ -378,11 +378,12 @@ impl<M: ThreadMultiMap + Default> Filled<M> {
         // to sit next to each other in the heap and the walk, though a chain of dependent
         // loads, meets lines the prefetcher may already have brought in. That is the
         // list's best case, not the kernel's: its nodes are whole `perf_event`s (about a
-        // kilobyte each, so every node is its own cache line or two), the ones created by
-        // `perf bench breakpoint`'s parallel inheritance come from several CPUs' slab pages
-        // interleaved, and distribution kernels randomise slab free lists. We do not
-        // shuffle to imitate that: the list measured here is at most as slow as the
-        // kernel's, so the speedup over it understates the seed's.
+        // kilobyte each, and `task_bp_pinned()` reads fields on more than one cache line
+        // of each), the ones created by `perf bench breakpoint`'s parallel inheritance
+        // come from several CPUs' slab pages interleaved, and distribution kernels
+        // randomise slab free lists. We do not shuffle or pad to imitate that: the list
+        // measured here is, if anything, faster per node than the kernel's, so the
+        // speedup over it understates the seed's rather than inflating it.
         for t in 0..threads {
             for _ in 0..HELD {
                 held.push(
