@@ -1033,6 +1033,40 @@ mod tests {
     }
 
     #[test]
+    fn list_stays_well_formed_under_concurrent_reserve_and_release() {
+        // Small enough for Miri, which then also checks the nodes for data races.
+        const THREADS: usize = 3;
+        const ROUNDS: usize = if cfg!(miri) { 40 } else { 2_000 };
+        let t: SlotTable<ListMap> = SlotTable::default();
+        std::thread::scope(|s| {
+            for w in 0..THREADS {
+                let t = &t;
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for i in 0..ROUNDS {
+                        // Two thread ids shared by all workers, so reservations interleave
+                        // in the list and some are refused.
+                        let tid = ((w + i) % 2) as Tid;
+                        if i % 3 == 2 {
+                            if let Some(r) = mine.pop() {
+                                t.release(r);
+                            }
+                        } else if let Ok(r) = t.reserve(tid, 1) {
+                            mine.push(r);
+                        }
+                    }
+                    for r in mine {
+                        t.release(r);
+                    }
+                });
+            }
+        });
+        assert_eq!(t.map().walk(), []);
+        assert!(t.map().free_nodes() > 0);
+        assert_eq!((t.used(0), t.used(1)), (0, 0));
+    }
+
+    #[test]
     fn list_frees_its_nodes_when_dropped_holding_reservations() {
         // Under Miri this also checks that every node is freed exactly once.
         let m = ListMap::default();
