@@ -576,6 +576,8 @@ struct VariantFigures {
     /// For variants measured in pairs: the 95% interval of the steady-state slowdown's
     /// median, its coverage, and how many pairs.
     steady_interval: Option<(f64, f64, f64, usize)>,
+    /// The paired slowdowns (with the start-up), in run order, for variants measured in pairs.
+    paired_pct: Vec<f64>,
     wall_slowdown_pct: f64,
     bytes: f64,
     report_s: f64,
@@ -597,17 +599,18 @@ const CONFIDENCE: f64 = 0.95;
 fn figures(runs: &[Recorded], base: Run, startup_s: f64, pairs: Option<&[Run]>) -> VariantFigures {
     let cpu = med(runs.iter().map(|r| r.run.cpu_s));
     let startup_pct = 100.0 * startup_s / base.cpu_s.max(1e-12);
-    let (slowdown_pct, steady_interval) = match pairs {
-        Some(bare) => {
-            let paired: Vec<f64> =
-                runs.iter().zip(bare).map(|(r, b)| pct(r.run.cpu_s, b.cpu_s)).collect();
-            let interval = median_interval(&paired, CONFIDENCE)
-                .map(|(lo, hi, cov)| (lo - startup_pct, hi - startup_pct, cov, paired.len()));
-            (median(&paired), interval)
-        }
-        None => (pct(cpu, base.cpu_s), None),
+    let paired: Vec<f64> = pairs.map_or_else(Vec::new, |bare| {
+        runs.iter().zip(bare).map(|(r, b)| pct(r.run.cpu_s, b.cpu_s)).collect()
+    });
+    let (slowdown_pct, steady_interval) = if pairs.is_some() {
+        let interval = median_interval(&paired, CONFIDENCE)
+            .map(|(lo, hi, cov)| (lo - startup_pct, hi - startup_pct, cov, paired.len()));
+        (median(&paired), interval)
+    } else {
+        (pct(cpu, base.cpu_s), None)
     };
     VariantFigures {
+        paired_pct: paired,
         slowdown_pct,
         steady_slowdown_pct: slowdown_pct - startup_pct,
         steady_interval,
@@ -642,6 +645,8 @@ fn variant_row(name: &str, f: &VariantFigures) -> Map<String, Value> {
         r.insert("steady_slowdown_interval_pct".into(), json!([r3(lo), r3(hi)]));
         r.insert("interval_coverage".into(), r3(cov).into());
         r.insert("pairs".into(), n.into());
+        let each: Vec<Value> = f.paired_pct.iter().map(|&p| r3(p).into()).collect();
+        r.insert("paired_slowdowns_pct".into(), each.into());
     }
     r
 }
@@ -871,6 +876,9 @@ fn summarize(m: &Measured) -> BenchReport {
                 f.steady_slowdown_pct,
                 cov * 100.0
             );
+            let each: Vec<String> = f.paired_pct.iter().map(|p| format!("{p:.1}")).collect();
+            let _ =
+                writeln!(t, "  each pair, in run order, with the start-up (%): {}", each.join(" "));
         }
     }
     let _ = writeln!(
