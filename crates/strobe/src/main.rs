@@ -38,6 +38,9 @@ enum Command {
     /// Run a benchmark that compares strobe's mechanisms with the alternatives.
     Bench(cmd::bench::Args),
     Workload(cmd::workload::Args),
+    /// Internal: prints the cost per sample the preloaded agent measured (see `record`).
+    #[command(name = "__costs", hide = true)]
+    Costs,
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Watch(a) => cmd::watch::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Workload(a) => cmd::workload::run(a),
+        Command::Costs => cmd::record::print_costs(),
     };
     match result {
         Ok(code) => code,

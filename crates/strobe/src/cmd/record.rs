@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context};
 use strobe_format::{EventDesc, Header, NoteLevel, PeriodSource};
@@ -35,8 +35,9 @@ dynamically linked executable. Every thread, including threads created later, ge
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window; \
 the counters read at both ends of each window give per-function metrics (strobe report).\n\n\
-The long period comes from the overhead budget (--overhead): at start the agent measures \
-what one sample costs it (about 15 ms of CPU), charges twice that for what the measurement \
+The long period comes from the overhead budget (--overhead): before the program starts, the \
+agent measures what one sample costs it, in a short process of its own (about 15 ms of CPU the \
+program does not pay), charges twice that for what the measurement \
 cannot see (cache refill after each signal; the factor comes from strobe bench sampling), and \
 picks the period whose predicted slowdown equals the budget. Costs that do not grow with the \
 sample rate (the perf group switched at each context switch, software counters such as \
@@ -282,20 +283,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         preload.push(":");
         preload.push(old);
     }
+    let agent_env = |cmd: &mut Command, output: &Path| {
+        cmd.env("LD_PRELOAD", &preload)
+            .env("STROBE_OUTPUT", output)
+            .env("STROBE_EVENTS", spec.to_spec_string())
+            .env("STROBE_OVERHEAD_PPM", overhead_ppm.to_string())
+            .env("STROBE_WAKEUP", args.wakeup.to_string())
+            .env("STROBE_BUFFER", buffer.to_string())
+            .env("STROBE_FOLLOW_FORK", if args.follow_fork { "1" } else { "0" })
+            .env("STROBE_KERNEL", if kernel { "1" } else { "0" })
+            .env("STROBE_HARDWARE", if hardware { "1" } else { "0" })
+            .env_remove("STROBE_AGENT_PID")
+            .env_remove("STROBE_COSTS");
+    };
+    // The agent's start-up calibration, run in a process of its own so that the target
+    // does not pay it: the target's agent takes the costs from the environment, as an
+    // exec'd image does. When that process cannot measure, the target calibrates itself.
+    let costs = calibrate_apart(|c| agent_env(c, Path::new("/dev/null")));
     let mut cmd = Command::new(&program);
-    cmd.arg0(&command[0])
-        .args(&command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("STROBE_OUTPUT", &output_abs)
-        .env("STROBE_EVENTS", spec.to_spec_string())
-        .env("STROBE_OVERHEAD_PPM", overhead_ppm.to_string())
-        .env("STROBE_WAKEUP", args.wakeup.to_string())
-        .env("STROBE_BUFFER", buffer.to_string())
-        .env("STROBE_FOLLOW_FORK", if args.follow_fork { "1" } else { "0" })
-        .env("STROBE_KERNEL", if kernel { "1" } else { "0" })
-        .env("STROBE_HARDWARE", if hardware { "1" } else { "0" })
-        .env_remove("STROBE_AGENT_PID")
-        .env_remove("STROBE_COSTS");
+    cmd.arg0(&command[0]).args(&command[1..]);
+    agent_env(&mut cmd, &output_abs);
+    if let Some(costs) = &costs {
+        cmd.env("STROBE_COSTS", costs);
+    }
     let mut child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
     // Ctrl-C reaches the target (same process group); strobe stays to write the summary.
     // SAFETY: setting SIGINT/SIGQUIT to ignored in this process only; the child was
@@ -310,7 +320,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         libc::signal(libc::SIGQUIT, old.1);
     }
 
-    summarize(&args.output);
+    summarize(&args.output, costs.is_some());
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
         (None, Some(sig)) => {
@@ -321,8 +331,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Prints the agent's notes and one summary line on stderr.
-fn summarize(path: &Path) {
+/// Prints the agent's notes and one summary line on stderr. `calibrated_apart`: the cost
+/// per sample was measured before the target started, in a process of its own.
+fn summarize(path: &Path, calibrated_apart: bool) {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let rec = match strobe_format::read_all(path) {
         Ok(r) => r,
@@ -377,7 +388,8 @@ fn summarize(path: &Path) {
             }
         };
         line.push_str(&format!(
-            "; period {} ({}), window {}, {:.1} us per sample (floor {:.1} us), predicted overhead {:.2}%",
+            "; period {} ({}), window {}, {:.1} us per sample (floor {:.1} us, measured {}), \
+             predicted overhead {:.2}%",
             unit(i.period),
             match i.period_source {
                 PeriodSource::Budget => "from the budget",
@@ -386,6 +398,7 @@ fn summarize(path: &Path) {
             unit(i.window),
             i.sample_cost_ns as f64 / 1e3,
             i.floor_cost_ns as f64 / 1e3,
+            if calibrated_apart { "before the start" } else { "in the target" },
             i.predicted_overhead_ppm as f64 / 1e4
         ));
     }
@@ -393,6 +406,37 @@ fn summarize(path: &Path) {
         line.push_str(&format!("; the file is cut short at byte {at}"));
     }
     eprintln!("{line}");
+}
+
+/// Runs `strobe __costs` with the agent preloaded (its environment set by `env`, its
+/// output sent to /dev/null): the agent calibrates its cost per sample at load and puts
+/// `sample_ns,floor_ns,leader_per_ns` in the environment, which the subcommand prints.
+/// `None` when that fails; the target's agent then calibrates itself.
+fn calibrate_apart(env: impl FnOnce(&mut Command)) -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(COSTS_SUBCOMMAND).stdin(Stdio::null()).stderr(Stdio::null());
+    env(&mut cmd);
+    let out = cmd.output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let costs = text.trim();
+    let fields: Vec<&str> = costs.split(',').collect();
+    let valid = out.status.success()
+        && fields.len() == 3
+        && fields[..2].iter().all(|f| f.parse::<u64>().is_ok_and(|v| v > 0))
+        && fields[2].parse::<f64>().is_ok_and(|v| v > 0.0);
+    valid.then(|| costs.to_string())
+}
+
+/// The hidden subcommand [`calibrate_apart`] runs.
+pub const COSTS_SUBCOMMAND: &str = "__costs";
+
+/// `strobe __costs`: prints the costs the preloaded agent measured, or nothing.
+pub fn print_costs() -> anyhow::Result<ExitCode> {
+    if let Ok(c) = std::env::var("STROBE_COSTS") {
+        println!("{c}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// This process's vDSO as `/proc/self/maps` and `/proc/self/mem` show it; `None` when

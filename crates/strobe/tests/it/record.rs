@@ -158,6 +158,21 @@ fn sampling_never_cuts_a_blocking_call_short() {
 }
 
 #[test]
+fn the_cost_per_sample_is_measured_before_the_target_starts() {
+    // The calibration runs in a process of its own, so the target does not pay it; the
+    // summary says where the figure came from.
+    let dir = Scratch::new("record-costs");
+    let file = dir.path("c.strobe");
+    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("hello_threads")));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("measured before the start)"), "{err}");
+    let rec = read(&file);
+    let info = rec.processes[0].info.as_ref().expect("PROCESS chunk");
+    assert!(info.sample_cost_ns > info.floor_cost_ns && info.floor_cost_ns > 0, "{info:?}");
+}
+
+#[test]
 fn target_exit_status_is_passed_on() {
     let dir = Scratch::new("record-status");
     let file = dir.path("s.strobe");
