@@ -385,3 +385,21 @@ pub(crate) fn num(x: f64, digits: i32) -> Value {
     let m = 10f64.powi(digits);
     Value::from((x * m).round() / m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant, the floor included, runs real sections that read the
+    /// object: `n` sections sum the field (1) `n` times, on a fresh thread and
+    /// again on the same one.
+    #[test]
+    fn every_variant_reads_the_field_once_per_section() {
+        for &v in VARIANTS {
+            let r = make(v);
+            let sums =
+                std::thread::spawn(move || (r.run(1000), r.run(10))).join().expect("reader thread");
+            assert_eq!(sums, (1000, 10), "{v}");
+        }
+    }
+}
