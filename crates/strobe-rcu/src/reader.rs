@@ -22,7 +22,7 @@
 //!
 //! A grace period (see `domain.rs`) advances the epoch, issues a
 //! `sys_membarrier`, then looks at every record and waits, per record, until
-//! the nest count is zero, the epoch is the one it just set, or the word moved
+//! the depth is zero, the epoch is the one it just set, or the word moved
 //! from what it first saw: each means the section seen has ended or began
 //! after the epoch advanced. Because sections entered after the advance carry
 //! the new epoch, a writer finishes even if a reader re-enters sections back
@@ -47,7 +47,12 @@
 //! release are cold calls out of line. A trigger loop went from 6.0 to 5.1 ns.
 //! Keeping `HEAVY` in `ctr` rather than in a flag of its own took a load, a
 //! test and a branch off the entry (`global.rs` folds the registration check
-//! into the same branch).
+//! into the same branch). `strobe bench readside` prints the floor of the
+//! scheme beside it (`memb-floor`: these stores on a thread-local word no
+//! writer can see); what still separates a global-domain section from it is
+//! the load of the thread's record pointer from TLS and, in `read_lock`
+//! (not `try_read_lock`), the test for a record borrowed past thread exit
+//! when the guard drops.
 //!
 //! # Epochs
 //!
@@ -85,10 +90,10 @@
 //!
 //! The update is a load and a store on the thread's own word, not an atomic
 //! RMW, yet it is *signal-atomic*: a handler that interrupts between the load
-//! and the store runs whole read sections, so it leaves the nest bits exactly
-//! as it found them (it may stamp a newer epoch). The interrupted code then
+//! and the store runs whole read sections, so it leaves the low field exactly
+//! as it found it (it may stamp a newer epoch). The interrupted code then
 //! stores a value computed from the pre-signal word (and an epoch it may have
-//! loaded before the handler ran): the nest count is right, and at worst the
+//! loaded before the handler ran): the depth is right, and at worst the
 //! epoch goes back to an older one, which only makes a writer wait for one
 //! more section (`domain.rs`, "Polling", for why the section is still safe). A handler that interrupts an *ending* section
 //! before its store sees itself nested inside it, which is also right: the
