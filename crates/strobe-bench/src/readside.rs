@@ -33,8 +33,15 @@ fn obj(v: u64) -> Obj {
 }
 
 /// The variants, in table order.
-pub const VARIANTS: &[&str] =
-    &["strobe-rcu", "strobe-rcu-fences", "crossbeam-epoch", "seize", "arc-swap", "rwlock"];
+pub const VARIANTS: &[&str] = &[
+    "strobe-rcu",
+    "memb-floor",
+    "strobe-rcu-fences",
+    "crossbeam-epoch",
+    "seize",
+    "arc-swap",
+    "rwlock",
+];
 
 /// The shared state of one variant; `op` runs `n` read sections and returns
 /// the sum of the fields read (kept alive with `black_box`).
@@ -54,6 +61,83 @@ impl Reader for StrobeGlobal {
             }
         }
         s
+    }
+}
+
+/// The floor of the memb scheme (module note): strobe-rcu's entry and exit
+/// on a thread-local word that no writer can see.
+mod floor {
+    use std::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
+
+    /// strobe-rcu's nesting bits (`reader.rs`).
+    const NEST_MASK: usize = (1 << 20) - 1;
+
+    /// The epoch outermost entries copy (strobe-rcu: the domain's reader
+    /// epoch); one step above zero, like a domain after a grace period.
+    pub(super) static EPOCH: AtomicUsize = AtomicUsize::new(1 << 20);
+
+    thread_local! {
+        /// Atomic (accessed with the orderings strobe-rcu uses) so that the
+        /// compiler keeps every load and store, as it must for strobe-rcu's
+        /// word that a writer reads.
+        static CTR: AtomicUsize = const { AtomicUsize::new(0) };
+    }
+
+    /// Enters a section.
+    #[inline(always)]
+    pub(super) fn enter() {
+        CTR.with(|c| {
+            let v = c.load(Ordering::Relaxed);
+            if v & NEST_MASK == 0 {
+                let e = EPOCH.load(Ordering::Acquire);
+                c.store(e | 1, Ordering::Release);
+                compiler_fence(Ordering::SeqCst);
+            } else {
+                nested(c, v);
+            }
+        })
+    }
+
+    /// Out of line, as strobe-rcu's nested entry.
+    #[cold]
+    #[inline(never)]
+    fn nested(c: &AtomicUsize, v: usize) {
+        c.store(v + 1, Ordering::Relaxed);
+    }
+
+    /// Leaves a section.
+    #[inline(always)]
+    pub(super) fn exit() {
+        CTR.with(|c| {
+            let v = c.load(Ordering::Relaxed);
+            c.store(v.wrapping_sub(1), Ordering::Release);
+        })
+    }
+}
+
+struct MembFloor(AtomicPtr<Obj>);
+impl Reader for MembFloor {
+    fn run(&self, n: u64) -> u64 {
+        let mut s = 0;
+        for _ in 0..n {
+            floor::enter();
+            // SAFETY: the object is never freed during the benchmark.
+            if let Some(o) = unsafe { self.0.load(Ordering::Acquire).as_ref() } {
+                s += black_box(o.field);
+            }
+            floor::exit();
+        }
+        s
+    }
+}
+
+impl Drop for MembFloor {
+    fn drop(&mut self) {
+        let p = self.0.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !p.is_null() {
+            // SAFETY: allocated with Box::into_raw; no reader is left.
+            drop(unsafe { Box::from_raw(p) });
+        }
     }
 }
 
@@ -162,6 +246,7 @@ fn make(variant: &str) -> Arc<dyn Reader + Send> {
                 strobe_rcu::RcuPtr::new_in(d, Some(Box::new(obj(1))))
             }))
         }
+        "memb-floor" => Arc::new(MembFloor(AtomicPtr::new(Box::into_raw(Box::new(obj(1)))))),
         "crossbeam-epoch" => Arc::new(Crossbeam(crossbeam_epoch::Atomic::new(obj(1)))),
         "seize" => Arc::new(Seize(
             seize::Collector::new(),
@@ -274,6 +359,11 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         sc >= 1.9,
         &format!("strobe-rcu 2-thread throughput >= 1.9x 1-thread: {sc:.2}x"),
     ));
+    let floor1 = res.iter().find(|r| r.0 == "memb-floor" && r.1 == 1).map_or(f64::NAN, |r| r.2);
+    t.push_str(&format!(
+        "  floor of the scheme (memb-floor): {floor1:.2} ns; strobe-rcu is {:.2}x the floor\n",
+        ns1 / floor1
+    ));
     if opts.quick {
         t.push_str("(--quick: figures are not quotable)\n");
     }
@@ -294,4 +384,22 @@ pub(crate) fn num(x: f64, digits: i32) -> Value {
     }
     let m = 10f64.powi(digits);
     Value::from((x * m).round() / m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant, the floor included, runs real sections that read the
+    /// object: `n` sections sum the field (1) `n` times, on a fresh thread and
+    /// again on the same one.
+    #[test]
+    fn every_variant_reads_the_field_once_per_section() {
+        for &v in VARIANTS {
+            let r = make(v);
+            let sums =
+                std::thread::spawn(move || (r.run(1000), r.run(10))).join().expect("reader thread");
+            assert_eq!(sums, (1000, 10), "{v}");
+        }
+    }
 }

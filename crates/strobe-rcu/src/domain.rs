@@ -51,7 +51,7 @@
 //! the walk (after the fence that follows the epoch advance) reads, with
 //! `Acquire`:
 //! - `in_use` false: nobody owns it; a later claim is covered as above;
-//! - `ctr` carrying `E` (any nest count): the owner stored it after loading
+//! - `ctr` carrying `E` (any depth): the owner stored it after loading
 //!   `E` with `Acquire`, which synchronizes with the advance (a release RMW)
 //!   that the unpublish happens-before (`reader.rs`, "Epochs"), so the
 //!   section that carries `E` and every later one see the unpublish; and the
@@ -72,7 +72,7 @@
 //!
 //! A proven record stays proven for the rest of the grace period, so after
 //! the barrier the scan starts at the first record still stale. The scan
-//! waits while a record shows a non-zero nest count with an epoch other
+//! waits while a record shows a non-zero depth with an epoch other
 //! than `E` and the same word it first read; the epoch changes only at an
 //! outermost entry, so a changed word means the section seen has ended.
 //! An entry that loaded the old epoch again stores the same word (an ABA
@@ -93,7 +93,7 @@ use std::ptr;
 use crate::primitive::{
     backoff, fence, lock, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering,
 };
-use crate::reader::{Reader, NEST_MASK, OFFLINE, SEQ_ONE};
+use crate::reader::{Reader, DEPTH_MASK, HEAVY, NEST_MASK, OFFLINE, SEQ_ONE};
 use crate::reclaim::{Bag, Orphans};
 
 /// How the writer side makes readers' stores visible.
@@ -302,7 +302,8 @@ impl Domain {
     /// Claims a reader record for the calling thread: a free one from the
     /// registry if any, else a new one pushed on the registry. May allocate.
     pub(crate) fn acquire_reader(&self) -> *const Reader {
-        let heavy = self.ensure_mode() != MODE_MEMBARRIER;
+        // The flags the record's `ctr` carries while its owner is online.
+        let base = if self.ensure_mode() == MODE_MEMBARRIER { 0 } else { HEAVY };
         // Acquire (here and on `next`): pairs with the Release CAS that pushed
         // each record, so its fields are initialised when we look at them.
         let mut p = self.readers.load(Ordering::Acquire);
@@ -317,10 +318,14 @@ impl Domain {
                     .is_ok()
             {
                 // Relaxed: the record is ours now (claimed by the CAS); only
-                // this thread reads `heavy` until it releases the record.
-                r.heavy.store(heavy, Ordering::Relaxed);
-                r.heavy_saved.store(heavy, Ordering::Relaxed);
+                // this thread writes `ctr` and reads the others until it
+                // releases the record. `ctr` gets depth zero, our flags and
+                // epoch zero, which proves nothing to a grace period (every
+                // grace period's epoch is above zero); the fence below orders
+                // the store before our first section.
+                r.base.store(base, Ordering::Relaxed);
                 r.is_offline.store(false, Ordering::Relaxed);
+                r.ctr.store(base, Ordering::Relaxed);
                 // SeqCst: a grace period that found no other record in use
                 // skips the membarrier; this fence pairs with its fence after
                 // the registry walk ("Lone writers" in the module note).
@@ -329,7 +334,7 @@ impl Domain {
             }
             p = r.next.load(Ordering::Acquire);
         }
-        let rec = Box::into_raw(Box::new(Reader::new(heavy, &self.reader_epoch.0)));
+        let rec = Box::into_raw(Box::new(Reader::new(base, &self.reader_epoch.0)));
         let mut head = self.readers.load(Ordering::Relaxed);
         loop {
             // SAFETY: `rec` is ours until the CAS publishes it.
@@ -355,7 +360,7 @@ impl Domain {
     pub(crate) fn release_reader(&self, r: *const Reader) {
         // SAFETY: records are never freed while the domain lives.
         let r = unsafe { &*r };
-        debug_assert_eq!(r.ctr.load(Ordering::Relaxed) & NEST_MASK, 0);
+        debug_assert_eq!(r.ctr.load(Ordering::Relaxed) & DEPTH_MASK, 0);
         // Release: pairs with the Acquire CAS of the next owner.
         r.in_use.store(false, Ordering::Release);
     }
@@ -466,7 +471,7 @@ impl Domain {
     /// True when some reader record other than `me` is claimed: only then
     /// can a read section run concurrently with the caller.
     pub(crate) fn others_reading(&self, me: *const Reader) -> bool {
-        // An epoch no record can carry (the low bits are the nest count).
+        // An epoch no record can carry (the low bits are the depth and flags).
         !self.first_stale(self.readers.load(Ordering::Acquire), me, 1).is_null()
     }
 
@@ -533,12 +538,12 @@ impl Domain {
             // Acquire: pairs with the reader's Release exit (and entry), so a
             // reader seen outside its section has finished its loads.
             let v = r.ctr.load(Ordering::Acquire);
-            if v & NEST_MASK != 0 && v & !NEST_MASK != epoch {
+            if v & DEPTH_MASK != 0 && v & !NEST_MASK != epoch {
                 let mut step = 0;
                 loop {
                     backoff(&mut step);
                     let w = r.ctr.load(Ordering::Acquire);
-                    if w & NEST_MASK == 0 || (w & !NEST_MASK) != (v & !NEST_MASK) {
+                    if w & DEPTH_MASK == 0 || (w & !NEST_MASK) != (v & !NEST_MASK) {
                         break;
                     }
                 }

@@ -7,10 +7,18 @@
 //! `READER`, so that it never registers a TLS destructor, never allocates and
 //! is safe in a signal handler once the thread is registered. The owning
 //! [`LocalHandle`] lives in a second TLS slot, `OWNER`, whose destructor runs
-//! at thread exit: it marks the cells `DEAD` and drops the handle, which hands
+//! at thread exit: it marks the cells dead and drops the handle, which hands
 //! the thread's garbage to the orphan queue and releases its records for
 //! reuse. Code that runs after that (other TLS destructors) still gets correct
 //! read sections: each outermost one borrows a free record for its duration.
+//!
+//! `READER` is never null: before registration it points at the static
+//! record `UNREGISTERED`, after the thread's TLS teardown at `EXITED`. Both
+//! show a `ctr` whose low field is not zero (`reader.rs`) and are never
+//! written, so `read_lock` needs no registration check of its own: the
+//! entry's one test ("low field zero") sends an unregistered or exited
+//! thread to the same cold path as a nested or heavy entry, which tells them
+//! apart by address.
 //!
 //! # Background reclaimer
 //!
@@ -31,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use crate::domain::Domain;
 use crate::error::Error;
-use crate::primitive::lock;
-use crate::reader::{ReadGuard, Reader};
+use crate::primitive::{lock, Ordering};
+use crate::reader::{ReadGuard, Reader, NEST_MASK};
 use crate::reclaim::{drop_box, DropFn, LocalHandle, RcuHead, Stats};
 
 static GLOBAL: Domain = Domain::global_init();
@@ -42,15 +50,45 @@ pub fn global() -> &'static Domain {
     &GLOBAL
 }
 
-/// Marks a cell of a thread whose TLS destructors already ran.
+/// Marks the handle cell of a thread whose TLS destructors already ran.
 const DEAD: usize = 1;
+
+/// A [`Reader::sentinel`] in a static: `READER`'s value on threads that have
+/// no record (module note).
+struct Sentinel(Reader);
+
+// SAFETY: a sentinel is only ever read (its atomics' loads); no code path
+// writes it or hands it to a domain (`live` guards every use that could).
+unsafe impl Sync for Sentinel {}
+
+/// `READER` of a thread that has not registered.
+static UNREGISTERED: Sentinel = Sentinel(Reader::sentinel());
+/// `READER` of a thread whose TLS destructors already ran.
+static EXITED: Sentinel = Sentinel(Reader::sentinel());
+
+#[inline(always)]
+fn unregistered() -> *const Reader {
+    &UNREGISTERED.0
+}
+
+#[inline(always)]
+fn exited() -> *const Reader {
+    &EXITED.0
+}
+
+/// True when `r` (a value of `READER`) is a record claimed by this thread
+/// rather than a sentinel.
+#[inline(always)]
+fn live(r: *const Reader) -> bool {
+    !ptr::eq(r, unregistered()) && !ptr::eq(r, exited())
+}
 
 struct Owner(Cell<*mut LocalHandle>);
 
 impl Drop for Owner {
     fn drop(&mut self) {
         let h = self.0.replace(ptr::null_mut());
-        READER.set(DEAD as *const Reader);
+        READER.set(exited());
         HANDLE.set(DEAD as *const LocalHandle);
         if !h.is_null() {
             // SAFETY: `h` came from Box::into_raw in `register_current_thread`
@@ -61,7 +99,7 @@ impl Drop for Owner {
 }
 
 thread_local! {
-    static READER: Cell<*const Reader> = const { Cell::new(ptr::null()) };
+    static READER: Cell<*const Reader> = const { Cell::new(&UNREGISTERED.0 as *const Reader) };
     static HANDLE: Cell<*const LocalHandle> = const { Cell::new(ptr::null()) };
     static OWNER: Owner = const { Owner(Cell::new(ptr::null_mut())) };
 }
@@ -74,7 +112,7 @@ thread_local! {
 /// its guard on this thread neither allocate nor lock. Idempotent and cheap
 /// after the first call. Not async-signal-safe (it may allocate).
 pub fn register_current_thread() {
-    if !READER.get().is_null() {
+    if !ptr::eq(READER.get(), unregistered()) {
         return; // registered, or past thread exit
     }
     let h = Box::into_raw(Box::new(GLOBAL.register()));
@@ -84,7 +122,7 @@ pub fn register_current_thread() {
         // The thread is already tearing down its TLS.
         // SAFETY: `h` is ours and was never published.
         drop(unsafe { Box::from_raw(h) });
-        READER.set(DEAD as *const Reader);
+        READER.set(exited());
         HANDLE.set(DEAD as *const LocalHandle);
         return;
     }
@@ -106,17 +144,22 @@ pub fn register_current_thread() {
 #[inline]
 pub fn read_lock() -> ReadGuard<'static> {
     let r = READER.get();
-    if r as usize > DEAD {
-        // SAFETY: a live record of the global domain claimed by this thread
-        // until its TLS teardown.
-        unsafe { (*r).enter_in(GLOBAL.epoch_word()) };
+    // SAFETY: `READER` always points at a record: one of the global domain
+    // claimed by this thread until its TLS teardown, or a static sentinel.
+    // Relaxed: as in `Reader::enter_in`.
+    let v = unsafe { (*r).ctr.load(Ordering::Relaxed) };
+    if v & NEST_MASK == 0 {
+        // SAFETY: a sentinel's low field is never zero, so `r` is this
+        // thread's own record, outside sections, under membarrier.
+        unsafe { (*r).enter_light(GLOBAL.epoch_word()) };
         return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
     }
-    read_lock_slow(r)
+    read_lock_slow(r, v)
 }
 
 /// [`read_lock`] on a registered thread, or `None` (and no section) on a
-/// thread that has not registered yet or whose TLS is gone: it never
+/// thread that has not registered yet or whose TLS is gone (even inside a
+/// section that [`read_lock`] entered after the TLS teardown): it never
 /// registers, allocates or locks, so it is async-signal-safe on any thread.
 /// Hot paths that can send the rare unregistered caller elsewhere use it to
 /// keep their common path free of the registration branch's merge (the guard
@@ -125,22 +168,53 @@ pub fn read_lock() -> ReadGuard<'static> {
 #[inline(always)]
 pub fn try_read_lock() -> Option<ReadGuard<'static>> {
     let r = READER.get();
-    if r as usize > DEAD {
+    // Relaxed: as in `read_lock`.
+    // SAFETY: as in `read_lock` (`READER` always points at a record).
+    let v = unsafe { (*r).ctr.load(Ordering::Relaxed) };
+    if v & NEST_MASK == 0 {
         // SAFETY: as in `read_lock`.
-        unsafe { (*r).enter_in(GLOBAL.epoch_word()) };
-        Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
-    } else {
-        None
+        unsafe { (*r).enter_light(GLOBAL.epoch_word()) };
+    } else if !try_enter_slow(r, v) {
+        return None;
     }
+    // Built here for both paths, so that the compiler sees `transient` false
+    // and the guard's drop is the exit store alone.
+    Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
 }
 
+/// [`try_read_lock`] off the common path: a nested or heavy entry (true), or
+/// false (and no section) for a thread without a record.
 #[cold]
-fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
-    if r.is_null() {
+#[inline(never)]
+fn try_enter_slow(r: *const Reader, v: usize) -> bool {
+    if !live(r) || borrowed() {
+        // No record, or one borrowed past thread exit: the guard built by
+        // the caller could not give it back (see `read_lock_slow`).
+        return false;
+    }
+    // SAFETY: this thread's own record; `v` is its `ctr` as just read.
+    unsafe { (*r).enter_slow(v, GLOBAL.epoch_word()) };
+    true
+}
+
+/// [`read_lock`] off the common path: a nested or heavy entry, the first
+/// section of an unregistered thread, or one after the thread's TLS teardown.
+#[cold]
+#[inline(never)]
+fn read_lock_slow(r: *const Reader, v: usize) -> ReadGuard<'static> {
+    if live(r) {
+        // SAFETY: this thread's own record; `v` is its `ctr` as just read.
+        unsafe { (*r).enter_slow(v, GLOBAL.epoch_word()) };
+        // A section nested in one that borrowed the record past thread exit
+        // is transient too: whichever guard drops last (guards may be
+        // dropped in any order) gives the record back.
+        return ReadGuard { reader: r, transient: borrowed(), _not_send: PhantomData };
+    }
+    if ptr::eq(r, unregistered()) {
         register_current_thread();
         let r = READER.get();
-        if r as usize > DEAD {
-            // SAFETY: as in `read_lock`.
+        if live(r) {
+            // SAFETY: the record just claimed for this thread.
             unsafe { (*r).enter() };
             return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
         }
@@ -153,6 +227,12 @@ fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
     ReadGuard { reader: r, transient: true, _not_send: PhantomData }
 }
 
+/// True when `READER` holds a record borrowed past thread exit (the handle
+/// is gone, so a live `READER` can only be a borrowed record).
+fn borrowed() -> bool {
+    HANDLE.get() as usize == DEAD
+}
+
 /// Gives back the record a post-exit section borrowed (see `read_lock_slow`).
 /// Cold: only sections run after thread exit get here, and the guard's drop
 /// then falls through on the common path.
@@ -161,7 +241,7 @@ fn read_lock_slow(r: *const Reader) -> ReadGuard<'static> {
 pub(crate) fn release_transient(r: *const Reader) {
     // SAFETY: the record is claimed by this thread.
     if unsafe { (*r).depth() } == 0 {
-        READER.set(DEAD as *const Reader);
+        READER.set(exited());
         GLOBAL.release_reader(r);
     }
 }
@@ -170,7 +250,7 @@ pub(crate) fn release_transient(r: *const Reader) {
 /// Async-signal-safe.
 pub fn read_depth() -> usize {
     let r = READER.get();
-    if r as usize > DEAD {
+    if live(r) {
         // SAFETY: a record claimed by this thread.
         unsafe { (*r).depth() }
     } else {
@@ -222,7 +302,7 @@ pub fn try_synchronize() -> Result<(), Error> {
 /// The calling thread's live reader record, or null.
 fn my_reader() -> *const Reader {
     let r = READER.get();
-    if r as usize > DEAD {
+    if live(r) {
         r
     } else {
         ptr::null()

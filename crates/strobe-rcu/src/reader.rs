@@ -3,20 +3,26 @@
 //! # Design (the liburcu "memb" flavour, with epochs)
 //!
 //! Every thread that reads owns one [`Reader`] record in its domain's registry.
-//! The record holds one word, `ctr`: the low [`NEST_BITS`] bits count how deeply
-//! the thread is nested in read sections, the high bits hold the domain's
-//! *reader epoch* as the thread read it when it entered its current (or last)
-//! *outermost* section. Every grace period advances the epoch before its
-//! barrier.
+//! The record holds one word, `ctr`. Its low [`NEST_BITS`] bits are the
+//! *low field*: the nesting depth of the thread's read sections
+//! ([`DEPTH_MASK`]) and the [`HEAVY`] flag (this thread's sections must
+//! fence: the fallback scheme, or the owner is offline). The high bits hold
+//! the domain's *reader epoch* as the thread read it when it entered its
+//! current (or last) *outermost* section. Every grace period advances the
+//! epoch before its barrier.
 //!
-//! Entering an outermost section is `load ctr` (for the branch), `load epoch`,
+//! Entering an outermost section is `load ctr`, `load epoch`,
 //! `store ctr = epoch | 1` on the thread's own cache line followed by a
-//! compiler fence; a nested one stores `ctr + 1`; leaving stores `ctr - 1`
-//! (`Release`). No read-modify-write instruction, no shared line written.
+//! compiler fence; leaving stores `ctr - 1` (`Release`). No read-modify-write
+//! instruction, no shared line written. The one branch of the entry is "low
+//! field zero": it is false for a nested section *and* for a heavy record, so
+//! both go to the same cold path (a nested entry stores `ctr + 1`; a heavy
+//! outermost one stores `epoch | HEAVY | 1` and executes a `SeqCst` fence)
+//! and the common entry never loads a separate flag.
 //!
 //! A grace period (see `domain.rs`) advances the epoch, issues a
 //! `sys_membarrier`, then looks at every record and waits, per record, until
-//! the nest count is zero, the epoch is the one it just set, or the word moved
+//! the depth is zero, the epoch is the one it just set, or the word moved
 //! from what it first saw: each means the section seen has ended or began
 //! after the epoch advanced. Because sections entered after the advance carry
 //! the new epoch, a writer finishes even if a reader re-enters sections back
@@ -39,6 +45,14 @@
 //! about fifteen): the outermost entry under membarrier is straight-line code,
 //! and the nested entry, the fallback scheme's fence and the post-exit record
 //! release are cold calls out of line. A trigger loop went from 6.0 to 5.1 ns.
+//! Keeping `HEAVY` in `ctr` rather than in a flag of its own took a load, a
+//! test and a branch off the entry (`global.rs` folds the registration check
+//! into the same branch). `strobe bench readside` prints the floor of the
+//! scheme beside it (`memb-floor`: these stores on a thread-local word no
+//! writer can see); what still separates a global-domain section from it is
+//! the load of the thread's record pointer from TLS and, in `read_lock`
+//! (not `try_read_lock`), the test for a record borrowed past thread exit
+//! when the guard drops.
 //!
 //! # Epochs
 //!
@@ -61,8 +75,8 @@
 //! the store is visible to the writer's scan, which waits for the section).
 //! The compiler fence stops the compiler from doing the reordering itself.
 //! Without membarrier the reader executes a real `SeqCst` fence instead
-//! ([`Reader::heavy`]), which gives the same two cases by the fence rules of
-//! the memory model. The entering store is `Release` (free on x86) so that a
+//! (records with [`HEAVY`] set), which gives the same two cases by the fence
+//! rules of the memory model. The entering store is `Release` (free on x86) so that a
 //! writer that reads a *new* epoch also synchronizes with everything the
 //! previous section did (C++20 release sequences no longer extend through
 //! later plain stores of the same thread).
@@ -76,14 +90,16 @@
 //!
 //! The update is a load and a store on the thread's own word, not an atomic
 //! RMW, yet it is *signal-atomic*: a handler that interrupts between the load
-//! and the store runs whole read sections, so it leaves the nest bits exactly
-//! as it found them (it may stamp a newer epoch). The interrupted code then
+//! and the store runs whole read sections, so it leaves the low field exactly
+//! as it found it (it may stamp a newer epoch). The interrupted code then
 //! stores a value computed from the pre-signal word (and an epoch it may have
-//! loaded before the handler ran): the nest count is right, and at worst the
+//! loaded before the handler ran): the depth is right, and at worst the
 //! epoch goes back to an older one, which only makes a writer wait for one
 //! more section (`domain.rs`, "Polling", for why the section is still safe). A handler that interrupts an *ending* section
 //! before its store sees itself nested inside it, which is also right: the
-//! outer section has not ended yet.
+//! outer section has not ended yet. `HEAVY` changes only in normal context
+//! outside sections ([`Reader::offline`], [`Reader::online`]), and a handler's
+//! sections leave it as they found it.
 //!
 //! Must never: allocate, lock, or make a system call on the enter/leave path.
 
@@ -91,16 +107,22 @@ use std::marker::PhantomData;
 
 use crate::primitive::{fence, light_fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
-/// Bits of `ctr` holding the nesting depth (about a million levels).
+/// Bits of `ctr` below the epoch: the nesting depth and the flags.
 pub(crate) const NEST_BITS: u32 = 20;
-/// Mask of the nesting depth in `ctr`.
+/// Mask of the low field of `ctr` (depth and flags): an entry takes the fast
+/// path only when all of it is zero.
 pub(crate) const NEST_MASK: usize = (1 << NEST_BITS) - 1;
+/// Flag in `ctr`: outermost entries of this record execute a `SeqCst` fence
+/// after their store (the fallback scheme, or the owner is offline).
+pub(crate) const HEAVY: usize = 1 << (NEST_BITS - 1);
+/// Mask of the nesting depth in `ctr` (about half a million levels).
+pub(crate) const DEPTH_MASK: usize = HEAVY - 1;
 /// One step of the domain's reader epoch (the high bits of `ctr`).
 pub(crate) const SEQ_ONE: usize = 1 << NEST_BITS;
 /// `ctr` of a thread that is *offline*: blocked in a grace-period wait,
-/// outside any section. Grace periods treat it as quiescent. Epochs never
-/// get this high (2^44 grace periods).
-pub(crate) const OFFLINE: usize = !NEST_MASK;
+/// outside any section, its sections fencing themselves. Grace periods treat
+/// it as quiescent. Epochs never get this high (2^44 grace periods).
+pub(crate) const OFFLINE: usize = !NEST_MASK | HEAVY;
 
 /// One reader thread's record. Records are never freed while their domain
 /// lives; a thread that exits releases its record for reuse.
@@ -109,15 +131,14 @@ pub(crate) const OFFLINE: usize = !NEST_MASK;
 /// adjacent-line prefetch pair), which is what lets the read side scale.
 #[repr(align(128))]
 pub(crate) struct Reader {
-    /// Nesting depth (low bits) and outermost-section sequence (high bits).
-    /// Written only by the owning thread (and its signal handlers).
+    /// Nesting depth and flags (low bits) and outermost-section epoch (high
+    /// bits). Written only by the owning thread (and its signal handlers),
+    /// and by the claimer of a free record before it uses it.
     pub(crate) ctr: AtomicUsize,
-    /// True when the writer side has no membarrier: the reader then executes a
-    /// `SeqCst` fence after entering. Set when the record is claimed, and
-    /// raised while the owner is offline (see [`Reader::offline`]).
-    pub(crate) heavy: AtomicBool,
-    /// `heavy` as it was before the owner went offline; owner only.
-    pub(crate) heavy_saved: AtomicBool,
+    /// The flags `ctr` carries while the owner is online: [`HEAVY`] when the
+    /// writer side has no membarrier, else zero. Set when the record is
+    /// claimed; owner only.
+    pub(crate) base: AtomicUsize,
     /// The owner is offline; owner only.
     pub(crate) is_offline: AtomicBool,
     /// Claimed by a thread.
@@ -130,15 +151,30 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
-    pub(crate) fn new(heavy: bool, epoch: *const AtomicUsize) -> Self {
+    pub(crate) fn new(base: usize, epoch: *const AtomicUsize) -> Self {
         Self {
-            ctr: AtomicUsize::new(0),
-            heavy: AtomicBool::new(heavy),
-            heavy_saved: AtomicBool::new(heavy),
+            ctr: AtomicUsize::new(base),
+            base: AtomicUsize::new(base),
             is_offline: AtomicBool::new(false),
             in_use: AtomicBool::new(true),
             next: AtomicPtr::new(std::ptr::null_mut()),
             epoch,
+        }
+    }
+
+    /// A record no thread owns, for the global domain's thread-local cell to
+    /// point at instead of null (`global.rs`): its `ctr` shows depth zero
+    /// with [`HEAVY`] set, so an entry reading it leaves the common path,
+    /// and nothing ever writes it.
+    #[cfg(not(loom))]
+    pub(crate) const fn sentinel() -> Self {
+        Self {
+            ctr: AtomicUsize::new(HEAVY),
+            base: AtomicUsize::new(HEAVY),
+            is_offline: AtomicBool::new(false),
+            in_use: AtomicBool::new(false),
+            next: AtomicPtr::new(std::ptr::null_mut()),
+            epoch: std::ptr::null(),
         }
     }
 
@@ -154,48 +190,61 @@ impl Reader {
     #[inline(always)]
     pub(crate) fn enter_in(&self, epoch: &AtomicUsize) {
         // Relaxed: only this thread (or a handler interrupting it, which
-        // restores the nest bits before returning) writes `ctr`.
+        // restores the low field before returning) writes `ctr`.
         let v = self.ctr.load(Ordering::Relaxed);
         if v & NEST_MASK == 0 {
-            // The stored value comes from the domain's epoch, not from `v`:
-            // `v` only steers the (predicted) branch, so back-to-back sections
-            // form no load->store->load chain through `ctr` (module note,
-            // "Cost").
-            // Acquire: pairs with the grace period's RMW that set the epoch
-            // (module note, "Epochs").
-            let e = epoch.load(Ordering::Acquire);
-            // Release: see the module note (a writer reading the new value
-            // must synchronize with the previous section's accesses).
-            self.ctr.store(e | 1, Ordering::Release);
-            // Relaxed: written only by this thread (set when the record is
-            // claimed, and raised while the thread is offline).
-            if self.heavy.load(Ordering::Relaxed) {
-                // Out of line, so the membarrier scheme's entry falls through
-                // (see `heavy_fence`). The fence orders the same accesses
-                // wherever it executes: after the store above, before the
-                // section's loads, which the caller issues after we return.
-                heavy_fence();
-            } else {
-                light_fence();
-            }
+            self.enter_light(epoch);
         } else {
-            self.enter_nested(v);
+            self.enter_slow(v, epoch);
         }
     }
 
-    /// A nested entry (or the abort on overflow), out of line: the outermost
-    /// entry is the hot case and falls through (see `heavy_fence`).
+    /// The common entry: outermost, under membarrier. Only for a `ctr` whose
+    /// low field (depth and flags) the caller just read as zero.
+    #[inline(always)]
+    pub(crate) fn enter_light(&self, epoch: &AtomicUsize) {
+        // The stored value comes from the domain's epoch, not from `ctr`:
+        // the load of `ctr` only steers the (predicted) branch, so
+        // back-to-back sections form no load->store->load chain through
+        // `ctr` (module note, "Cost").
+        // Acquire: pairs with the grace period's RMW that set the epoch
+        // (module note, "Epochs").
+        let e = epoch.load(Ordering::Acquire);
+        // Release: see the module note (a writer reading the new value
+        // must synchronize with the previous section's accesses). The low
+        // field was zero, so `| 1` is depth one with no flag.
+        self.ctr.store(e | 1, Ordering::Release);
+        light_fence();
+    }
+
+    /// Every other entry, out of line so that the common one falls through
+    /// (a taken branch costs about as much as the whole entry here): a
+    /// nested section, an outermost one on a [`HEAVY`] record, or the abort
+    /// on overflow. `v` is `ctr` as the caller read it (low field non-zero).
     #[cold]
     #[inline(never)]
-    fn enter_nested(&self, v: usize) {
-        if v & NEST_MASK == NEST_MASK {
-            // A million nested sections is unbounded recursion; the counter
-            // cannot represent it. abort(3) is async-signal-safe.
+    pub(crate) fn enter_slow(&self, v: usize, epoch: &AtomicUsize) {
+        let depth = v & DEPTH_MASK;
+        if depth == DEPTH_MASK {
+            // Half a million nested sections is unbounded recursion; the
+            // counter cannot represent it. abort(3) is async-signal-safe.
             std::process::abort();
         }
-        // Relaxed: as the load in `enter_in`. Nested: the outermost entry
-        // already published the section.
-        self.ctr.store(v + 1, Ordering::Relaxed);
+        if depth != 0 {
+            // Relaxed: as the load in `enter_in`. Nested: the outermost entry
+            // already published the section. Depth below the mask: `+ 1`
+            // stays in the depth bits and keeps the flags.
+            self.ctr.store(v + 1, Ordering::Relaxed);
+            return;
+        }
+        // Outermost on a heavy record. Acquire and Release as in
+        // `enter_light`; the flags are kept (the epoch has no low bits).
+        let e = epoch.load(Ordering::Acquire);
+        self.ctr.store(e | (v & NEST_MASK) | 1, Ordering::Release);
+        // The fallback scheme's fence (module note, "Memory ordering"):
+        // after the store, before the section's loads, which the caller
+        // issues after we return.
+        fence(Ordering::SeqCst);
     }
 
     /// Leaves a read section. Async-signal-safe.
@@ -214,13 +263,13 @@ impl Reader {
     #[inline]
     pub(crate) fn quiesce(&self) {
         let v = self.ctr.load(Ordering::Relaxed);
-        if v & NEST_MASK == 0 {
+        if v & DEPTH_MASK == 0 {
             // SAFETY: as in `enter`. Acquire/Release: as in `enter`; a store
             // carrying the new epoch comes after this thread read it, so
             // its later sections see what preceded the epoch advance, and
-            // its earlier ones have ended.
+            // its earlier ones have ended. The flags are kept.
             let e = unsafe { (*self.epoch).load(Ordering::Acquire) };
-            self.ctr.store(e & !NEST_MASK, Ordering::Release);
+            self.ctr.store((e & !NEST_MASK) | (v & NEST_MASK), Ordering::Release);
         }
     }
 
@@ -231,17 +280,15 @@ impl Reader {
     /// fallback scheme), because a grace period may have skipped us.
     #[inline]
     pub(crate) fn offline(&self) {
-        if self.ctr.load(Ordering::Relaxed) & NEST_MASK != 0 {
+        if self.ctr.load(Ordering::Relaxed) & DEPTH_MASK != 0 {
             return;
         }
-        // Relaxed (all three flags): read and written by this thread only.
-        self.heavy_saved.store(self.heavy.load(Ordering::Relaxed), Ordering::Relaxed);
-        self.heavy.store(true, Ordering::Relaxed);
+        // Relaxed: read and written by this thread only.
         self.is_offline.store(true, Ordering::Relaxed);
-        // Keep the compiler from sinking the flag below the store: a handler
-        // must see `heavy` before a grace period can see `OFFLINE`.
-        std::sync::atomic::compiler_fence(Ordering::SeqCst);
-        // Release: the sections before it have ended (as an exit).
+        // Release: the sections before it have ended (as an exit). One store
+        // shows `OFFLINE` and raises `HEAVY` together: a handler's section
+        // either runs before it (an ordinary section, which grace periods
+        // handle as usual) or after it (it fences itself).
         self.ctr.store(OFFLINE, Ordering::Release);
     }
 
@@ -253,36 +300,38 @@ impl Reader {
     /// fences, then reads `ctr`. If it read `OFFLINE`, our fence follows its
     /// fence in the `SeqCst` order and every later load of ours sees what
     /// preceded its fence (the unpublish). Until our fence, sections (of
-    /// signal handlers) still fence themselves.
+    /// signal handlers) still fence themselves: the value stored before it
+    /// keeps `HEAVY` (a store that cleared it first would let a handler's
+    /// section run unfenced while a grace period that read `OFFLINE` skips
+    /// us), and only a second store, after the fence, restores the record's
+    /// own flags.
     #[inline]
     pub(crate) fn online(&self) {
         if !self.is_offline.load(Ordering::Relaxed) {
             return;
         }
-        // Relaxed: only the fence below orders it (see above). A handler's
-        // sections since `offline` left the nest count at zero.
-        self.ctr.store(0, Ordering::Relaxed);
+        // Relaxed: only the fence below orders it (see above); epoch zero
+        // proves nothing to a grace period. A handler's sections since
+        // `offline` left the depth at zero.
+        self.ctr.store(HEAVY, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         self.is_offline.store(false, Ordering::Relaxed);
-        self.heavy.store(self.heavy_saved.load(Ordering::Relaxed), Ordering::Relaxed);
+        // Relaxed loads: this thread's own words. A handler between the load
+        // and the store runs whole sections (depth back to zero, flags
+        // untouched); storing its older epoch only makes a writer wait
+        // longer. Release: a handler's section may have stamped the current
+        // epoch, and a grace period that reads this store as proof must
+        // synchronize with that section's end (as `quiesce`).
+        let v = self.ctr.load(Ordering::Relaxed);
+        let flags = self.base.load(Ordering::Relaxed);
+        self.ctr.store((v & !NEST_MASK) | flags, Ordering::Release);
     }
 
     /// The current nesting depth of the owning thread (call only from it).
     #[inline]
     pub(crate) fn depth(&self) -> usize {
-        self.ctr.load(Ordering::Relaxed) & NEST_MASK
+        self.ctr.load(Ordering::Relaxed) & DEPTH_MASK
     }
-}
-
-/// The `SeqCst` fence a reader of the fallback scheme (or one whose owner is
-/// offline) executes after publishing its section (module note, "Memory
-/// ordering"). Cold and out of line, so that the common entry, under
-/// membarrier, is straight-line code: a taken branch costs about as much as
-/// the whole entry here.
-#[cold]
-#[inline(never)]
-fn heavy_fence() {
-    fence(Ordering::SeqCst);
 }
 
 /// Proof that the current thread is inside a read-side critical section.

@@ -298,3 +298,83 @@ fn try_read_lock_enters_only_on_registered_threads() {
     assert!(writer.join().unwrap(), "synchronize returned before the section ended");
     reader.join().unwrap();
 }
+
+/// What a section run from a TLS destructor after strobe-rcu's own saw.
+#[derive(Debug, PartialEq)]
+struct LateSeen {
+    try_before: bool,
+    depth_outer: usize,
+    depth_inner: usize,
+    try_inside: Option<usize>,
+    depth_after: usize,
+    try_after: bool,
+}
+
+static LATE_SEEN: Mutex<Option<LateSeen>> = Mutex::new(None);
+
+/// Runs read sections in its destructor.
+struct LateReader;
+
+impl Drop for LateReader {
+    fn drop(&mut self) {
+        let try_before = try_read_lock().is_some();
+        let outer = read_lock();
+        let depth_outer = read_depth();
+        let inner = read_lock();
+        let depth_inner = inner.depth();
+        let try_inside = try_read_lock().map(|g| g.depth());
+        // Out of order: the outer guard first.
+        drop(outer);
+        drop(inner);
+        let seen = LateSeen {
+            try_before,
+            depth_outer,
+            depth_inner,
+            try_inside,
+            depth_after: read_depth(),
+            try_after: try_read_lock().is_some(),
+        };
+        *LATE_SEEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(seen);
+    }
+}
+
+thread_local! {
+    static LATE: std::cell::RefCell<Option<LateReader>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Code that runs after the thread's strobe-rcu state is gone (a later TLS
+/// destructor) still gets read sections that nest, count their depth and
+/// end in any order, while `try_read_lock` enters nothing; and grace periods
+/// afterwards are not held up by the record such a section borrowed.
+#[test]
+fn read_sections_after_thread_teardown_nest_and_end() {
+    thread::spawn(|| {
+        // Installed first, so its destructor runs after strobe-rcu's
+        // (thread-local destructors run in reverse order of registration).
+        LATE.with(|l| *l.borrow_mut() = Some(LateReader));
+        register_current_thread();
+        drop(read_lock());
+    })
+    .join()
+    .unwrap();
+    let seen = LATE_SEEN.lock().unwrap().take();
+    assert_eq!(
+        seen,
+        Some(LateSeen {
+            try_before: false,
+            depth_outer: 1,
+            depth_inner: 2,
+            try_inside: None,
+            depth_after: 0,
+            try_after: false,
+        }),
+        "sections after teardown"
+    );
+    synchronize();
+    let p = RcuPtr::new(Some(Box::new(5u64)));
+    let g = read_lock();
+    assert_eq!(p.load(&g).copied(), Some(5));
+    drop(g);
+    p.replace(Some(Box::new(6)));
+    synchronize();
+}
