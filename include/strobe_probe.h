@@ -15,14 +15,16 @@
  * combine STROBE_PROBE_OPTIONAL with -lstrobe_probe_c under --as-needed, the default
  * of many distributions: weak references alone do not keep the library.)
  *
- * Every site lives in its module's `strobe_probe_sites` section; one constructor per
- * module (executable or shared library) registers that section with the library at
- * load time, so `strobe probe --list` shows every site, fired or not, and a site can
- * be enabled by name before it first runs. A site the constructor missed (the library
- * was not loaded yet) registers on its first hit, which then takes a lock and
- * allocates; later hits take no lock and allocate nothing. Requires GCC or Clang
- * (uses __atomic builtins, ##__VA_ARGS__, the section attribute and, for scopes, the
- * cleanup attribute). */
+ * In C, every site lives in its module's `strobe_probe_sites` section; one constructor
+ * per module (executable or shared library) registers that section with the library
+ * at load time, so `strobe probe --list` shows every site, fired or not, and a site can
+ * be enabled by name before it first runs. The library then keeps that module loaded
+ * (dlclose does not unmap it), since it holds pointers to its sites. In C++ (where
+ * sites in inline functions and templates cannot share one named section) and for a
+ * site the constructor missed (the library was not loaded yet), a site registers on
+ * its first hit, which then takes a lock and allocates; later hits take no lock and
+ * allocate nothing. Requires GCC or Clang (uses __atomic builtins, ##__VA_ARGS__, the
+ * section attribute and, for scopes, the cleanup attribute). */
 #ifndef STROBE_PROBE_H
 #define STROBE_PROBE_H
 
@@ -69,8 +71,10 @@ void strobe_probe_fire(const struct strobe_probe_site *site, const uint64_t *arg
 uint64_t strobe_probe_enter(const struct strobe_probe_site *site, const uint64_t *args,
                             uint32_t nargs) STROBE__LINK;
 void strobe_probe_exit(const struct strobe_probe_site *site, uint64_t start) STROBE__LINK;
-/* Registers n sites (one module's section); called by the constructor below. */
-void strobe_probe_register_sites(const struct strobe_probe_site *sites, size_t n) STROBE__LINK;
+/* Registers n sites (one module's section); called by the constructor below. Always
+ * weak: a file that includes this header but fires no probe needs no library. */
+void strobe_probe_register_sites(const struct strobe_probe_site *sites, size_t n)
+    __attribute__((weak));
 
 /* ---- implementation details below ---- */
 
@@ -90,8 +94,10 @@ void strobe_probe_register_sites(const struct strobe_probe_site *sites, size_t n
 #define STROBE__A6(a, b, c, d, e, f) STROBE__A5(a, b, c, d, e), STROBE__ARG(f)
 #define STROBE__ARGS(n, ...) STROBE__CAT(STROBE__A, n)(__VA_ARGS__)
 
-/* Every site goes to this section; the linker gathers a module's sites into one array
- * between __start_strobe_probe_sites and __stop_strobe_probe_sites. */
+#ifndef __cplusplus
+/* Every C site goes to this section; the linker gathers a module's sites into one
+ * array between __start_strobe_probe_sites and __stop_strobe_probe_sites (each site is
+ * 64 bytes and 64-byte aligned, so there is no padding between them). */
 #define STROBE__SECTION __attribute__((section("strobe_probe_sites")))
 
 /* Per module, not per translation unit: the definition is weak and hidden, so the
@@ -110,11 +116,17 @@ __attribute__((constructor, weak, visibility("hidden"))) void strobe__register_m
     if (done || !__start_strobe_probe_sites || !__stop_strobe_probe_sites)
         return;
     done = 1;
-    if (!STROBE_PROBE_AVAILABLE() || !strobe_probe_register_sites)
+    if (!strobe_probe_register_sites)
         return;
     strobe_probe_register_sites(__start_strobe_probe_sites,
                                 (size_t)(__stop_strobe_probe_sites - __start_strobe_probe_sites));
 }
+#else
+/* C++: a static local of an inline function or template is emitted in a COMDAT group
+ * (or in a section of its own), which cannot share a named section with the others;
+ * C++ sites register on their first hit. */
+#define STROBE__SECTION
+#endif
 
 #define STROBE__SITE_INIT(name, n) \
     { 2, NULL, #name, sizeof(#name) - 1, __FILE__, sizeof(__FILE__) - 1, __LINE__, n }

@@ -74,6 +74,7 @@ fn main() {
         let so = out.join(format!("lib{name}.so"));
         let status = Command::new(&cc)
             .args(["-O1", "-g", "-pthread", "-Wall", "-shared", "-fPIC"])
+            .arg(format!("-I{}", include_dir.display()))
             .arg(format!("-Wl,-soname,lib{name}.so"))
             .arg("-o")
             .arg(&so)

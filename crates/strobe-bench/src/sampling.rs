@@ -660,13 +660,15 @@ fn mark(met: Option<bool>) -> &'static str {
 }
 
 /// A goal judged on a measurement with an interval: `Some(true)` when the whole
-/// interval meets it, `Some(false)` when none of it does, `None` (undecided) otherwise.
+/// interval meets it, `Some(false)` when none of it does, `None` (undecided) otherwise,
+/// and undecided too when too few pairs give the interval its [`CONFIDENCE`].
 fn verdict_at_most(
     interval: Option<(f64, f64, f64, usize)>,
     point: f64,
     goal: f64,
 ) -> Option<bool> {
     match interval {
+        Some((_, _, coverage, _)) if coverage < CONFIDENCE => None,
         Some((_, hi, _, _)) if hi <= goal => Some(true),
         Some((lo, _, _, _)) if lo > goal => Some(false),
         Some(_) => None,
@@ -1047,6 +1049,8 @@ mod tests {
         // The median is over the goal but the interval reaches under it: undecided.
         assert_eq!(verdict_at_most(i(1.5, 3.0), 2.5, 2.0), None);
         assert_eq!(verdict_at_most(None, 2.5, 2.0), Some(false));
+        // Two pairs cover the median only 50% of the time: never a verdict.
+        assert_eq!(verdict_at_most(Some((0.1, 0.5, 0.5, 2)), 0.3, 2.0), None);
         assert_eq!(mark(None), "UNDECIDED");
 
         // A run whose pairs straddle the goal says so instead of calling it.

@@ -26,7 +26,8 @@ pub fn median_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
 /// statistics `(x_k, x_{n+1-k})` with the largest `k` whose coverage
 /// `1 - 2 P(Binomial(n, 1/2) <= k - 1)` is still at least `confidence`. Returns
 /// `(low, high, coverage)`; with too few values for `confidence` it returns
-/// the whole range and the (lower) coverage that range has. `None` when empty.
+/// the whole range and the (lower) coverage that range has. `None` when empty or
+/// when there are more than 1000 values (the binomial weights underflow).
 pub fn median_interval(xs: &[f64], confidence: f64) -> Option<(f64, f64, f64)> {
     if xs.is_empty() {
         return None;
@@ -36,6 +37,10 @@ pub fn median_interval(xs: &[f64], confidence: f64) -> Option<(f64, f64, f64)> {
     let n = v.len();
     // P(Binomial(n, 1/2) = i) for i = 0..n, built with the recurrence
     // C(n, i+1) = C(n, i) (n - i) / (i + 1) to stay in floating point.
+    if n > 1000 {
+        // 0.5^n underflows past here; a thousand pairs are far more than any bench runs.
+        return None;
+    }
     let mut pmf = Vec::with_capacity(n + 1);
     let mut p = 0.5f64.powi(n as i32);
     for i in 0..=n {

@@ -51,8 +51,9 @@ unsafe fn args_slice<'a>(args: *const u64, nargs: u32) -> &'a [u64] {
 
 /// Registers the `n` C sites starting at `sites`: one module's
 /// `strobe_probe_sites` section, passed by the constructor the header gives
-/// each module. Sites already registered are skipped. Takes a lock and
-/// allocates (it runs at load time, in normal context).
+/// each module. Sites already registered are skipped. The module is pinned
+/// (never unloaded), because the registry keeps pointers to its sites. Takes
+/// a lock and allocates (it runs at load time, in normal context).
 ///
 /// # Safety
 /// `sites` points at `n` consecutive `struct strobe_probe_site`s initialised
@@ -62,10 +63,61 @@ pub unsafe extern "C" fn strobe_probe_register_sites(sites: *const Site, n: usiz
     if sites.is_null() || n == 0 {
         return;
     }
+    // The registry keeps `&'static` pointers to these sites, so the module
+    // that holds them must never be unmapped: pin it (a later dlclose then
+    // leaves it loaded). A module we cannot pin keeps its sites unregistered;
+    // they register on their first hit, as before.
+    if !pin_module(sites.cast()) {
+        return;
+    }
     // SAFETY: caller's contract: a static array of `n` sites (the header's
-    // section, whose entries are 64-byte sites laid out as `Site`).
+    // section, whose entries are 64-byte sites laid out as `Site`), and the
+    // module holding it stays mapped for the rest of the process (pinned above).
     let sites: &'static [Site] = unsafe { std::slice::from_raw_parts(sites, n) };
     let _ = catch_unwind(|| strobe_probe::register_sites(sites));
+}
+
+/// Makes the loaded module that contains `addr` permanent (`RTLD_NODELETE`),
+/// without loading anything new (`RTLD_NOLOAD`). True when it is pinned.
+fn pin_module(addr: *const libc::c_void) -> bool {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is a valid out-pointer; dladdr only reads `addr`'s value.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // The main program cannot be unloaded: nothing to pin. dladdr names it
+    // by the same base address as the handle dlopen(NULL) gives.
+    // SAFETY: `dli_fname` is a NUL-terminated string owned by the loader; the
+    // flags load nothing new and only mark the module as never unloaded.
+    let handle = unsafe {
+        libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_NODELETE | libc::RTLD_LAZY)
+    };
+    // The handle's reference is kept on purpose (the module stays loaded anyway).
+    !handle.is_null() || is_main_program(info.dli_fbase)
+}
+
+/// True when `base` is the load address of the main executable, which
+/// dlopen(path) may not find by name (a relative argv[0], say) but which is
+/// never unloaded.
+fn is_main_program(base: *mut libc::c_void) -> bool {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // The main program's base, from one of its own addresses: the auxiliary
+    // vector's entry point.
+    // SAFETY: getauxval has no preconditions.
+    let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as *const libc::c_void;
+    // SAFETY: as in `pin_module`.
+    let found = unsafe { libc::dladdr(entry, &mut info) };
+    found != 0 && info.dli_fbase == base
 }
 
 /// Fires a C probe site (`STROBE_PROBE`). Registers the site on its first

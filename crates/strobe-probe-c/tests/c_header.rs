@@ -197,3 +197,36 @@ fn traced_probe_points_write_one_line_per_hit() {
         .collect();
     assert_eq!(tids.len(), threads as usize, "one tid per thread");
 }
+
+/// Sites of a library loaded with dlopen are registered at load, counted, and still
+/// listed at exit after the program unloaded the library: the probe library pins the
+/// modules whose sites it registered, so it never reads unmapped memory.
+#[test]
+fn sites_of_an_unloaded_library_stay_readable() {
+    let dir = std::env::temp_dir().join(format!("strobe-probe-c-dlclose-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out_file = dir.join("report.jsonl");
+    let _ = std::fs::remove_file(&out_file);
+    let out = Command::new(strobe_testprogs::path("probe_dlclose"))
+        .arg(strobe_testprogs::shared_lib("probe_dllib"))
+        .env("LD_PRELOAD", library())
+        .env("STROBE_PROBE_LIST", "1")
+        .env("STROBE_PROBE_COUNT", "dl_site")
+        .env("STROBE_PROBE_OUT", &out_file)
+        .output()
+        .expect("run probe_dlclose");
+    let report = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "probe_dlclose failed ({}): {}\n{report}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "closed\n");
+    assert_eq!(parse_counts(&report)["dl_site"].hits, 2, "{report}");
+    for name in ["dl_site", "dl_never"] {
+        let needle = format!("\"type\":\"site\",\"probe\":\"{name}\",\"file\":");
+        assert!(report.contains(&needle), "{name} not listed: {report}");
+    }
+}

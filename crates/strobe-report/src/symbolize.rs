@@ -208,18 +208,28 @@ struct ImageFile(std::path::PathBuf);
 
 impl ImageFile {
     fn write(bytes: &[u8]) -> std::io::Result<ImageFile> {
+        use std::hash::{BuildHasher, Hasher};
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("strobe-report-image-{}-{n}.so", std::process::id()));
-        // create_new and 0600: never follow or reuse a file someone else put there.
-        let mut f =
-            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
-        let file = ImageFile(path);
-        f.write_all(bytes)?;
-        Ok(file)
+        let mut tries = 0;
+        loop {
+            // A random name (std's hasher keys are random per process and per call), so
+            // a file left by a killed run cannot be in the way.
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            let name = format!("strobe-report-image-{}-{:016x}.so", std::process::id(), h.finish());
+            let path = std::env::temp_dir().join(name);
+            // create_new and 0600: never follow or reuse a file someone else put there.
+            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+                Ok(mut f) => {
+                    let file = ImageFile(path);
+                    f.write_all(bytes)?;
+                    return Ok(file);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

@@ -278,13 +278,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let output_abs = std::path::absolute(&args.output).unwrap_or(args.output.clone());
 
     // Launch with the agent preloaded and its configuration in the environment.
-    let mut preload = agent.into_os_string();
+    let mut preload = agent.clone().into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
         preload.push(old);
     }
-    let agent_env = |cmd: &mut Command, output: &Path| {
-        cmd.env("LD_PRELOAD", &preload)
+    let agent_env = |cmd: &mut Command, output: &Path, preload: &OsStr| {
+        cmd.env("LD_PRELOAD", preload)
             .env("STROBE_OUTPUT", output)
             .env("STROBE_EVENTS", spec.to_spec_string())
             .env("STROBE_OVERHEAD_PPM", overhead_ppm.to_string())
@@ -299,10 +299,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The agent's start-up calibration, run in a process of its own so that the target
     // does not pay it: the target's agent takes the costs from the environment, as an
     // exec'd image does. When that process cannot measure, the target calibrates itself.
-    let costs = calibrate_apart(|c| agent_env(c, Path::new("/dev/null")));
+    // Only the agent is preloaded there: the user's own LD_PRELOAD libraries run in the
+    // target alone, as they would without strobe.
+    let costs = calibrate_apart(|c| agent_env(c, Path::new("/dev/null"), agent.as_os_str()));
     let mut cmd = Command::new(&program);
     cmd.arg0(&command[0]).args(&command[1..]);
-    agent_env(&mut cmd, &output_abs);
+    agent_env(&mut cmd, &output_abs, &preload);
     if let Some(costs) = &costs {
         cmd.env("STROBE_COSTS", costs);
     }
@@ -412,21 +414,45 @@ fn summarize(path: &Path, calibrated_apart: bool) {
 /// output sent to /dev/null): the agent calibrates its cost per sample at load and puts
 /// `sample_ns,floor_ns,leader_per_ns` in the environment, which the subcommand prints.
 /// `None` when that fails; the target's agent then calibrates itself.
+///
+/// It runs on whatever CPU the scheduler gives it, not under the target's wrapper: on a
+/// machine whose cores differ (or a command like `taskset`), the figure is that of an
+/// ordinary core. It is given [`CALIBRATION_DEADLINE`]; past that it is killed.
 fn calibrate_apart(env: impl FnOnce(&mut Command)) -> Option<String> {
+    use std::io::Read;
     let exe = std::env::current_exe().ok()?;
     let mut cmd = Command::new(exe);
-    cmd.arg(COSTS_SUBCOMMAND).stdin(Stdio::null()).stderr(Stdio::null());
+    cmd.arg(COSTS_SUBCOMMAND).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
     env(&mut cmd);
-    let out = cmd.output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
+    let mut child = cmd.spawn().ok()?;
+    let deadline = std::time::Instant::now() + CALIBRATION_DEADLINE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    // The process has exited and started nothing, so its stdout is at end of file.
+    let mut text = String::new();
+    child.stdout.take()?.read_to_string(&mut text).ok()?;
     let costs = text.trim();
     let fields: Vec<&str> = costs.split(',').collect();
-    let valid = out.status.success()
+    let valid = status.success()
         && fields.len() == 3
         && fields[..2].iter().all(|f| f.parse::<u64>().is_ok_and(|v| v > 0))
         && fields[2].parse::<f64>().is_ok_and(|v| v > 0.0);
     valid.then(|| costs.to_string())
 }
+
+/// How long [`calibrate_apart`] waits (the calibration takes about 20 ms of CPU).
+const CALIBRATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The hidden subcommand [`calibrate_apart`] runs.
 pub const COSTS_SUBCOMMAND: &str = "__costs";

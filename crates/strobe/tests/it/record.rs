@@ -151,9 +151,16 @@ fn sampling_never_cuts_a_blocking_call_short() {
         .arg(&file)
         .args(["-e", "{task-clock/period=30us,window=20us/}", "--"])
         .arg(prog("slow_syscalls")));
+    let rec = read(&file);
+    if rec.header.events.first().is_none_or(|e| e.exclude_kernel) {
+        // Overflows then happen only in user mode, never inside a system call.
+        eprintln!(
+            "skipped: kernel counting is not allowed here, so no overflow can land in a call"
+        );
+        return;
+    }
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "eintr 0 of 18000\n", "{}", show(&out));
-    let rec = read(&file);
     assert!(rec.total_samples() > 1000, "sampled meanwhile: {} samples", rec.total_samples());
 }
 
