@@ -24,9 +24,10 @@
 //! goal is called met only when the whole interval is under it, missed only when the
 //! whole interval is over it, and undecided otherwise. The other variants are compared
 //! with the median bare run. The wall-clock slowdown is shown beside it.
-//! The agent's one-time start-up (it calibrates its own cost per sample) is measured
-//! on a one-round run and taken out for the steady-state slowdown, which the goal is
-//! judged on; the total is shown too.
+//! The agent's one-time start-up in the target is measured on a one-round run and taken
+//! out for the steady-state slowdown, which the goal is judged on; the total is shown
+//! too. The agent's cost calibration is not in it: `strobe record` runs it before the
+//! target starts, in a process of its own (15-25 ms of CPU the target does not pay).
 //! Bytes, writer wakeups (the file's END chunk), the agent's per-sample cost and the
 //! floor it measured in the same run (the PROCESS chunk) are read from the record file;
 //! The `windows` row also gives `effective_cost_us` (the steady-state extra CPU over the
@@ -134,7 +135,7 @@ struct Measured {
     /// back: they are pair `i`.
     baseline: Vec<Run>,
     /// One round of the workload alone and under `strobe record` (defaults): the
-    /// difference is the agent's one-time start-up cost (its cost calibration).
+    /// difference is the agent's one-time start-up cost in the target.
     startup_baseline: Vec<Run>,
     startup_recorded: Vec<Run>,
     windows: Vec<Recorded>,
