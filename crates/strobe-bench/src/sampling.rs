@@ -460,15 +460,21 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
 /// The windows run's events sampled at its window length only, no alternation:
 /// `{task-clock/period=W,window=0/,page-faults,...}`.
 fn short_only_spec(windows: &Recorded) -> Result<String, BenchError> {
-    let Some((leader, members)) = windows.events.split_first() else {
-        return Err(BenchError::Other("the windows recording names no events".into()));
-    };
     if windows.window_ns == 0 {
         return Err(BenchError::Other(
             "the windows recording did not alternate (window 0); nothing to compare".into(),
         ));
     }
-    let mut spec = format!("{{{leader}/period={},window=0/", windows.window_ns);
+    same_events_spec(windows, windows.window_ns, 0)
+}
+
+/// The windows run's event group with the leader's `period` and `window` replaced:
+/// `{LEADER/period=P,window=W/,MEMBER,...}`.
+fn same_events_spec(windows: &Recorded, period: u64, window: u64) -> Result<String, BenchError> {
+    let Some((leader, members)) = windows.events.split_first() else {
+        return Err(BenchError::Other("the windows recording names no events".into()));
+    };
+    let mut spec = format!("{{{leader}/period={period},window={window}/");
     for m in members {
         spec.push(',');
         spec.push_str(m);
@@ -483,22 +489,12 @@ const AMPLIFY: u64 = 4;
 /// The windows run's events with its period divided by [`AMPLIFY`] and the same window:
 /// `{task-clock/period=P/4,window=W/,page-faults,...}`.
 fn amplified_spec(windows: &Recorded) -> Result<String, BenchError> {
-    let Some((leader, members)) = windows.events.split_first() else {
-        return Err(BenchError::Other("the windows recording names no events".into()));
-    };
     if windows.period_ns < AMPLIFY {
         return Err(BenchError::Other(
             "the windows recording has no period to shorten; nothing to amplify".into(),
         ));
     }
-    let mut spec =
-        format!("{{{leader}/period={},window={}/", windows.period_ns / AMPLIFY, windows.window_ns);
-    for m in members {
-        spec.push(',');
-        spec.push_str(m);
-    }
-    spec.push('}');
-    Ok(spec)
+    same_events_spec(windows, windows.period_ns / AMPLIFY, windows.window_ns)
 }
 
 /// `perf`, if it is installed and runs.

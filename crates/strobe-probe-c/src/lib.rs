@@ -80,6 +80,22 @@ pub unsafe extern "C" fn strobe_probe_register_sites(sites: *const Site, n: usiz
 /// Makes the loaded module that contains `addr` permanent (`RTLD_NODELETE`),
 /// without loading anything new (`RTLD_NOLOAD`). True when it is pinned.
 fn pin_module(addr: *const libc::c_void) -> bool {
+    let Some(info) = loaded_module(addr).filter(|i| !i.dli_fname.is_null()) else {
+        return false;
+    };
+    // SAFETY: `dli_fname` is a NUL-terminated string owned by the loader; the
+    // flags load nothing new and only mark the module as never unloaded.
+    let handle = unsafe {
+        libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_NODELETE | libc::RTLD_LAZY)
+    };
+    // The handle's reference is kept on purpose (the module stays loaded anyway).
+    // dlopen may not find the main program by the name dladdr gives (a relative
+    // argv[0], say), but the main program is never unloaded: nothing to pin.
+    !handle.is_null() || is_main_program(info.dli_fbase)
+}
+
+/// What the loader knows of the module containing `addr`, if any.
+fn loaded_module(addr: *const libc::c_void) -> Option<libc::Dl_info> {
     let mut info = libc::Dl_info {
         dli_fname: std::ptr::null(),
         dli_fbase: std::ptr::null_mut(),
@@ -87,37 +103,16 @@ fn pin_module(addr: *const libc::c_void) -> bool {
         dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: `info` is a valid out-pointer; dladdr only reads `addr`'s value.
-    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
-        return false;
-    }
-    // The main program cannot be unloaded: nothing to pin. dladdr names it
-    // by the same base address as the handle dlopen(NULL) gives.
-    // SAFETY: `dli_fname` is a NUL-terminated string owned by the loader; the
-    // flags load nothing new and only mark the module as never unloaded.
-    let handle = unsafe {
-        libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_NODELETE | libc::RTLD_LAZY)
-    };
-    // The handle's reference is kept on purpose (the module stays loaded anyway).
-    !handle.is_null() || is_main_program(info.dli_fbase)
+    (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info)
 }
 
-/// True when `base` is the load address of the main executable, which
-/// dlopen(path) may not find by name (a relative argv[0], say) but which is
-/// never unloaded.
+/// True when `base` is the load address of the main executable.
 fn is_main_program(base: *mut libc::c_void) -> bool {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
     // The main program's base, from one of its own addresses: the auxiliary
     // vector's entry point.
     // SAFETY: getauxval has no preconditions.
     let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as *const libc::c_void;
-    // SAFETY: as in `pin_module`.
-    let found = unsafe { libc::dladdr(entry, &mut info) };
-    found != 0 && info.dli_fbase == base
+    loaded_module(entry).is_some_and(|i| i.dli_fbase == base)
 }
 
 /// Fires a C probe site (`STROBE_PROBE`). Registers the site on its first

@@ -39,7 +39,7 @@ enum Command {
     Bench(cmd::bench::Args),
     Workload(cmd::workload::Args),
     /// Internal: prints the cost per sample the preloaded agent measured (see `record`).
-    #[command(name = "__costs", hide = true)]
+    #[command(name = cmd::record::COSTS_SUBCOMMAND, hide = true)]
     Costs,
 }
 

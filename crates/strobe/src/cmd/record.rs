@@ -470,12 +470,10 @@ pub fn print_costs() -> anyhow::Result<ExitCode> {
 fn own_vdso() -> Option<strobe_format::Image> {
     use std::os::unix::fs::FileExt;
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.split_whitespace().nth(5) == Some("[vdso]"))?;
-    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    let mut bytes = vec![0u8; usize::try_from(end.checked_sub(start)?).ok()?];
-    std::fs::File::open("/proc/self/mem").ok()?.read_exact_at(&mut bytes, start).ok()?;
+    let vdso =
+        strobe_report::input::parse_proc_maps(&maps).into_iter().find(|m| m.path == "[vdso]")?;
+    let mut bytes = vec![0u8; usize::try_from(vdso.end.checked_sub(vdso.start)?).ok()?];
+    std::fs::File::open("/proc/self/mem").ok()?.read_exact_at(&mut bytes, vdso.start).ok()?;
     bytes.starts_with(b"\x7fELF").then(|| strobe_format::Image { name: "[vdso]".into(), bytes })
 }
 
