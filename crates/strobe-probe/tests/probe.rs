@@ -381,3 +381,41 @@ fn probes_fire_inside_signal_handlers() {
     a.detach();
     assert_eq!(SIGNAL_HITS.load(Ordering::Relaxed), 2 * 700);
 }
+
+#[inline(never)]
+fn fire_inner(i: u64) {
+    probe!(t_inner, i);
+}
+
+/// A hit nested in a read section (a consumer firing another probe, or a
+/// program holding its own strobe-rcu section) takes the nested path and is
+/// counted like any other.
+#[test]
+fn hits_inside_read_sections_are_counted() {
+    let inner = Arc::new(AtomicU64::new(0));
+    let outer = Arc::new(AtomicU64::new(0));
+    let o = outer.clone();
+    let a = attach("t_inner", counter(&inner)).unwrap();
+    let b = attach(
+        "t_outer",
+        Consumer::new(move |hit| {
+            o.fetch_add(1, Ordering::Relaxed);
+            fire_inner(hit.arg(0));
+            Action::Keep
+        }),
+    )
+    .unwrap();
+    for i in 0..100u64 {
+        probe!(t_outer, i);
+    }
+    {
+        let _section = strobe_rcu::read_lock();
+        for i in 0..50u64 {
+            fire_inner(i);
+        }
+    }
+    b.detach();
+    a.detach();
+    assert_eq!(outer.load(Ordering::Relaxed), 100);
+    assert_eq!(inner.load(Ordering::Relaxed), 150);
+}

@@ -8,7 +8,8 @@ use std::thread;
 
 use strobe_rcu::{
     barrier, read_depth, read_lock, register_current_thread, retire, retire_head, stats,
-    synchronize, synchronize_lazy, try_read_lock, RcuHead, RcuPtr, MAX_OUTSTANDING_PER_THREAD,
+    synchronize, synchronize_lazy, try_read_lock, try_read_lock_outermost, RcuHead, RcuPtr,
+    MAX_OUTSTANDING_PER_THREAD,
 };
 
 /// Tests in this file share the global domain and the fault-injection switch;
@@ -246,6 +247,60 @@ fn outstanding_garbage_stays_under_the_ceiling_without_any_barrier() {
     );
     barrier();
     assert_eq!(live.load(Ordering::SeqCst), 0);
+}
+
+/// `try_read_lock_outermost` enters only the common case: a registered
+/// thread outside any section. Inside a section (its own or another guard's)
+/// and on an unregistered thread it enters nothing, and its section holds
+/// off a grace period like any other.
+#[test]
+fn try_read_lock_outermost_enters_only_outside_sections() {
+    thread::spawn(|| {
+        assert!(try_read_lock_outermost().is_none(), "unregistered thread");
+        assert_eq!(read_depth(), 0);
+        register_current_thread();
+        let outer = try_read_lock_outermost().expect("registered, outside sections");
+        assert_eq!(read_depth(), 1);
+        assert!(try_read_lock_outermost().is_none(), "nested in its own section");
+        assert_eq!(read_depth(), 1);
+        let inner = read_lock();
+        assert_eq!(inner.depth(), 2);
+        drop(inner);
+        drop(outer);
+        assert_eq!(read_depth(), 0);
+        let g = read_lock();
+        assert!(try_read_lock_outermost().is_none(), "nested in read_lock's section");
+        drop(g);
+        assert_eq!(read_depth(), 0);
+    })
+    .join()
+    .unwrap();
+
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (leave_tx, leave_rx) = mpsc::channel::<()>();
+    let left = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let left = left.clone();
+        thread::spawn(move || {
+            register_current_thread();
+            let g = try_read_lock_outermost().expect("registered thread");
+            entered_tx.send(()).unwrap();
+            leave_rx.recv().unwrap();
+            left.store(true, Ordering::SeqCst);
+            drop(g);
+        })
+    };
+    entered_rx.recv().unwrap();
+    let writer = {
+        let left = left.clone();
+        thread::spawn(move || {
+            synchronize();
+            left.load(Ordering::SeqCst)
+        })
+    };
+    leave_tx.send(()).unwrap();
+    assert!(writer.join().unwrap(), "synchronize returned before the section ended");
+    reader.join().unwrap();
 }
 
 /// `try_read_lock` never registers: on a fresh thread it enters no section;
