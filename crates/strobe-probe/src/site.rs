@@ -180,10 +180,9 @@ impl Site {
 /// Fires a registered site's hit. Only the common entry (an outermost
 /// section on a registered thread) is inline; a hit nested in a section or
 /// a thread's first hit (which registers it) goes out of line. Everything
-/// comes from `hit`, on the caller's stack, and the guard is zero-sized, so
-/// the common path keeps only `READER`'s address in a register across the
-/// consumer's call (each push/pop pair costs about a cycle of a trigger that
-/// takes a dozen).
+/// comes from `hit`, on the caller's stack, so the common path keeps only
+/// the reader record's address in a register across the consumer's call,
+/// and leaves its section with one decrement through it.
 #[inline(always)]
 fn fire_hit(hit: &Hit<'_>) {
     let Some(guard) = strobe_rcu::try_read_lock_outermost() else {

@@ -189,18 +189,13 @@ pub fn try_read_lock() -> Option<ReadGuard<'static>> {
 /// [`read_lock`] or [`try_read_lock`], whose cold paths handle them.
 /// Async-signal-safe on any thread, like [`try_read_lock`].
 ///
-/// The guard is zero-sized: its drop finds the record through `READER`
-/// again (a thread-local load), instead of the caller keeping the record's
-/// address in a callee-saved register across the section. A hot path that
-/// calls out inside its section (a probe calling its consumer) then pushes
-/// and pops nothing for the section, and a `None` can be a tail call.
-///
-/// `READER` cannot change while the guard lives: it changes only at
-/// registration (the thread is registered, or the entry would have failed)
-/// and in the thread's TLS teardown, which no stack frame of the thread
-/// outlives.
+/// For hot paths that call out inside their section (a probe calling its
+/// consumer): with no slow entry called from the middle of it, the `None`
+/// arm can be a tail call, and the caller keeps nothing but the record's
+/// address live across its section (the guard's exit is then one
+/// decrement through that register).
 #[inline(always)]
-pub fn try_read_lock_outermost() -> Option<OutermostGuard> {
+pub fn try_read_lock_outermost() -> Option<ReadGuard<'static>> {
     let r = READER.get();
     // Relaxed: as in `read_lock`.
     // SAFETY: as in `read_lock` (`READER` always points at a record).
@@ -210,30 +205,9 @@ pub fn try_read_lock_outermost() -> Option<OutermostGuard> {
     }
     // SAFETY: as in `read_lock`: a sentinel's low field is never zero.
     unsafe { (*r).enter_light(GLOBAL.epoch_word()) };
-    Some(OutermostGuard { _not_send: PhantomData })
-}
-
-/// An outermost read section entered by [`try_read_lock_outermost`]:
-/// zero-sized, `!Send`, and otherwise the same proof as a [`ReadGuard`]
-/// (nothing loaded under it is freed while it lives).
-#[must_use = "the read section ends when the guard is dropped"]
-pub struct OutermostGuard {
-    _not_send: PhantomData<*mut ()>,
-}
-
-impl Drop for OutermostGuard {
-    #[inline(always)]
-    fn drop(&mut self) {
-        // SAFETY: `READER` still points at the record this guard's entry
-        // used (see `try_read_lock_outermost`), claimed by this thread.
-        unsafe { (*READER.get()).exit() };
-    }
-}
-
-impl std::fmt::Debug for OutermostGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutermostGuard").finish()
-    }
+    // Built here, so the compiler sees `transient` false and the guard's
+    // drop is the exit store alone.
+    Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
 }
 
 /// [`try_read_lock`] off the common path: a nested or heavy entry (true), or

@@ -41,7 +41,7 @@
 //! | function | signal-safe |
 //! |---|---|
 //! | [`read_lock`], dropping a [`ReadGuard`], [`read_depth`] | yes, precondition above |
-//! | [`try_read_lock`], [`try_read_lock_outermost`], dropping an [`OutermostGuard`] | yes, on any thread (an unregistered one gets `None`) |
+//! | [`try_read_lock`], [`try_read_lock_outermost`] | yes, on any thread (an unregistered one gets `None`) |
 //! | [`RcuPtr::load`] | yes |
 //! | [`HashMultiMap::for_each`] / [`get`](HashMultiMap::get) / [`count`](HashMultiMap::count) | yes, if the key's `Hash`/`Eq` and the callback are |
 //! | [`LocalHandle::read_lock`] | yes |
@@ -77,7 +77,7 @@ pub use global::{
     barrier, flush, global, poll_synchronize, read_depth, read_lock, register_current_thread,
     retire, retire_head, retire_raw, start_poll_synchronize, stats, synchronize, synchronize_lazy,
     try_barrier, try_read_lock, try_read_lock_outermost, try_synchronize, try_synchronize_lazy,
-    OutermostGuard, SCAN_PERIOD,
+    SCAN_PERIOD,
 };
 pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;
