@@ -5,11 +5,12 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use strobe_rcu::{
     barrier, read_depth, read_lock, register_current_thread, retire, retire_head, stats,
     synchronize, synchronize_lazy, try_read_lock, try_read_lock_outermost, RcuHead, RcuPtr,
-    MAX_OUTSTANDING_PER_THREAD,
+    ReadGuard, MAX_OUTSTANDING_PER_THREAD,
 };
 
 /// Tests in this file share the global domain and the fault-injection switch;
@@ -249,6 +250,37 @@ fn outstanding_garbage_stays_under_the_ceiling_without_any_barrier() {
     assert_eq!(live.load(Ordering::SeqCst), 0);
 }
 
+/// A grace period that starts while another thread holds a section entered
+/// by `enter` does not complete before that section ends.
+fn grace_period_waits_for(enter: fn() -> Option<ReadGuard<'static>>) {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (leave_tx, leave_rx) = mpsc::channel::<()>();
+    let reader = thread::spawn(move || {
+        register_current_thread();
+        let g = enter().expect("a registered thread outside sections");
+        entered_tx.send(()).unwrap();
+        leave_rx.recv().unwrap();
+        drop(g);
+    });
+    entered_rx.recv().unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let writer = thread::spawn(move || {
+        synchronize();
+        done_tx.send(()).unwrap();
+    });
+    // The wait only gives a broken grace period the time to show itself: a
+    // correct one cannot complete while the section lasts, however long the
+    // wait, so this cannot fail on a slow machine.
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "synchronize returned while a read section was held"
+    );
+    leave_tx.send(()).unwrap();
+    done_rx.recv().expect("synchronize completes once the section ends");
+    writer.join().unwrap();
+    reader.join().unwrap();
+}
+
 /// `try_read_lock_outermost` enters only the common case: a registered
 /// thread outside any section. Inside a section (its own or another guard's)
 /// and on an unregistered thread it enters nothing, and its section holds
@@ -276,31 +308,7 @@ fn try_read_lock_outermost_enters_only_outside_sections() {
     .join()
     .unwrap();
 
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (leave_tx, leave_rx) = mpsc::channel::<()>();
-    let left = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let left = left.clone();
-        thread::spawn(move || {
-            register_current_thread();
-            let g = try_read_lock_outermost().expect("registered thread");
-            entered_tx.send(()).unwrap();
-            leave_rx.recv().unwrap();
-            left.store(true, Ordering::SeqCst);
-            drop(g);
-        })
-    };
-    entered_rx.recv().unwrap();
-    let writer = {
-        let left = left.clone();
-        thread::spawn(move || {
-            synchronize();
-            left.load(Ordering::SeqCst)
-        })
-    };
-    leave_tx.send(()).unwrap();
-    assert!(writer.join().unwrap(), "synchronize returned before the section ended");
-    reader.join().unwrap();
+    grace_period_waits_for(try_read_lock_outermost);
 }
 
 /// `try_read_lock` never registers: on a fresh thread it enters no section;
@@ -326,32 +334,7 @@ fn try_read_lock_enters_only_on_registered_threads() {
     .join()
     .unwrap();
 
-    // A writer's grace period waits for a section entered by try_read_lock.
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (leave_tx, leave_rx) = mpsc::channel::<()>();
-    let left = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let left = left.clone();
-        thread::spawn(move || {
-            register_current_thread();
-            let g = try_read_lock().expect("registered thread");
-            entered_tx.send(()).unwrap();
-            leave_rx.recv().unwrap();
-            left.store(true, Ordering::SeqCst);
-            drop(g);
-        })
-    };
-    entered_rx.recv().unwrap();
-    let writer = {
-        let left = left.clone();
-        thread::spawn(move || {
-            synchronize();
-            left.load(Ordering::SeqCst)
-        })
-    };
-    leave_tx.send(()).unwrap();
-    assert!(writer.join().unwrap(), "synchronize returned before the section ended");
-    reader.join().unwrap();
+    grace_period_waits_for(try_read_lock);
 }
 
 /// What a section run from a TLS destructor after strobe-rcu's own saw.
