@@ -102,7 +102,15 @@ impl ElfFile {
     ///
     /// Errors: the file cannot be read, is not ELF (with a hint for scripts), or is an ELF
     /// strobe cannot probe (32-bit, big-endian on a little-endian host, corrupt).
+    ///
+    /// A relative `path` is made absolute against the current directory first: the
+    /// kernel takes uprobe paths only as absolute ones (tracefs definitions), and a
+    /// relative one would mean something else in another process.
     pub fn open(path: &Path) -> Result<ElfFile, Error> {
+        let path = &std::path::absolute(path).map_err(|source| Error::Io {
+            what: format!("finding {} from the current directory", path.display()),
+            source,
+        })?;
         let data = std::fs::read(path)
             .map_err(|source| Error::Io { what: format!("reading {}", path.display()), source })?;
         Self::parse(path, &data)

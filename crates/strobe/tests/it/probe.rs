@@ -121,6 +121,28 @@ fn a_position_dependent_program_is_counted_exactly() {
     assert_eq!(hits(&report, "nopie_call"), 1234);
 }
 
+/// `-x ./prog` and `-- ./prog`, as typed in the program's directory: the kernel takes only
+/// absolute uprobe paths, so strobe makes them absolute.
+#[test]
+fn a_binary_given_by_a_relative_path_is_counted_exactly() {
+    require_uprobes!();
+    let scratch = Scratch::new("probe-relative");
+    let prog = strobe_testprogs::path("probe_nopie");
+    let dir = prog.parent().expect("the program's directory");
+    let name = format!("./{}", prog.file_name().expect("a file name").to_string_lossy());
+    let json = scratch.path("report.json");
+    let out = run(strobe()
+        .current_dir(dir)
+        .args(["probe", "-x", &name, "nopie_call", "--json", "-o"])
+        .arg(&json)
+        .args(["--", &name, "321"]));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("calls=321"), "{}", show(&out));
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{e}: {}", show(&out)));
+    let report: Value = serde_json::from_str(&text).expect("JSON report");
+    assert_eq!(hits(&report, "nopie_call"), 321);
+}
+
 #[test]
 fn the_table_names_every_probe_with_hits_and_rate() {
     require_uprobes!();
