@@ -1,6 +1,7 @@
 //! The kernel-uprobe rows of `strobe bench probe`, runnable on their own:
 //! `cargo run --release -p strobe-bench --example probe_uprobe [-- --quick] [-- --repeats N]`
-//! prints one JSON row per line: `{"variant","threads","mtrig_per_s"}`.
+//! prints one JSON row per line: `{"variant","threads","mtrig_per_s"}`, then how the
+//! uprobes were opened on stderr.
 
 use strobe_bench::{probe_uprobe, BenchOpts};
 
@@ -11,10 +12,11 @@ fn main() {
         opts.repeats = n.parse().unwrap_or(opts.repeats).max(1);
     }
     match probe_uprobe::rows(&opts) {
-        Ok(rows) => {
+        Ok((rows, how)) => {
             for r in rows {
                 println!("{}", serde_json::Value::Object(r));
             }
+            eprintln!("{how}");
         }
         Err(e) => {
             eprintln!("probe_uprobe: {e}");

@@ -248,11 +248,9 @@ fn measure(variant: &'static str, threads: usize, window: Duration) -> (f64, u64
     (total as f64 / secs / 1e6, churn)
 }
 
-/// The kernel uprobe rows (`uprobe`, `uprobe-prologue`), same shape as ours.
-///
-/// The kernel uprobe rows (`uprobe`, `uprobe-prologue`), measured by
-/// [`crate::probe_uprobe`].
-fn uprobe_rows(opts: &BenchOpts) -> Result<Vec<Row>, BenchError> {
+/// The kernel uprobe rows (`uprobe`, `uprobe-prologue`), same shape as ours,
+/// measured by [`crate::probe_uprobe`], and a line saying how.
+fn uprobe_rows(opts: &BenchOpts) -> Result<(Vec<Row>, &'static str), BenchError> {
     crate::probe_uprobe::rows(opts)
 }
 
@@ -314,12 +312,12 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     }
     // Kernel uprobes need the uprobe PMU and permission; without them the in-process rows
     // still stand, and the skip is printed with its reason.
-    let uprobe_skipped = match uprobe_rows(opts) {
-        Ok(r) => {
+    let (uprobe_how, uprobe_skipped) = match uprobe_rows(opts) {
+        Ok((r, how)) => {
             rows.extend(r);
-            None
+            (Some(how), None)
         }
-        Err(BenchError::Unsupported(why)) => Some(why),
+        Err(BenchError::Unsupported(why)) => (None, Some(why)),
         Err(e) => return Err(e),
     };
 
@@ -333,6 +331,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         if let Some(v) = v {
             report.extra.insert(key.into(), Value::from((v * 1000.0).round() / 1000.0));
         }
+    }
+    if let Some(how) = uprobe_how {
+        report.text.push_str(&format!("{how}\n"));
+        report.extra.insert("uprobe_mechanism".into(), Value::from(how));
     }
     if let Some(why) = uprobe_skipped {
         report.text.push_str(&format!("uprobe rows skipped: {why}\n"));
