@@ -112,7 +112,7 @@ impl Mechanism {
             }
             Mechanism::Pmu(_) => {
                 "uprobe rows: a uprobe PMU event per thread, each a kernel consumer of its \
-                 own (tracefs is not writable: not root); every hit runs all 8, so these \
+                 own (tracefs uprobe_events is not writable here); every hit runs all 8, so these \
                  rows are about 2x slower than the kernel's best and strobe/uprobe is \
                  flattered by that much"
             }
