@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use strobe_format::{ProcessOrigin, Recording, SampleKind};
 
-use crate::util::{run, show, strobe, Scratch};
+use crate::util::{record_to, run, show, strobe, Scratch};
 
 fn prog(name: &str) -> std::path::PathBuf {
     strobe_testprogs::path(name)
@@ -33,7 +33,7 @@ fn samples_per_tid(rec: &Recording) -> BTreeMap<u32, usize> {
 fn eight_threads_are_all_sampled() {
     let dir = Scratch::new("record-8threads");
     let file = dir.path("t.strobe");
-    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("threads8")));
+    let out = run(record_to(&file).arg("--").arg(prog("threads8")));
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "8 threads done\n", "{}", show(&out));
     let rec = read(&file);
@@ -65,7 +65,7 @@ fn eight_threads_are_all_sampled() {
 fn slots_of_exited_threads_are_reused_so_every_thread_is_followed() {
     let dir = Scratch::new("record-churn");
     let file = dir.path("c.strobe");
-    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("thread_churn")));
+    let out = run(record_to(&file).arg("--").arg(prog("thread_churn")));
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "churn done\n");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -87,8 +87,7 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
 
     for follow in [false, true] {
         let file = dir.path(&format!("e-{follow}.strobe"));
-        let mut cmd = strobe();
-        cmd.arg("record").arg("-o").arg(&file);
+        let mut cmd = record_to(&file);
         if follow {
             cmd.arg("--follow-fork");
         }
@@ -131,7 +130,7 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
 fn a_target_with_its_own_sigtrap_handler_sees_only_its_own_sigtraps() {
     let dir = Scratch::new("record-sigtrap");
     let file = dir.path("s.strobe");
-    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("sigtrap_user")));
+    let out = run(record_to(&file).arg("--").arg(prog("sigtrap_user")));
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "handled 5 of 5\n");
     let rec = read(&file);
@@ -145,10 +144,7 @@ fn sampling_never_cuts_a_blocking_call_short() {
     // sigtrap is raised only on the way back to user space, so none may see EINTR.
     let dir = Scratch::new("record-eintr");
     let file = dir.path("e.strobe");
-    let out = run(strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
+    let out = run(record_to(&file)
         .args(["-e", "{task-clock/period=30us,window=20us/}", "--"])
         .arg(prog("slow_syscalls")));
     let rec = read(&file);
@@ -170,7 +166,7 @@ fn the_cost_per_sample_is_measured_before_the_target_starts() {
     // summary says where the figure came from.
     let dir = Scratch::new("record-costs");
     let file = dir.path("c.strobe");
-    let out = run(strobe().arg("record").arg("-o").arg(&file).arg("--").arg(prog("hello_threads")));
+    let out = run(record_to(&file).arg("--").arg(prog("hello_threads")));
     assert!(out.status.success(), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("measured before the start)"), "{err}");
@@ -183,7 +179,7 @@ fn the_cost_per_sample_is_measured_before_the_target_starts() {
 fn target_exit_status_is_passed_on() {
     let dir = Scratch::new("record-status");
     let file = dir.path("s.strobe");
-    let out = run(strobe().arg("record").arg("-o").arg(&file).args(["--", "sh", "-c", "exit 5"]));
+    let out = run(record_to(&file).args(["--", "sh", "-c", "exit 5"]));
     assert_eq!(out.status.code(), Some(5), "{}", show(&out));
 }
 
@@ -199,10 +195,7 @@ fn a_target_killed_halfway_leaves_a_file_report_reads() {
     let dir = Scratch::new("record-sigkill");
     let file = dir.path("k.strobe");
     // A small wakeup threshold so the writer has saved samples before the kill.
-    let child = strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
+    let child = record_to(&file)
         .args(["--wakeup", "16", "--"])
         .arg(env!("CARGO_BIN_EXE_strobe"))
         .args(["workload", "--seconds", "30"])
@@ -238,13 +231,11 @@ fn a_target_killed_halfway_leaves_a_file_report_reads() {
 fn the_workload_at_the_defaults_loses_no_sample() {
     let dir = Scratch::new("record-workload");
     let file = dir.path("w.strobe");
-    let out = run(strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_strobe"))
-        .args(["workload", "--seconds", "2"]));
+    let out = run(record_to(&file).arg("--").arg(env!("CARGO_BIN_EXE_strobe")).args([
+        "workload",
+        "--seconds",
+        "2",
+    ]));
     assert!(out.status.success(), "{}", show(&out));
     let rec = read(&file);
     assert_eq!(rec.processes.len(), 1);
@@ -269,12 +260,8 @@ fn the_workload_at_the_defaults_loses_no_sample() {
 fn a_small_wakeup_threshold_wakes_the_writer_and_keeps_every_sample() {
     let dir = Scratch::new("record-wakeup");
     let file = dir.path("w.strobe");
-    let out = run(strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
-        .args(["--wakeup", "8", "--buffer", "64", "--"])
-        .arg(prog("threads8")));
+    let out =
+        run(record_to(&file).args(["--wakeup", "8", "--buffer", "64", "--"]).arg(prog("threads8")));
     assert!(out.status.success(), "{}", show(&out));
     let rec = read(&file);
     let end = rec.processes[0].end.expect("END");
@@ -288,10 +275,7 @@ fn a_small_wakeup_threshold_wakes_the_writer_and_keeps_every_sample() {
 fn an_explicit_period_above_the_budget_is_warned_about() {
     let dir = Scratch::new("record-period-warning");
     let file = dir.path("p.strobe");
-    let out = run(strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
+    let out = run(record_to(&file)
         .args(["-e", "{task-clock/period=100us,window=20us/,page-faults}", "--"])
         .arg(prog("hello_threads"))
         .arg("2"));

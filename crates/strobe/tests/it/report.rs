@@ -16,7 +16,7 @@ use strobe_format::{
     SampleKind, MINOR_VERSION,
 };
 
-use crate::util::{run, show, strobe, Scratch};
+use crate::util::{record_to, run, show, strobe, Scratch};
 
 // Functions whose addresses are the recorded IPs. Each has a loop so that the offsets
 // added to its start stay inside it.
@@ -157,12 +157,7 @@ fn function<'v>(json: &'v serde_json::Value, name: &str) -> &'v serde_json::Valu
 fn samples_in_the_vdso_are_named() {
     let dir = Scratch::new("report-vdso");
     let file = dir.path("clock.strobe");
-    let out = run(strobe()
-        .arg("record")
-        .arg("-o")
-        .arg(&file)
-        .arg("--")
-        .arg(strobe_testprogs::path("clock_loop")));
+    let out = run(record_to(&file).arg("--").arg(strobe_testprogs::path("clock_loop")));
     assert!(out.status.success(), "{}", show(&out));
     let json = report_json(&file, &[]);
     let funcs = json["functions"].as_array().unwrap();
@@ -429,10 +424,7 @@ fn recorded_workload() -> &'static Recorded {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("workload.strobe");
         let truth = dir.join("truth.json");
-        let out = run(strobe()
-            .arg("record")
-            .arg("-o")
-            .arg(&file)
+        let out = run(record_to(&file)
             .args(["-e", E2E_SPEC, "--"])
             .arg(env!("CARGO_BIN_EXE_strobe"))
             .args(["workload", "--rounds", E2E_ROUNDS, "--threads", "2", "--truth"])

@@ -11,6 +11,13 @@ pub fn strobe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_strobe"))
 }
 
+/// `strobe record -o FILE`, to which a test adds its options and `-- COMMAND`.
+pub fn record_to(file: &Path) -> Command {
+    let mut cmd = strobe();
+    cmd.arg("record").arg("-o").arg(file);
+    cmd
+}
+
 /// A fresh scratch directory for one test, removed when dropped.
 pub struct Scratch {
     dir: PathBuf,
