@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Installs what strobe's build and tests need on a fresh Debian machine, if missing:
-# a C compiler (test programs), <sys/sdt.h> (a USDT test program), and Linux perf
-# (benchmarks compare against it).
+# a C compiler (test programs) and Linux perf (benchmarks compare against it). The test
+# programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v perf >/dev/null 2>&1 || need+=(linux-perf)
-echo "#include <sys/sdt.h>" | cc -E -x c - >/dev/null 2>&1 || need+=(systemtap-sdt-dev)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "ci/setup.sh: missing packages ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2

@@ -11,8 +11,7 @@
  *   probe_target sleep THREADS N MS  each thread calls sleepy(MS) N times
  *   probe_target exit CODE         exits with CODE after one counted_call
  */
-#define _SDT_HAS_SEMAPHORES 1
-#include <sys/sdt.h>
+#include "usdt.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +44,10 @@ static void *caller(void *arg) {
     for (long i = 0; i < n_calls; i++) {
         counted_call((unsigned long)i);
         lib_counted_call((unsigned long)i);
-        DTRACE_PROBE1(strobe_test, tick, i);
+        USDT_PROBE1_SEMA(strobe_test, tick, i);
         if (strobe_test_guarded_semaphore) {
             guarded++;
-            DTRACE_PROBE1(strobe_test, guarded, i);
+            USDT_PROBE1_SEMA(strobe_test, guarded, i);
         }
     }
     pthread_mutex_lock(&lock);
