@@ -121,6 +121,7 @@ impl Alternation {
 /// same thread) writes, so every access is Relaxed: the owner reads its own stores, and
 /// the writer's reads are made exact by the slot's Release/Acquire of DEAD (and are
 /// approximate, but whole words, for a live thread).
+#[repr(C)]
 #[derive(Debug)]
 pub struct AltCell {
     in_window: AtomicU8,

@@ -28,6 +28,7 @@ mod sync;
 
 pub mod alternate;
 pub mod born;
+pub mod custody;
 pub mod mpsc;
 pub mod ring;
 pub mod slot;

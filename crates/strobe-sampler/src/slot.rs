@@ -58,7 +58,9 @@ pub fn decode(sig_data: u64) -> (usize, u32) {
     ((sig_data & 0xffff) as usize, (sig_data >> 16) as u32)
 }
 
-/// A slot's state and generation. See the module note.
+/// A slot's state and generation. See the module note. `repr(C)`: it lives in memory
+/// shared by separately built programs.
+#[repr(C)]
 #[derive(Debug)]
 pub struct SlotCtl {
     state: AtomicU32,

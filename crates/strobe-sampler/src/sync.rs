@@ -6,7 +6,7 @@
 //! cell is a transparent `core::cell::UnsafeCell` with loom's closure-style access.
 
 #[cfg(loom)]
-pub(crate) use loom::cell::UnsafeCell;
+pub use loom::cell::UnsafeCell;
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
@@ -24,11 +24,12 @@ pub(crate) use core::sync::atomic::Ordering;
 #[cfg(not(loom))]
 #[repr(transparent)]
 #[derive(Debug)]
-pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
-    pub(crate) const fn new(v: T) -> Self {
+    /// A cell holding `v`.
+    pub const fn new(v: T) -> Self {
         UnsafeCell(core::cell::UnsafeCell::new(v))
     }
 
