@@ -2,89 +2,88 @@
 //! inject into a target with LD_PRELOAD. Watchpoints live in [`watch`]; everything else
 //! here serves recording.
 //!
-//! It owns: reading its configuration from the environment (`config`), following the
-//! target's threads (its `pthread_create` wraps the start routine so each new thread opens
-//! its own perf group before running user code), sampling (`sampler`: one-shot armed
-//! task-clock/cycles leader, synchronous SIGTRAP per thread, period alternation), the
-//! per-thread rings (`slots`) and the writer thread (`writer`). It must never
-//! allocate, lock or panic in a signal handler, never change the target's output or exit
-//! status, and never unwind into the target's frames (this crate builds with
-//! `panic = "abort"`; nothing here panics on purpose: errors become NOTE chunks).
+//! It owns: attaching to the recording's arena (`session`), following the target's
+//! threads (its `pthread_create` wraps the start routine so each new thread opens its own
+//! perf group before running user code), sampling (`sampler`: one-shot armed
+//! task-clock/cycles leader, synchronous SIGTRAP per thread, period alternation, a stack
+//! walk, the sample appended to the thread's block in the arena), the chunks a process
+//! writes itself (`chunks`: PROCESS, MAPS, NOTE), and the calibration a separate process
+//! runs before the target (`calibrate`). It must never allocate, lock or panic in a
+//! signal handler, never change the target's output or exit status, never unwind into
+//! the target's frames (this crate builds with `panic = "abort"`; nothing here panics on
+//! purpose: errors become NOTE chunks), and never start a thread in the target.
+//!
+//! # Custody: samples leave the target as they are taken
+//!
+//! The handler writes each sample into shared memory that `strobe record` created and
+//! drains (the arena's block pool, crate strobe-sampler's `custody`). Nothing waits in
+//! the target: a target killed by SIGKILL, `abort()` or SIGSEGV loses no sample it took,
+//! and there is no writer thread. Samples that find no free block are counted in the
+//! thread's slot, exactly.
 //!
 //! # Processes
 //!
 //! - Start: the command `strobe record` launched (no `STROBE_AGENT_PID` in the
-//!   environment). The agent sets `STROBE_AGENT_PID` to its pid.
-//! - fork: a `pthread_atfork` child handler closes the parent's events in the child and
-//!   stops sampling there; with `--follow-fork` it starts a new stream (origin Fork) with
-//!   its own writer thread. Children made with `vfork`/`posix_spawn` run no fork handlers;
-//!   they exec at once (see next point).
-//! - exec: events are opened with `remove_on_exec` and close-on-exec fds, and the agent
-//!   drains its rings and writes END (reason Exec) before `execve`/`execv`/`execvp`/
-//!   `execvpe` (the variadic `execl*` family is not wrapped: samples buffered since the
-//!   last wakeup are lost there, uncounted). The new image loads the agent again through
-//!   LD_PRELOAD; if its pid equals `STROBE_AGENT_PID` it is the same process and starts a
-//!   new stream with origin Exec; otherwise it is a forked child's new image and is
-//!   profiled (origin Exec, its own stream) only with `--follow-fork`.
+//!   environment). The agent sets `STROBE_AGENT_PID` to its pid, claims an entry in the
+//!   arena's process table and writes its PROCESS and MAPS chunks.
+//! - fork: a `pthread_atfork` child handler closes the child's copies of the parent's
+//!   events and stops sampling there (the arena is shared with the parent, whose slots it
+//!   leaves alone); with `--follow-fork` it starts a new stream. Children made with
+//!   `vfork`/`posix_spawn` run no fork handlers; they exec at once (see next point).
+//! - exec: events are opened with `remove_on_exec` and close-on-exec fds; before
+//!   `execve`/`execv`/`execvp`/`execvpe`/`execl*` the agent disables the calling thread's
+//!   leader, writes the mappings and marks its process entry Execed. The new image loads
+//!   the agent again through LD_PRELOAD; if its pid equals `STROBE_AGENT_PID` it is the
+//!   same process and starts a new stream with origin Exec; otherwise it is a forked
+//!   child's new image and is profiled only with `--follow-fork`.
 //! - exit: a `.fini_array` destructor (and the interposed `_exit`/`_Exit`, which skip
-//!   destructors) stops sampling, drains every ring, writes LOST and END. A target killed
-//!   by a signal skips it: the file then holds what the writer wrote at its last wakeup, up
-//!   to the last whole chunk.
+//!   destructors) stops sampling and marks the process entry Exited. A process killed by a
+//!   signal does neither; the recorder notices it is gone and drains its threads' blocks.
 //! - A `vfork` child shares our memory but not our pid: every path that writes the
 //!   recording checks the pid first and leaves it to the parent.
 //!
-//! # The cost, once
-//!
-//! The first image measures the per-sample cost (`sampler::calibrate`, about 15 ms of CPU)
-//! and puts it in `STROBE_COSTS`; forked children and exec'd images reuse it. The period
-//! charges that cost times `sampler::INDIRECT_COST_FACTOR`: the calibration spins a
-//! register-only loop, and a real target pays about twice as much per sample (measured
-//! with `strobe bench sampling`, which prints the ratio).
-//!
 //! # Known limits
 //!
-//! - Threads made with raw `clone` (not `pthread_create`) are not profiled.
+//! - Threads made with raw `clone` (not `pthread_create`) are not profiled; the recorder
+//!   says so when a process took CPU time its profiled threads do not account for.
 //! - SIGTRAP: `sigaction` and `signal` are interposed so that a target installing its own
 //!   SIGTRAP handler gets a virtual disposition that our handler chains to for every
 //!   SIGTRAP that is not a sample (raw `rt_sigaction` system calls bypass this).
-//! - A target that closes every fd it did not open stops the recording.
-//!
 //!
 //! Not a limit on recent kernels (this machine's 6.18): sampling does not make a blocking
 //! call (nanosleep, poll, select) return EINTR. perf raises the `sigtrap` signal from task
 //! work on the thread's way back to user space, not while it waits in the kernel (test
-//! `sampling_never_cuts_a_blocking_call_short`). Kernels that raised it from irq work
-//! could cut such a call short when an overflow lands in it, which needs kernel counting;
-//! with kernel counting excluded, overflows only happen in user mode. The handler uses
-//! SA_RESTART, which covers the other calls.
+//! `sampling_never_cuts_a_blocking_call_short`). The handler uses SA_RESTART, which covers
+//! the other calls.
 
-mod config;
+mod calibrate;
+mod chunks;
 mod sampler;
+mod session;
 mod slots;
+mod stack;
 mod watch;
-mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use strobe_format::{Encoder, EndReason, NoteLevel, PeriodSource, ProcessInfo, ProcessOrigin};
-
-use crate::config::Config;
-use crate::slots::RECORD_HEAD;
+use strobe_format::{Encoder, NoteLevel, PeriodSource, ProcessInfo, ProcessOrigin};
+use strobe_perf::spec::GroupSpec;
+use strobe_protocol::{Arena, CallGraph, ProcEntry, ProcState, RecordConfig};
 
 /// One agent instance (a process's stream) and the parameters its handlers read.
 pub struct Agent {
-    cfg: Config,
+    cfg: RecordConfig,
+    spec: GroupSpec,
     /// The process this agent records. A `vfork` child shares our memory but not our pid:
     /// it must not touch the recording.
     pid: libc::pid_t,
     out_fd: libc::c_int,
-    event_fd: libc::c_int,
     stream: u32,
-    /// Words per ring record.
-    stride: usize,
-    capacity: u64,
-    wakeup: u64,
+    /// This process's entry in the arena's process table.
+    proc_index: Option<usize>,
     window: u64,
+    call_graph: CallGraph,
+    max_depth: u32,
     period: AtomicU64,
     jitter: AtomicU64,
     /// The measured costs (0 until measured), for a forked child to reuse.
@@ -92,9 +91,18 @@ pub struct Agent {
     floor_ns: AtomicU64,
 }
 
+impl Agent {
+    /// This process's entry in the arena's process table.
+    fn proc_entry(&self) -> Option<&'static ProcEntry> {
+        arena()?.procs().get(self.proc_index?)
+    }
+}
+
 /// The live agent (null before start or when disabled). Handlers load it with Acquire:
 /// the Agent was fully built before the Release store that published it.
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
+/// The recording's arena (null when not recording). Set once per image, before AGENT.
+static ARENA: AtomicPtr<Arena> = AtomicPtr::new(std::ptr::null_mut());
 /// New threads get sampling set up.
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// The pthread key whose destructor closes a thread's events at thread exit.
@@ -105,6 +113,15 @@ static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
 pub(crate) fn agent() -> Option<&'static Agent> {
     let p = AGENT.load(Ordering::Acquire);
     // SAFETY: AGENT only ever holds null or a leaked Box<Agent> that is never freed.
+    unsafe { p.as_ref() }
+}
+
+/// The recording's arena.
+#[inline]
+pub(crate) fn arena() -> Option<&'static Arena> {
+    let p = ARENA.load(Ordering::Acquire);
+    // SAFETY: ARENA only ever holds null or a leaked Box<Arena> that is never freed (its
+    // mapping lives as long as the image).
     unsafe { p.as_ref() }
 }
 
@@ -128,136 +145,90 @@ extern "C" fn agent_init() {
     if watch::configured() {
         watch::start();
     }
-    let cfg = match config::from_env() {
-        Ok(Some(c)) => c,
-        Ok(None) => return, // not launched by strobe record: stay inert
-        Err(msg) => {
-            if let Some(out) = std::env::var_os(config::ENV_OUTPUT) {
-                note_to_path(&out, &format!("strobe agent: bad configuration: {msg}"));
-            }
-            return;
-        }
-    };
+    let Some((arena, cfg)) = session::attach() else { return };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let origin =
-        match std::env::var(config::ENV_AGENT_PID).ok().and_then(|p| p.parse::<libc::pid_t>().ok())
-        {
-            None => ProcessOrigin::Start,
-            Some(p) if p == pid => ProcessOrigin::Exec,
-            Some(_) if cfg.follow_fork => ProcessOrigin::Exec,
-            Some(_) => return, // a non-followed child's new image
-        };
+    let origin = match session::previous_agent_pid() {
+        None => ProcessOrigin::Start,
+        Some(p) if p == pid => ProcessOrigin::Exec,
+        Some(_) if cfg.follow_fork => ProcessOrigin::Exec,
+        Some(_) => return, // a non-followed child's new image
+    };
+    ARENA.store(Box::into_raw(Box::new(arena)), Ordering::Release);
     // The constructor runs before main, single-threaded: setenv is safe here.
-    std::env::set_var(config::ENV_AGENT_PID, pid.to_string());
+    session::set_agent_pid(pid);
     // SAFETY: registering plain extern "C" fns; they run in fork's context.
-    unsafe { libc::pthread_atfork(Some(atfork_prepare), Some(atfork_parent), Some(atfork_child)) };
+    unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: `key` is a valid out-pointer; the destructor is a plain extern "C" fn.
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
         KEY.store(u64::from(key), Ordering::Relaxed);
     }
     if let Err(e) = sampler::install_handler() {
-        note_to_path(
+        session::note_to_path(
             &cfg.output,
             &format!("strobe agent: cannot install the SIGTRAP handler: {e}"),
         );
         return;
     }
-    start(cfg, origin, inherited_costs());
+    start(cfg, origin);
 }
 
-/// Costs measured by an earlier image of this recording (exec keeps the environment), so
-/// an exec'd image does not pay the calibration again: `sample_ns,floor_ns,leader_per_ns`.
-fn inherited_costs() -> Option<sampler::Costs> {
-    let v = std::env::var(config::ENV_COSTS).ok()?;
-    let mut it = v.split(',');
-    let sample_ns = it.next()?.parse().ok()?;
-    let floor_ns = it.next()?.parse().ok()?;
-    let leader_per_ns = it.next()?.parse().ok()?;
-    Some(sampler::Costs { sample_ns, floor_ns, leader_per_ns })
-}
-
-/// Starts a stream: opens the file, calibrates (unless `known` costs are given: a forked
-/// child or an exec'd image reuses its parent's), writes PROCESS and MAPS, starts the
-/// writer and sets up the calling thread.
-fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
-    let Ok(path) =
-        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(cfg.output.as_os_str()))
-    else {
-        return;
+/// Starts a stream: opens the file, takes the costs (or measures them), derives the
+/// period, claims a process entry, writes PROCESS and MAPS, and sets up the calling
+/// thread. In calibration mode it runs the calibration instead and records nothing.
+fn start(cfg: RecordConfig, origin: ProcessOrigin) {
+    let spec = match strobe_perf::spec::parse(&cfg.events, cfg.hardware) {
+        Ok(s) => s,
+        Err(e) => {
+            session::note_to_path(&cfg.output, &format!("strobe agent: bad event group: {e}"));
+            return;
+        }
     };
-    // SAFETY: a NUL-terminated path; plain flags.
-    let out_fd =
-        unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC) };
-    if out_fd < 0 {
+    let out_fd = if cfg.calibrate { -1 } else { session::open_output(&cfg.output) };
+    if out_fd < 0 && !cfg.calibrate {
         return; // nowhere to say anything; the recorder notices the missing stream
     }
-    // SAFETY: plain flags.
-    let event_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    let mut stream = 0u32;
-    while stream == 0 {
-        // SAFETY: fills 4 bytes of a live local.
-        unsafe { libc::getrandom((&mut stream as *mut u32).cast(), 4, 0) };
-        if stream == 0 {
-            stream = sampler::mono_ns() as u32 | 1;
-        }
-    }
-    let leader_is_time = cfg.spec.leader().is_time;
-    let window = cfg.spec.window_or_default();
-    let ncounters = cfg.spec.events.len();
+    let stream = session::new_stream_id();
+    let leader_is_time = spec.leader().is_time;
+    let window = spec.window_or_default();
     let a = Box::new(Agent {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         out_fd,
-        event_fd,
         stream,
-        stride: RECORD_HEAD + ncounters,
-        capacity: cfg.capacity,
-        wakeup: cfg.wakeup,
+        proc_index: None,
         window,
+        call_graph: cfg.call_graph,
+        max_depth: cfg.max_depth,
         // Long enough that it never fires while calibrating.
         period: AtomicU64::new(if leader_is_time { 1_000_000_000 } else { 1 << 40 }),
         jitter: AtomicU64::new(0),
         sample_ns: AtomicU64::new(0),
         floor_ns: AtomicU64::new(0),
+        spec,
         cfg,
     });
-    let a: &'static Agent = Box::leak(a);
-    if event_fd < 0 {
-        writer::note(a, NoteLevel::Error, "strobe agent: eventfd failed; not profiling".into());
+    let a: &'static mut Agent = Box::leak(a);
+    AGENT.store(a as *mut Agent, Ordering::Release);
+    if a.cfg.calibrate {
+        calibrate::run(a);
+        AGENT.store(std::ptr::null_mut(), Ordering::Release);
         return;
     }
-    AGENT.store(a as *const Agent as *mut Agent, Ordering::Release);
-
-    // Measure our own cost, then derive the period from the budget.
-    let costs = match known {
-        Some(c) => Some(c),
-        None => {
-            let c = sampler::calibrate(a);
-            if let (Some(c), ProcessOrigin::Start | ProcessOrigin::Exec) = (&c, origin) {
-                // Still single-threaded (the constructor, before the writer starts):
-                // setenv is safe here. A forked child never gets here (it inherits).
-                std::env::set_var(
-                    config::ENV_COSTS,
-                    format!("{},{},{}", c.sample_ns, c.floor_ns, c.leader_per_ns),
-                );
-            }
-            c
-        }
-    };
+    let known = a.cfg.costs;
+    let costs = known.or_else(|| calibrate::costs(a));
     let (sample_ns, floor_ns, per_ns) =
         costs.as_ref().map_or((0, 0, 1.0), |c| (c.sample_ns, c.floor_ns, c.leader_per_ns));
-    let spec = &a.cfg.spec;
+    let spec = &a.spec;
     let per_ns = if leader_is_time { 1.0 } else { per_ns.max(1e-3) };
     let samples_per_cycle = if window > 0 { 2.0 } else { 1.0 };
-    let budget = a.cfg.overhead_ppm as f64 / 1e6;
+    let budget = a.cfg.overhead_ppm.max(1) as f64 / 1e6;
     let window_ns = window as f64 / per_ns;
     // What one sample costs the target: the calibrated handler path plus what the
-    // calibration cannot see (cache/TLB refill, group switches; see
-    // `sampler::INDIRECT_COST_FACTOR` for where the factor comes from). The period choice
+    // calibration cannot see (see `calibrate::INDIRECT_COST_FACTOR`). The period choice
     // and the explicit-period warning charge the same figure.
-    let charged_ns = sample_ns as f64 * sampler::INDIRECT_COST_FACTOR;
+    let charged_ns = sample_ns as f64 * calibrate::INDIRECT_COST_FACTOR;
     let (period, jitter, source) = match spec.period {
         Some(p) => (p, spec.jitter.unwrap_or(0), PeriodSource::Explicit),
         None => {
@@ -280,6 +251,16 @@ fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
 
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
+    let Some(ar) = arena() else { return };
+    a.proc_index = ar
+        .claim_proc(pid as u32, ppid as u32, stream)
+        .map(|p| (p as *const ProcEntry as usize - ar.procs().as_ptr() as usize) / std::mem::size_of::<ProcEntry>());
+    if let Some(p) = a.proc_entry() {
+        // Relaxed: the recorder reads them after the process ends, or as estimates.
+        p.period.store(period, Ordering::Relaxed);
+        p.jitter.store(jitter, Ordering::Relaxed);
+        p.window.store(window, Ordering::Relaxed);
+    }
     let info = ProcessInfo {
         pid: pid as u32,
         ppid: ppid as u32,
@@ -296,73 +277,35 @@ fn start(cfg: Config, origin: ProcessOrigin, known: Option<sampler::Costs>) {
     };
     let mut e = Encoder::new();
     e.process(stream, &info);
-    writer::first_maps(a, &mut e);
+    chunks::maps_if_changed(a, &mut e);
+    let mut warn = |message: String| {
+        ar.push_note(&message);
+        e.note(stream, &strobe_format::Note { level: NoteLevel::Warning, message });
+    };
     if costs.is_none() {
-        e.note(
-            stream,
-            &strobe_format::Note {
-                level: NoteLevel::Warning,
-                message:
-                    "strobe agent: could not measure the per-sample cost; the period is a guess"
-                        .into(),
-            },
-        );
+        warn("strobe agent: could not measure the per-sample cost; the period is a guess".into());
+    }
+    if a.proc_index.is_none() {
+        warn("strobe agent: the recording's process table is full; this process's end is not recorded".into());
     }
     if source == PeriodSource::Explicit && predicted_ppm > a.cfg.overhead_ppm {
-        e.note(
-            stream,
-            &strobe_format::Note {
-                level: NoteLevel::Warning,
-                message: format!(
-                    "period={period} with window={window} predicts a {:.1}% slowdown ({:.0} us per sample: {:.1} us measured at start, x{} for cache refill and context switches), above the {:.1}% overhead budget; drop period= to let strobe pick one",
-                    predicted_ppm as f64 / 1e4,
-                    charged_ns / 1e3,
-                    sample_ns as f64 / 1e3,
-                    sampler::INDIRECT_COST_FACTOR,
-                    a.cfg.overhead_ppm as f64 / 1e4
-                ),
-            },
-        );
+        warn(format!(
+            "period={period} with window={window} predicts a {:.1}% slowdown ({:.0} us per sample: {:.1} us measured at start, x{} for cache refill and context switches), above the {:.1}% overhead budget; drop period= to let strobe pick one",
+            predicted_ppm as f64 / 1e4,
+            charged_ns / 1e3,
+            sample_ns as f64 / 1e3,
+            calibrate::INDIRECT_COST_FACTOR,
+            a.cfg.overhead_ppm as f64 / 1e4
+        ));
     }
-    writer::write_all(out_fd, e.as_bytes());
-
-    // The writer: created with every signal blocked (it inherits the mask), through the
-    // real pthread_create so it gets no perf event.
-    if !spawn_writer() {
-        writer::note(
-            a,
-            NoteLevel::Error,
-            "strobe agent: cannot start the writer thread; not profiling".into(),
-        );
-        AGENT.store(std::ptr::null_mut(), Ordering::Release);
-        return;
-    }
+    chunks::write_all(out_fd, e.as_bytes());
     ENABLED.store(true, Ordering::Release);
     setup_thread(a);
 }
 
-fn spawn_writer() -> bool {
-    let Some(create) = real_pthread_create() else { return false };
-    // SAFETY: plain signal-mask manipulation around the create; the writer inherits the
-    // full mask, this thread gets its old mask back.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let mut t: libc::pthread_t = 0;
-        let rc = create(&mut t, std::ptr::null(), writer::writer_main, std::ptr::null_mut());
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if rc == 0 {
-            libc::pthread_detach(t);
-        }
-        rc == 0
-    }
-}
-
 /// Sets up sampling for the calling thread (a new thread, before its start routine).
 fn setup_thread(a: &Agent) {
-    match sampler::open_slot(a, a.period.load(Ordering::Relaxed)) {
+    match sampler::open_slot(a, None) {
         Ok(idx) => {
             let key = KEY.load(Ordering::Relaxed);
             if key != u64::MAX {
@@ -380,12 +323,12 @@ fn setup_thread(a: &Agent) {
         Err(sampler::SetupError::NoSlot) => {
             static WARNED: AtomicBool = AtomicBool::new(false);
             if !WARNED.swap(true, Ordering::Relaxed) {
-                writer::note(
+                chunks::note(
                     a,
                     NoteLevel::Warning,
                     format!(
                         "more than {} threads alive at once: later threads are not profiled",
-                        slots::MAX_SLOTS
+                        arena().map_or(0, |ar| ar.slots().len()).min(slots::MAX_SLOTS)
                     ),
                 );
             }
@@ -393,11 +336,14 @@ fn setup_thread(a: &Agent) {
         Err(sampler::SetupError::Open(e)) => {
             static WARNED: AtomicBool = AtomicBool::new(false);
             if !WARNED.swap(true, Ordering::Relaxed) {
-                writer::note(
+                chunks::note(
                     a,
                     NoteLevel::Error,
-                    format!("strobe agent: cannot open the event group: {e}"),
+                    format!("strobe agent: cannot open the event group of a thread: {e}"),
                 );
+            }
+            if let Some(ar) = arena() {
+                ar.count_unprofiled_thread();
             }
         }
     }
@@ -406,28 +352,23 @@ fn setup_thread(a: &Agent) {
 /// pthread key destructor: the thread is exiting.
 extern "C" fn thread_exit(value: *mut libc::c_void) {
     let idx = (value as usize).wrapping_sub(1);
-    sampler::close_slot(idx, false);
-    if let Some(a) = agent() {
-        sampler::wake(a.event_fd);
+    if own_agent().is_some() {
+        sampler::close_slot(idx, false);
+    }
+}
+
+/// Stops sampling in this process and marks its entry Exited.
+fn end_process(a: &Agent) {
+    sampler::STOPPING.store(true, Ordering::SeqCst);
+    ENABLED.store(false, Ordering::Relaxed);
+    if let Some(p) = a.proc_entry() {
+        p.set_state(ProcState::Exited);
     }
 }
 
 extern "C" fn agent_fini() {
     let Some(a) = own_agent() else { return };
-    sampler::STOPPING.store(true, Ordering::SeqCst);
-    ENABLED.store(false, Ordering::Relaxed);
-    writer::finish(a, EndReason::Exit);
-}
-
-fn note_to_path(path: &std::ffi::OsStr, msg: &str) {
-    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
-        let mut e = Encoder::new();
-        e.note(
-            0x5707_0001,
-            &strobe_format::Note { level: NoteLevel::Error, message: msg.to_string() },
-        );
-        let _ = std::io::Write::write_all(&mut f, e.as_bytes());
-    }
+    end_process(a);
 }
 
 // ---------------------------------------------------------------------------------
@@ -466,6 +407,9 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     if ENABLED.load(Ordering::Acquire) {
         if let Some(a) = agent() {
             setup_thread(a);
+            // A library loaded since the last snapshot (dlopen) shows here; at most
+            // every 50 ms, so programs that churn threads do not re-read /proc each time.
+            chunks::write_maps_every(a, 50_000_000);
         }
     }
     (s.routine)(s.arg)
@@ -500,56 +444,32 @@ pub unsafe extern "C" fn pthread_create(
     rc
 }
 
-extern "C" fn atfork_prepare() {
-    writer::lock();
-}
-
-extern "C" fn atfork_parent() {
-    writer::unlock();
-}
-
 extern "C" fn atfork_child() {
-    // Only the forking thread exists here. The parent's events are the parent's: close our
-    // copies of their fds and forget the parent's rings (the parent writes them).
+    // Only the forking thread exists here. The parent's events are the parent's: close
+    // our copies of their fds. The arena is shared with the parent: its slots are the
+    // parent's threads' and must not be touched.
     ENABLED.store(false, Ordering::Relaxed);
-    let high = slots::HIGH_WATER.load(Ordering::Relaxed) as usize;
-    for slot in slots::SLOTS.iter().take(high) {
-        if slot.ctl.state() != strobe_sampler::slot::FREE {
-            slot.ctl.mark_closing();
-            let g = slot.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
-            if !g.is_null() {
-                // SAFETY: from Box::into_raw in open_slot; swapped out, dropped once. This
-                // closes the child's copies of the fds only.
-                drop(unsafe { Box::from_raw(g) });
-            }
-            slot.leader_fd.store(-1, Ordering::Relaxed);
-            // FREE: the ring (our private copy of the parent's) is emptied by the next
-            // claimer's `prepare`; the parent writes its own records.
-            slot.ctl.finish_close(true);
-        }
+    let high = arena().map_or(0, |ar| ar.high_water()).min(slots::MAX_SLOTS);
+    for local in slots::LOCAL.iter().take(high) {
+        local.close_group();
     }
-    writer::reset_in_child();
-    writer::unlock();
+    chunks::reset_in_child();
     let old = AGENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: as in `agent()`; the old agent is leaked, never freed.
     let Some(old) = (unsafe { old.as_ref() }) else { return };
-    // SAFETY: closing the child's copies of the parent's fds.
-    unsafe {
-        libc::close(old.event_fd);
-    }
-    if old.cfg.follow_fork {
-        let cfg = old.cfg.clone();
-        // SAFETY: closing our copy; `start` opens the file again.
-        unsafe { libc::close(old.out_fd) };
-        let costs = sampler::Costs {
+    // SAFETY: closing the child's copy of the output fd; `start` opens the file again.
+    unsafe { libc::close(old.out_fd) };
+    if old.cfg.follow_fork && !old.cfg.calibrate {
+        let costs = strobe_protocol::Costs {
             sample_ns: old.sample_ns.load(Ordering::Relaxed),
             floor_ns: old.floor_ns.load(Ordering::Relaxed),
             leader_per_ns: 1.0,
         };
-        start(cfg, ProcessOrigin::Fork, (costs.sample_ns > 0).then_some(costs));
-    } else {
-        // SAFETY: closing the child's copy of the output fd: the child writes nothing.
-        unsafe { libc::close(old.out_fd) };
+        let cfg = strobe_protocol::RecordConfig {
+            costs: (costs.sample_ns > 0).then_some(costs),
+            ..old.cfg.clone()
+        };
+        start(cfg, ProcessOrigin::Fork);
     }
 }
 
@@ -566,25 +486,32 @@ fn own_slot() -> Option<usize> {
 
 /// Before the process image is replaced: stop this thread's sampling (an overflow during
 /// execve would raise a SIGTRAP that the new image receives before it has a handler, and
-/// dies of), then drain and write END (reason Exec). Other threads' pending signals die
-/// with them in execve. Returns the slot to re-arm if exec fails.
+/// dies of), write the mappings and say in the process table that this image ends (its
+/// threads' blocks stay in the arena; the recorder drains them once the new image is up
+/// or the process is gone). Returns the slot to re-arm if exec fails.
 fn before_exec() -> Option<usize> {
     // A vfork child execs on our memory: its thread has no events of its own, and the
     // recording and the events it could reach are the parent's. Touch nothing.
     let a = own_agent()?;
     let idx = own_slot();
-    if let Some(slot) = idx.and_then(|i| slots::SLOTS.get(i)) {
-        let fd = slot.leader_fd.load(Ordering::Relaxed);
+    if let Some(local) = idx.and_then(|i| slots::LOCAL.get(i)) {
+        let fd = local.leader_fd.load(Ordering::Relaxed);
         // SAFETY: DISABLE takes an integer; `fd` is this thread's live leader. Once the
         // ioctl returns, any overflow before it has been delivered to our handler.
         unsafe { libc::ioctl(fd, strobe_perf::sys::ioctl::DISABLE, 0) };
     }
-    writer::finish(a, EndReason::Exec);
+    chunks::write_maps(a);
+    if let Some(p) = a.proc_entry() {
+        p.set_state(ProcState::Execed);
+    }
     idx
 }
 
 /// exec failed: the process goes on, and so does this thread's sampling.
 fn after_failed_exec(idx: Option<usize>) {
+    if let Some(p) = own_agent().and_then(Agent::proc_entry) {
+        p.set_state(ProcState::Running);
+    }
     if let Some(i) = idx {
         sampler::arm(i);
     }
@@ -592,7 +519,7 @@ fn after_failed_exec(idx: Option<usize>) {
 
 macro_rules! wrap_exec {
     ($name:ident, $cname:expr, ($($arg:ident: $ty:ty),*)) => {
-        /// Interposed: drains the recording, then calls libc's function.
+        /// Interposed: ends this image's part of the recording, then calls libc's function.
         ///
         /// # Safety
         /// Same contract as libc's function of this name.
@@ -695,13 +622,11 @@ pub unsafe extern "C" fn signal(
 }
 
 /// Interposes `_exit` (which skips the destructors, and which shells such as dash use to
-/// end): drains the recording and writes END first, when called by the recorded process.
+/// end): stops sampling and says in the process table that the process exited.
 #[no_mangle]
 pub extern "C" fn _exit(status: libc::c_int) -> ! {
     if let Some(a) = own_agent() {
-        sampler::STOPPING.store(true, Ordering::SeqCst);
-        ENABLED.store(false, Ordering::Relaxed);
-        writer::finish(a, EndReason::Exit);
+        end_process(a);
     }
     loop {
         // SAFETY: exit_group ends the process; it takes a plain status and never returns.

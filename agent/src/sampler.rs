@@ -1,10 +1,11 @@
-//! Per-thread sampling: thread setup and teardown, the overflow signal handler that
-//! alternates the long period and the window, and the start-up cost calibration.
+//! Per-thread sampling: thread setup and teardown, and the overflow signal handler that
+//! alternates the long period and the window, walks the stack and appends each sample
+//! to the thread's block in the shared arena (where `strobe record` drains it).
 //!
 //! Owns: the SIGTRAP handler and what it may touch. The handler must never allocate, lock,
-//! panic or unwind: it uses only atomics, fixed arrays read with `get`, and the raw
-//! system calls read(2), ioctl(2), write(2) (on an eventfd), clock_gettime and tgkill
-//! callers; it saves and restores `errno`.
+//! panic or unwind: it uses only atomics, fixed arrays read with `get`, the arena's
+//! custody code, and the raw system calls read(2), ioctl(2), futex(2) (waking the
+//! recorder), clock_gettime and tgkill callers; it saves and restores `errno`.
 //!
 //! # Why perf's `sigtrap` and not F_SETOWN_EX + F_SETSIG
 //!
@@ -27,23 +28,47 @@
 //! `PERF_EVENT_IOC_REFRESH 1`: it disables itself at each overflow (the whole group stops
 //! counting while the handler runs, so the handler's own time is not in the counts), the
 //! handler sets the next period on the stopped event (cheap) and re-arms it.
+//!
+//! What is still counted: the kernel's overflow path between the overflow and the group
+//! stopping (about 14 us of task-clock here), and the re-arming ioctl's own return and the
+//! `sigreturn` after it (about 7 us): every window carries about 28 us that is not the
+//! target's (measured; see `calibrate`). The calibration process measures that baseline
+//! for every counter before the target starts, `strobe record` stores it in the file and
+//! `strobe report` subtracts it from every window.
+//!
+//! # A fair first period
+//!
+//! A thread's counters start at zero. If every thread's first period were a whole period,
+//! a thread living less than one period would never be sampled, however many there are
+//! (2000 threads of 1 ms at a 6 ms period gave 7 samples where 300 were due). Each new
+//! thread's first period is instead drawn from the stationary residual of the sampling
+//! cycle (long period + jitter + window), so the expected number of samples of any
+//! thread is its CPU time over the mean cycle, however short its life.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use strobe_perf::spec::MAX_GROUP;
 use strobe_perf::sys::{self, ioctl};
-use strobe_sampler::{Periods, Push};
+use strobe_protocol::CallGraph;
+use strobe_sampler::custody::record::{Rec, FLAG_COMPLETE, FLAG_HAS_STACK, FLAG_TRUNCATED};
+use strobe_sampler::custody::{self, Append, SharedSlot};
+use strobe_sampler::{Kind, Periods};
 
-use crate::slots::{self, Slot, RECORD_HEAD};
-use crate::{agent, Agent};
+use crate::slots::{self, Local, LOCAL};
+use crate::stack;
+use crate::{agent, arena, Agent};
 
 /// Set at exit: handlers stop recording and re-arming.
 pub static STOPPING: AtomicBool = AtomicBool::new(false);
 
-/// 0: normal. 1: calibrating the floor. 2: calibrating the full sample path.
-static CALIB_MODE: AtomicU8 = AtomicU8::new(0);
-/// The slot calibration runs on.
-static CALIB_SLOT: AtomicUsize = AtomicUsize::new(0);
+/// 0: normal. Other values: a calibration mode (see `calibrate`).
+pub static CALIB_MODE: AtomicU8 = AtomicU8::new(0);
+
+/// Words of a group read: nr, time_enabled, time_running, then the values.
+pub const READ_HEAD: usize = 3;
+
+/// The deepest stack a sample can keep.
+pub const MAX_DEPTH: usize = strobe_sampler::custody::record::MAX_FRAMES;
 
 /// The target's SIGTRAP disposition, for SIGTRAPs that are not perf's: the one before
 /// ours, then whatever the target installs later through `sigaction`/`signal` (which the
@@ -144,29 +169,6 @@ pub fn install_handler() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The interrupted instruction pointer from the handler's context.
-#[inline]
-fn context_ip(uc: *mut libc::c_void) -> u64 {
-    if uc.is_null() {
-        return 0;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-        let uc = unsafe { &*(uc as *const libc::ucontext_t) };
-        uc.uc_mcontext.gregs.get(libc::REG_RIP as usize).map_or(0, |&r| r as u64)
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-        let uc = unsafe { &*(uc as *const libc::ucontext_t) };
-        uc.uc_mcontext.pc
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        0
-    }
-}
 
 extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: errno is thread-local; saving and restoring it keeps the interrupted code's
@@ -178,25 +180,28 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
     // SAFETY: `info` is the siginfo_t the kernel passed to this SA_SIGINFO handler.
     let si = unsafe { sys::perf_siginfo(info) };
     if si.code == sys::TRAP_PERF {
-        if let (Some(a), Some(slot)) = (agent(), slots::lookup(si.perf_data)) {
-            if CALIB_MODE.load(Ordering::Relaxed) == 1
-                && (si.perf_data & 0xffff) as usize == CALIB_SLOT.load(Ordering::Relaxed)
-            {
-                // Floor calibration: signal delivery and one group read, nothing else.
-                let mut words = [0u64; RECORD_HEAD + MAX_GROUP];
-                std::hint::black_box(read_group(slot, &mut words));
-                FLOOR_HITS.fetch_add(1, Ordering::Relaxed);
+        let (index, generation) = slots::decode(si.perf_data);
+        let found = (|| {
+            let a = agent()?;
+            let ar = arena()?;
+            let slot = ar.slots().get(index)?;
+            let local = LOCAL.get(index)?;
+            slot.ctl.lookup(generation).then_some((a, ar, slot, local))
+        })();
+        if let Some((a, ar, slot, local)) = found {
+            if CALIB_MODE.load(Ordering::Relaxed) != 0 {
+                crate::calibrate::on_overflow(a, index, slot, local, uc);
             } else if si.perf_flags & sys::TRAP_PERF_FLAG_ASYNC != 0 {
                 // The thread had SIGTRAP blocked: the signal arrives late, where the thread
                 // unblocked it, so its IP and counters describe the wrong place. Record
                 // nothing; start a fresh long period.
-                rearm_long(a, slot);
+                rearm_long(a, slot, local);
             } else {
-                take_sample(a, slot, context_ip(uc));
+                take_sample(a, ar, index, slot, local, uc);
             }
         }
     } else if si.code == libc::SI_TKILL && CALIB_MODE.load(Ordering::Relaxed) != 0 {
-        calibration_signal(uc);
+        crate::calibrate::on_tkill(uc);
     } else {
         chain(sig, info, uc);
     }
@@ -241,11 +246,11 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
 
 /// Reads the slot's group into `words`, returning the number of counters read.
 #[inline]
-fn read_group(slot: &Slot, words: &mut [u64; RECORD_HEAD + MAX_GROUP]) -> usize {
-    let fd = slot.leader_fd.load(Ordering::Relaxed);
+pub fn read_group(local: &Local, words: &mut [u64; READ_HEAD + MAX_GROUP]) -> usize {
+    let fd = local.leader_fd.load(Ordering::Relaxed);
     // SAFETY: `words` is valid for writes of its full length during the call.
     let n = unsafe { libc::read(fd, words.as_mut_ptr().cast(), std::mem::size_of_val(words)) };
-    if n < 8 * RECORD_HEAD as isize {
+    if n < 8 * READ_HEAD as isize {
         return 0;
     }
     (words[0] as usize).min(MAX_GROUP)
@@ -253,7 +258,7 @@ fn read_group(slot: &Slot, words: &mut [u64; RECORD_HEAD + MAX_GROUP]) -> usize 
 
 /// The periods the handler alternates between.
 #[inline]
-fn periods(a: &Agent) -> Periods {
+pub fn periods(a: &Agent) -> Periods {
     // Relaxed: plain parameters, set before sampling starts (calibration swaps the
     // period on the calibrating thread itself).
     Periods {
@@ -263,74 +268,83 @@ fn periods(a: &Agent) -> Periods {
     }
 }
 
-/// The handler's work for one overflow of `slot`'s leader: read the group once, record
-/// the sample, switch the period, re-arm. Async-signal-safe. Returns true if recorded.
+/// Sets the next period on the stopped leader and re-arms it for one overflow.
 #[inline]
-pub fn take_sample(a: &Agent, slot: &Slot, ip: u64) -> bool {
-    if STOPPING.load(Ordering::Relaxed) {
-        return false;
-    }
-    let mut words = [0u64; RECORD_HEAD + MAX_GROUP];
-    let n = read_group(slot, &mut words);
-    let time = mono_ns();
-    let counters = words.get(RECORD_HEAD..RECORD_HEAD + n).unwrap_or(&[]);
-    let leader = counters.first().copied().unwrap_or(0);
-    let step = slot.alt.on_overflow(&periods(a), leader);
-    // SAFETY: this handler is the ring's only producer: it runs on the slot's owner
-    // thread (the caller's lookup checked the generation), SIGTRAP is blocked while it
-    // runs so it does not re-enter itself, and the owner prepares the ring only before
-    // the slot is ACTIVE.
-    let pushed = unsafe { slot.ring.push(time, ip, step.kind as u64, counters) };
-    if let Push::Stored { wake: true, .. } = pushed {
-        wake(a.event_fd);
-    }
-    let fd = slot.leader_fd.load(Ordering::Relaxed);
-    let mut p = step.next_period;
+fn rearm(local: &Local, mut period: u64) {
+    let fd = local.leader_fd.load(Ordering::Relaxed);
     // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH takes an
     // integer. `fd` is the owner's live leader (the slot is ACTIVE, checked by the caller).
     unsafe {
-        libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
+        libc::ioctl(fd, ioctl::PERIOD, &mut period as *mut u64);
         libc::ioctl(fd, ioctl::REFRESH, 1);
     }
-    matches!(pushed, Push::Stored { .. })
+}
+
+/// The handler's work for one overflow of `slot`'s leader: read the group once, walk the
+/// stack (window starts and plain samples only: a window's end is not a place where time
+/// went), append the sample to the thread's block, switch the period, re-arm.
+/// Async-signal-safe. Returns what the append did.
+#[inline]
+pub fn take_sample(
+    a: &Agent,
+    ar: &strobe_protocol::Arena,
+    index: usize,
+    slot: &SharedSlot,
+    local: &Local,
+    uc: *mut libc::c_void,
+) -> Option<Append> {
+    if STOPPING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut words = [0u64; READ_HEAD + MAX_GROUP];
+    let n = read_group(local, &mut words);
+    let time = mono_ns();
+    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
+    let leader = counters.first().copied().unwrap_or(0);
+    let step = slot.alt.on_overflow(&periods(a), leader);
+    let r = stack::regs(uc);
+    let mut frames = [0u64; MAX_DEPTH];
+    let mut flags = 0u16;
+    let mut depth = 0;
+    if a.call_graph != CallGraph::None && step.kind != Kind::WindowEnd {
+        let lo = local.stack_lo.load(Ordering::Relaxed);
+        let hi = local.stack_hi.load(Ordering::Relaxed);
+        let limit = (a.max_depth as usize).min(MAX_DEPTH);
+        let out = frames.get_mut(..limit).unwrap_or(&mut []);
+        let (d, end) = stack::walk_fp(&r, lo, hi, out);
+        depth = d;
+        flags |= FLAG_HAS_STACK;
+        match end {
+            stack::End::Complete => flags |= FLAG_COMPLETE,
+            stack::End::DepthLimit => flags |= FLAG_TRUNCATED,
+            stack::End::Implausible => {}
+        }
+    }
+    let rec = Rec {
+        kind: step.kind as u8,
+        flags,
+        time,
+        ip: r.ip,
+        counters,
+        frames: frames.get(..depth).unwrap_or(&[]),
+    };
+    // SAFETY: this handler is the slot's only producer: it runs on the slot's owner
+    // thread (the caller's lookup checked the generation), and SIGTRAP is blocked while
+    // it runs, so it does not re-enter itself.
+    let appended = unsafe { custody::append(&ar.pool(), slot, index as u32, &rec) };
+    if let Append::Stored { wake: true } | Append::Lost { wake: true } = appended {
+        ar.wake_recorder();
+    }
+    rearm(local, step.next_period);
+    Some(appended)
 }
 
 /// Re-arms `slot` for a long period without recording (a late, asynchronous signal).
-fn rearm_long(a: &Agent, slot: &Slot) {
+fn rearm_long(a: &Agent, slot: &SharedSlot, local: &Local) {
     if STOPPING.load(Ordering::Relaxed) {
         return;
     }
-    let fd = slot.leader_fd.load(Ordering::Relaxed);
-    let mut p = slot.alt.restart(&periods(a));
-    // SAFETY: as in `take_sample`.
-    unsafe {
-        libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
-        libc::ioctl(fd, ioctl::REFRESH, 1);
-    }
-}
-
-/// Wakes the writer thread (write(2) on an eventfd: async-signal-safe).
-#[inline]
-pub fn wake(event_fd: libc::c_int) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live local.
-    unsafe { libc::write(event_fd, (&one as *const u64).cast(), 8) };
-}
-
-fn calibration_signal(uc: *mut libc::c_void) {
-    let Some(slot) = slots::SLOTS.get(CALIB_SLOT.load(Ordering::Relaxed)) else { return };
-    match CALIB_MODE.load(Ordering::Relaxed) {
-        1 => {
-            let mut words = [0u64; RECORD_HEAD + MAX_GROUP];
-            std::hint::black_box(read_group(slot, &mut words));
-        }
-        2 => {
-            if let Some(a) = agent() {
-                take_sample(a, slot, context_ip(uc));
-            }
-        }
-        _ => {}
-    }
+    rearm(local, slot.alt.restart(&periods(a)));
 }
 
 /// Why a thread could not be set up.
@@ -341,16 +355,55 @@ pub enum SetupError {
     Open(strobe_perf::OpenError),
 }
 
-/// Claims a slot, allocates its ring and opens its group on the calling thread, with
-/// `first_period`. The group is left disarmed; returns the slot index.
-pub fn open_slot(a: &Agent, first_period: u64) -> Result<usize, SetupError> {
-    let (idx, generation) = slots::claim().ok_or(SetupError::NoSlot)?;
-    let Some(slot) = slots::SLOTS.get(idx) else { return Err(SetupError::NoSlot) };
+/// The first period of a new thread: a draw from the stationary residual of the sampling
+/// cycle, so a thread's expected samples are its CPU time over the mean cycle whatever
+/// its length (see the module note). `u` is uniform in [0, 1).
+pub fn first_period(p: &Periods, u: f64) -> u64 {
+    let base = p.period as f64 + p.window as f64;
+    let j = p.jitter as f64;
+    if base <= 0.0 {
+        return 1;
+    }
+    let mean = base + j / 2.0;
+    // The residual of a cycle uniform in [base, base + j] has density P(C > x) / mean:
+    // flat up to `base`, then falling linearly to 0 at `base + j`.
+    let flat = base / mean;
+    let x = if u < flat || j == 0.0 {
+        u / flat.max(f64::MIN_POSITIVE) * base
+    } else {
+        let v = ((u - flat) / (1.0 - flat)).clamp(0.0, 1.0);
+        base + j * (1.0 - (1.0 - v).sqrt())
+    };
+    (x.round() as u64).clamp(1, (base + j) as u64)
+}
+
+/// A uniform draw in [0, 1) from a 64-bit state (xorshift64*).
+fn uniform(seed: &mut u64) -> f64 {
+    let mut x = *seed | 1;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *seed = x;
+    (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Claims a slot, opens its group on the calling thread and records its stack bounds.
+/// The group is left disarmed with its first period already set: a residual draw
+/// (`first_period`), or `period` when given (calibration). Returns the slot index.
+pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
+    let ar = arena().ok_or(SetupError::NoSlot)?;
+    let (idx, generation) = ar.claim_slot().ok_or(SetupError::NoSlot)?;
+    let index = idx as usize;
+    let (Some(slot), Some(local)) = (ar.slots().get(index), LOCAL.get(index)) else {
+        return Err(SetupError::NoSlot);
+    };
+    let mut seed = mono_ns() ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let first = period.unwrap_or_else(|| first_period(&periods(a), uniform(&mut seed)));
     let group = match strobe_perf::EventGroup::open(
-        &a.cfg.spec,
+        &a.spec,
         strobe_perf::Target::CALLING_THREAD,
-        first_period,
-        slots::sig_data(idx, generation),
+        first,
+        slots::sig_data(index, generation),
         a.cfg.kernel,
     ) {
         Ok(g) => g,
@@ -359,238 +412,94 @@ pub fn open_slot(a: &Agent, first_period: u64) -> Result<usize, SetupError> {
             return Err(SetupError::Open(e));
         }
     };
-    // A slot keeps its ring when its thread exits (capacity and stride are fixed for the
-    // agent's life), so a program that churns threads does not map and unmap one per
-    // thread; memory stays bounded by the most threads alive at once.
-    // SAFETY: we hold the claim: the writer leaves CLAIMED slots alone, and a late signal
-    // of an earlier owner fails the lookup (not ACTIVE); the writer synchronises with
-    // our Release of ACTIVE below before it consumes.
-    unsafe { slot.ring.prepare(a.capacity, a.stride, a.wakeup) };
-    slot.tid.store(sys::gettid() as u32, Ordering::Relaxed);
-    slot.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
-    slot.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
-    slot.alt.reset(mono_ns() ^ (idx as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    slot.named.store(0, Ordering::Relaxed);
-    // Release (in `activate`): the writer thread that sees ACTIVE sees the ring, tid and
-    // counters above.
+    let (lo, hi) = slots::own_stack_bounds();
+    local.stack_lo.store(lo, Ordering::Relaxed);
+    local.stack_hi.store(hi, Ordering::Relaxed);
+    local.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
+    local.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
+    slot.reset_custody(a.pid as u32, sys::gettid() as u32, a.stream);
+    slot.set_comm(&thread_name());
+    slot.alt.reset(seed);
+    // Release (in `activate`): the recorder (and our own handler, on this thread) that
+    // sees ACTIVE sees the custody state and alternation above.
     slot.ctl.activate();
-    Ok(idx)
+    Ok(index)
 }
 
-/// Arms slot `idx`'s leader one-shot (its period was set at open).
-pub fn arm(idx: usize) {
-    if let Some(slot) = slots::SLOTS.get(idx) {
-        let fd = slot.leader_fd.load(Ordering::Relaxed);
+/// The calling thread's name (`comm`).
+pub fn thread_name() -> [u8; 16] {
+    let mut buf = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `buf`.
+    unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr(), 0, 0, 0) };
+    buf
+}
+
+/// Arms slot `index`'s leader one-shot (its period was set at open).
+pub fn arm(index: usize) {
+    if let Some(local) = LOCAL.get(index) {
+        let fd = local.leader_fd.load(Ordering::Relaxed);
         // SAFETY: REFRESH takes an integer; `fd` is the slot's live leader.
         unsafe { libc::ioctl(fd, ioctl::REFRESH, 1) };
     }
 }
 
-/// Closes slot `idx`'s events from its owning thread and marks it DEAD for the writer
-/// (which drains it and marks it FREE). With `free_now` (no writer will come for it:
-/// calibration), marks it FREE at once, discarding its records. The ring stays with the
-/// slot for its next owner.
-pub fn close_slot(idx: usize, free_now: bool) {
-    let Some(slot) = slots::SLOTS.get(idx) else { return };
+/// Closes slot `index`'s events from its owning thread, hands its last block to the
+/// recorder and marks the slot DEAD (the recorder drains and frees it). With `discard`
+/// (calibration: no recorder will read it) the slot is freed at once and its records
+/// are left for the pool's next user to overwrite.
+pub fn close_slot(index: usize, discard: bool) {
+    let (Some(ar), Some(local)) = (arena(), LOCAL.get(index)) else { return };
+    let Some(slot) = ar.slots().get(index) else { return };
     // Same-thread ordering: our handler sees CLOSING before the fds go away, and ignores us.
     if !slot.ctl.begin_close() {
         return;
     }
-    let group = slot.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
-    if !group.is_null() {
-        // SAFETY: the pointer came from Box::into_raw in `open_slot` and was swapped out,
-        // so it is dropped exactly once (closing the group's fds).
-        drop(unsafe { Box::from_raw(group) });
+    local.close_group();
+    slot.set_comm(&thread_name());
+    if discard {
+        slot.ctl.finish_close(true);
+        return;
     }
-    slot.leader_fd.store(-1, Ordering::Relaxed);
-    // Release (in `finish_close`): the writer that sees DEAD sees the final head and lost
-    // count; the next owner that claims a FREE slot sees everything we did to it.
-    slot.ctl.finish_close(free_now);
+    // SAFETY: we are the slot's owner and our handler can no longer run for it (CLOSING,
+    // events closed).
+    unsafe { custody::close(&ar.pool(), slot) };
 }
 
-/// Measured costs, in ns.
-pub struct Costs {
-    /// One sample on the full handler path (signal delivery included).
-    pub sample_ns: u64,
-    /// Signal delivery plus one group read.
-    pub floor_ns: u64,
-    /// Leader counts per ns of the thread's running time (1 for task-clock).
-    pub leader_per_ns: f64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Overflows handled in floor mode.
-static FLOOR_HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The calling thread's CPU time (user + system), ns.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid out-pointer for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-}
-
-/// A fixed amount of integer work; returns the thread CPU time it took.
-#[inline(never)]
-fn spin(iters: u64) -> u64 {
-    let t0 = thread_cpu_ns();
-    let mut x = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
-    for i in 0..iters {
-        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
-        x = std::hint::black_box(x);
-    }
-    std::hint::black_box(x);
-    thread_cpu_ns().saturating_sub(t0)
-}
-
-/// Period of the calibration runs: short, so one calibration spin takes about fifty samples.
-const CALIB_PERIOD_NS: u64 = 50_000;
-
-/// Thread CPU time of one calibration spin. Each figure below takes two to four spins,
-/// so the whole calibration costs about 15 ms of CPU (it was 50 ms with 5 ms spins,
-/// three baselines and a doubling search; the start-up counts against short runs).
-const CALIB_SPIN_NS: u64 = 2_500_000;
-
-/// Two runs that agree within this fraction are taken as stable.
-const CALIB_STABLE: f64 = 0.1;
-
-/// What the start-up calibration cannot see, as a factor on the cost per sample it
-/// measures. Where it comes from: on a quiet 2-vCPU VM, `strobe bench sampling` measured
-/// the bundled workload's steady-state slowdown at 3.02% and 3.80% with ~980 samples per
-/// CPU-second, i.e. 31-39 us per sample, against 19.6 us calibrated: 1.6-2.0x. The
-/// budget charges the upper end. That alone does not keep the default run within the
-/// budget: with the factor (half the samples) the same bench measured 4.75%, so most of
-/// the remaining slowdown does not scale with the sample rate, and runs of the same
-/// fixed work vary by 2-3 points on that VM (docs/BENCHMARKS.md). The bench prints the
-/// effective cost per sample beside what the budget charged, so the figure can be
-/// checked on another machine.
-///
-/// The likely sources, not separated by measurement: the cache and TLB lines each signal
-/// evicts (the calibration spins a register-only loop), the perf group scheduled out and
-/// in at every context switch and the software counters bumped at every page fault (the
-/// spin makes neither), and the second CPU the threads share with the writer. Spinning
-/// over a working set instead was tried: 20 us per sample at 16-64 KiB, 24 us at
-/// 256 KiB-1 MiB, 20-35 us at 4 MiB from run to run, too noisy to replace the factor.
-/// `strobe record --help` (under `--overhead`) says the same to users.
-pub const INDIRECT_COST_FACTOR: f64 = 2.0;
-
-/// Runs `f` (a measurement that noise can only inflate) until two results agree within
-/// [`CALIB_STABLE`], at most four times, and returns the smallest result.
-fn stable_min(mut f: impl FnMut() -> Option<u64>) -> Option<u64> {
-    let mut best: Option<u64> = None;
-    for n in 0..4 {
-        let Some(v) = f() else { continue };
-        if let Some(b) = best {
-            let (lo, hi) = (b.min(v) as f64, b.max(v) as f64);
-            best = Some(b.min(v));
-            if n >= 1 && hi - lo <= CALIB_STABLE * hi {
-                break;
-            }
-        } else {
-            best = Some(v);
-        }
-    }
-    best
-}
-
-/// Measures what sampling costs the target, the way the target pays it: the extra thread
-/// CPU time (user + kernel: overflow, signal delivery, handler, sigreturn) of a fixed
-/// spin with real overflows every 50 us, over the same spin unsampled, divided by the
-/// overflows taken. Two figures:
-///
-/// - the floor: a plain periodic leader whose handler only reads the group once;
-/// - the real path: the one-shot leader with the full handler (read, record, switch the
-///   period, re-arm), alternating 50 us with the real window.
-///
-/// Each figure (and the unsampled baseline) is the smallest of two to four spins of
-/// about 2.5 ms, stopping as soon as two agree within 10% (noise only adds time). The
-/// costs the spin cannot see are charged by the caller ([`INDIRECT_COST_FACTOR`]).
-/// Needs a time leader; for a count leader (cycles) it falls back to signals sent with
-/// tgkill, which miss the overflow interrupt's share.
-pub fn calibrate(a: &Agent) -> Option<Costs> {
-    // Size the spin from a short probe (the smaller of two: the first may run cold).
-    let probe_iters = 1u64 << 16;
-    let probe = spin(probe_iters).min(spin(probe_iters)).max(1);
-    let iters = (probe_iters as u128 * CALIB_SPIN_NS as u128 / probe as u128)
-        .clamp(probe_iters as u128, 1 << 34) as u64;
-    let base = stable_min(|| Some(spin(iters))).unwrap_or(0);
-    if !a.cfg.spec.leader().is_time {
-        return calibrate_tkill(a, 300);
-    }
-    let saved = a.period.swap(CALIB_PERIOD_NS, Ordering::Relaxed);
-    let floor_run = || -> Option<u64> {
-        let idx = open_slot(a, CALIB_PERIOD_NS).ok()?;
-        let slot = slots::SLOTS.get(idx)?;
-        CALIB_SLOT.store(idx, Ordering::Relaxed);
-        FLOOR_HITS.store(0, Ordering::Relaxed);
-        CALIB_MODE.store(1, Ordering::SeqCst);
-        let fd = slot.leader_fd.load(Ordering::Relaxed);
-        // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader.
-        unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
-        let t = spin(iters);
-        close_slot(idx, true);
-        CALIB_MODE.store(0, Ordering::SeqCst);
-        let hits = FLOOR_HITS.load(Ordering::Relaxed);
-        (hits > 10).then(|| t.saturating_sub(base) / hits)
-    };
-    let full_run = || -> Option<u64> {
-        let idx = open_slot(a, CALIB_PERIOD_NS).ok()?;
-        let slot = slots::SLOTS.get(idx)?;
-        arm(idx);
-        let t = spin(iters);
-        let hits = slot.ring.published() + slot.ring.lost();
-        close_slot(idx, true);
-        (hits > 10).then(|| t.saturating_sub(base) / hits)
-    };
-    let floor = stable_min(floor_run);
-    let full = stable_min(full_run);
-    a.period.store(saved, Ordering::Relaxed);
-    match (full, floor) {
-        (Some(s), Some(f)) if s > 0 && f > 0 => {
-            Some(Costs { sample_ns: s, floor_ns: f, leader_per_ns: 1.0 })
-        }
-        _ => calibrate_tkill(a, 300),
-    }
-}
-
-/// The fallback calibration: runs the real handler path `n` times on the calling thread
-/// with signals it sends itself (tgkill), and the floor (a handler that only reads the
-/// group), and returns the mean wall time of each.
-fn calibrate_tkill(a: &Agent, n: u32) -> Option<Costs> {
-    let idx = open_slot(a, a.period.load(Ordering::Relaxed)).ok()?;
-    let slot = slots::SLOTS.get(idx)?;
-    CALIB_SLOT.store(idx, Ordering::Relaxed);
-    // SAFETY: getpid/gettid have no preconditions.
-    let (pid, tid) = (unsafe { libc::getpid() }, sys::gettid());
-    let tkill = || {
-        // SAFETY: sends SIGTRAP to this very thread; our handler is installed.
-        unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGTRAP) };
-    };
-    let run = |mode: u8| -> (u64, u64) {
-        CALIB_MODE.store(mode, Ordering::SeqCst);
-        for _ in 0..n / 10 {
-            tkill(); // warm up caches and the timer paths
-        }
-        let h0 = slot.ring.published();
-        let t0 = mono_ns();
+    /// The first period's draws: within the cycle, and their mean is the stationary
+    /// residual's (E[C^2] / 2E[C]), so a thread shorter than a period is sampled with the
+    /// probability its length deserves.
+    #[test]
+    fn first_periods_follow_the_cycles_residual() {
+        let p = Periods { period: 1_000_000, jitter: 200_000, window: 20_000 };
+        let mut seed = 12345u64;
+        let n = 200_000;
+        let (mut sum, mut max, mut below_half) = (0f64, 0u64, 0u64);
         for _ in 0..n {
-            tkill();
+            let f = first_period(&p, uniform(&mut seed));
+            assert!((1..=1_220_000).contains(&f), "{f}");
+            sum += f as f64;
+            max = max.max(f);
+            if f < 100_000 {
+                below_half += 1;
+            }
         }
-        let dt = mono_ns() - t0;
-        let h = slot.ring.published() - h0;
-        CALIB_MODE.store(0, Ordering::SeqCst);
-        (dt, h)
-    };
-    arm(idx);
-    let (floor_dt, _) = run(1);
-    let (full_dt, pushes) = run(2);
-    let mut words = [0u64; RECORD_HEAD + MAX_GROUP];
-    let nread = read_group(slot, &mut words);
-    let leader_per_ns =
-        if nread > 0 && words[2] > 0 { words[RECORD_HEAD] as f64 / words[2] as f64 } else { 1.0 };
-    close_slot(idx, true);
-    Some(Costs {
-        sample_ns: full_dt / pushes.max(u64::from(n)).max(1),
-        floor_ns: floor_dt / u64::from(n.max(1)),
-        leader_per_ns,
-    })
+        let (b, j) = (1_020_000f64, 200_000f64);
+        let mean_c = b + j / 2.0;
+        let e_c2 = b * b + b * j + j * j / 3.0;
+        let want = e_c2 / (2.0 * mean_c);
+        let got = sum / n as f64;
+        assert!((got - want).abs() / want < 0.01, "mean first period {got:.0}, want {want:.0}");
+        // A 0.1 ms thread is sampled with probability 0.1 ms / the mean cycle (1.12 ms).
+        let p_short = below_half as f64 / n as f64;
+        assert!((p_short - 100_000.0 / mean_c).abs() < 0.005, "{p_short}");
+        assert!(max > 1_150_000, "the jitter's tail is reached: {max}");
+        // No jitter, no window: uniform over the period.
+        let plain = Periods { period: 1000, jitter: 0, window: 0 };
+        let m: f64 = (0..10_000).map(|_| first_period(&plain, uniform(&mut seed)) as f64).sum::<f64>() / 1e4;
+        assert!((m - 500.0).abs() < 15.0, "{m}");
+    }
 }

@@ -1,79 +1,62 @@
-//! The fixed-size table of per-thread sampling state.
+//! The agent's private per-thread state, beside each thread's shared slot in the arena.
 //!
-//! Owns: the table (a static, reachable from the signal handler with no allocation) and
-//! the agent's per-thread fields around the structures of `strobe_sampler`: each slot's
-//! life cycle and generation ([`SlotCtl`]), its single-producer single-consumer sample
-//! ring ([`SampleRing`]) and its period alternation ([`AltCell`]). The protocols and
-//! their memory-ordering arguments live with those types (and their loom models) in
-//! `crates/strobe-sampler`. Must never allocate or lock on the handler's side, and never
-//! let a slot be reused while its old owner or the writer may still touch it.
+//! Owns: what only this process may touch about a slot: its perf group (the fds and the
+//! `Box<EventGroup>` that closes them) and the thread's stack bounds. The shared half
+//! (life cycle, custody, alternation) lives in the arena (`strobe_sampler::custody::
+//! SharedSlot`), which forked children share with their parent: nothing private may go
+//! there. Must never allocate or lock on the handler's side.
 //!
 //! The handler finds its slot without thread-local storage: the leader's `sig_data`
 //! (delivered in `si_perf_data`) carries `generation << 16 | index`.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
-pub use strobe_sampler::slot::{ACTIVE, CLOSING, DEAD};
-pub use strobe_sampler::RECORD_HEAD;
-use strobe_sampler::{AltCell, SampleRing, SlotCtl};
-
-/// Slots in the table: threads beyond this many alive at once are not profiled (a note
-/// says so).
-pub const MAX_SLOTS: usize = 1024;
+/// Slots this agent can use (the arena may have fewer; the table is a zeroed static).
+pub const MAX_SLOTS: usize = 16_384;
 const _: () = assert!(MAX_SLOTS <= strobe_sampler::slot::MAX_INDEX);
-const _: () = assert!(strobe_perf::spec::MAX_GROUP <= strobe_sampler::MAX_COUNTERS);
 
-/// One thread's sampling state. The agent's own fields are atomics so the writer thread
-/// may read them while the owner runs; only the owner writes them (Relaxed), and they are
-/// published to the writer by the slot's Release of ACTIVE.
-pub struct Slot {
-    /// FREE, CLAIMED, ACTIVE, CLOSING or DEAD, and the generation.
-    pub ctl: SlotCtl,
-    /// The samples the owner's handler records; the ring stays with the slot for its
-    /// next owner.
-    pub ring: SampleRing,
-    /// The owner's period alternation and its window statistics.
-    pub alt: AltCell,
-    /// The owning thread.
-    pub tid: AtomicU32,
+/// One thread's private state. Atomics so the handler and the owner agree without
+/// locks; only the owner stores (Relaxed), its own handler reads on the same thread.
+pub struct Local {
     /// The group leader's fd (-1 when none).
     pub leader_fd: AtomicI32,
-    /// The thread's name was written to the file (writer only).
-    pub named: AtomicU8,
-    /// The `Box<EventGroup>` of the owner, as a raw pointer (owner only).
+    /// The owner's `Box<EventGroup>`, as a raw pointer (owner only).
     pub group: AtomicPtr<strobe_perf::EventGroup>,
+    /// The lowest address of the thread's stack.
+    pub stack_lo: AtomicU64,
+    /// One past the highest address of the thread's stack.
+    pub stack_hi: AtomicU64,
 }
 
-impl Slot {
+impl Local {
     #[allow(clippy::declare_interior_mutable_const)]
-    const EMPTY: Slot = Slot {
-        ctl: SlotCtl::new(),
-        ring: SampleRing::new(),
-        alt: AltCell::new(),
-        tid: AtomicU32::new(0),
+    const EMPTY: Local = Local {
         leader_fd: AtomicI32::new(-1),
-        named: AtomicU8::new(0),
         group: AtomicPtr::new(std::ptr::null_mut()),
+        stack_lo: AtomicU64::new(0),
+        stack_hi: AtomicU64::new(0),
     };
+
+    /// Drops the group (closing its fds), if any. The owner, or a forked child
+    /// discarding its copies of the parent's fds.
+    pub fn close_group(&self) {
+        let g = self.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !g.is_null() {
+            // SAFETY: the pointer came from Box::into_raw (sampler::open_slot) and was
+            // swapped out, so it is dropped exactly once.
+            drop(unsafe { Box::from_raw(g) });
+        }
+        self.leader_fd.store(-1, Ordering::Relaxed);
+    }
 }
 
-/// The table. A plain static: zero-initialised, no allocation, reachable from the handler.
-pub static SLOTS: [Slot; MAX_SLOTS] = [Slot::EMPTY; MAX_SLOTS];
+/// The private table, indexed like the arena's slots.
+pub static LOCAL: [Local; MAX_SLOTS] = [Local::EMPTY; MAX_SLOTS];
 
-/// One past the highest slot index ever claimed, so scans stop early.
-pub static HIGH_WATER: AtomicU32 = AtomicU32::new(0);
-
-/// Claims a free slot, returning its index and new generation.
-pub fn claim() -> Option<(usize, u32)> {
-    for (i, s) in SLOTS.iter().enumerate() {
-        if let Some(generation) = s.ctl.try_claim() {
-            // Relaxed: only bounds the writer's scan; a slot it misses now is ACTIVE-
-            // published and found at the next drain (HIGH_WATER only grows).
-            HIGH_WATER.fetch_max(i as u32 + 1, Ordering::Relaxed);
-            return Some((i, generation));
-        }
-    }
-    None
+/// The slot index and generation a `sig_data` names.
+#[inline]
+pub fn decode(sig_data: u64) -> (usize, u32) {
+    strobe_sampler::slot::decode(sig_data)
 }
 
 /// The `sig_data` naming slot `index` at `generation`.
@@ -81,14 +64,24 @@ pub fn sig_data(index: usize, generation: u32) -> u64 {
     strobe_sampler::slot::sig_data(index, generation)
 }
 
-/// The slot a `sig_data` names, if it is still that generation and active: the signal
-/// belongs to the slot's current owner (see `SlotCtl::lookup` for why a late signal of an
-/// earlier owner fails). Async-signal-safe.
-#[inline]
-pub fn lookup(sig_data: u64) -> Option<&'static Slot> {
-    let (index, generation) = strobe_sampler::slot::decode(sig_data);
-    let slot = SLOTS.get(index)?;
-    slot.ctl.lookup(generation).then_some(slot)
+/// The calling thread's stack bounds, `(lo, hi)`. Normal context only (it may read
+/// /proc/self/maps for the main thread).
+pub fn own_stack_bounds() -> (u64, u64) {
+    // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (0, 0);
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            return (0, 0);
+        }
+        (addr as u64, addr as u64 + size as u64)
+    }
 }
 
 #[cfg(test)]
@@ -96,14 +89,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sig_data_names_slot_and_generation() {
-        let (i, g) = claim().expect("a free slot");
-        let data = sig_data(i, g);
-        assert!(lookup(data).is_none(), "a claimed slot is not active yet");
-        SLOTS[i].ctl.activate();
-        assert!(std::ptr::eq(lookup(data).unwrap(), &SLOTS[i]));
-        assert!(lookup(sig_data(i, g.wrapping_add(1))).is_none(), "stale generation");
-        assert!(SLOTS[i].ctl.begin_close());
-        SLOTS[i].ctl.finish_close(true);
+    fn sig_data_names_slot_and_generation_and_the_stack_holds_a_local() {
+        let d = sig_data(513, 9);
+        assert_eq!(decode(d), (513, 9));
+        let (lo, hi) = own_stack_bounds();
+        let x = 0u64;
+        let at = &x as *const u64 as u64;
+        assert!(lo < at && at < hi, "{lo:#x} < {at:#x} < {hi:#x}");
     }
 }

@@ -108,9 +108,20 @@ impl Encoder {
         put_opt(b, h.window);
         put_opt(b, h.jitter);
         put(b, h.wakeup);
-        put(b, h.buffer_capacity);
+        put(b, h.buffer_bytes);
         put(b, h.overhead_ppm);
         b.push(u8::from(h.follow_fork));
+        b.push(match h.mode {
+            RecordMode::Agent => 0,
+            RecordMode::Kernel => 1,
+        });
+        put_str(b, &h.mode_reason);
+        b.push(match h.call_graph {
+            CallGraph::None => 0,
+            CallGraph::Fp => 1,
+            CallGraph::Dwarf => 2,
+        });
+        put(b, u64::from(h.max_depth));
         self.end(s);
     }
 
@@ -187,13 +198,16 @@ impl Encoder {
             EndReason::Exit => 0,
             EndReason::Exec => 1,
             EndReason::Stopped => 2,
+            EndReason::Killed => 3,
+            EndReason::Vanished => 4,
         });
         put(b, e.time_mono_ns);
         put(b, e.samples);
         put(b, e.lost);
-        put(b, e.writer_wakeups);
+        put(b, e.wakeups);
         put(b, e.windows);
         put(b, e.window_sum);
+        put_opt(b, e.status);
         self.end(s);
     }
 
@@ -216,6 +230,40 @@ impl Encoder {
         put_str(&mut self.buf, &img.name);
         put(&mut self.buf, img.bytes.len() as u64);
         self.buf.extend_from_slice(&img.bytes);
+        self.end(s);
+    }
+
+    /// Nodes of `stream`'s stack table: node `first_id + i` is `nodes[i]` (ids start at 1
+    /// and continue across chunks; a node's parent is an earlier node or 0).
+    pub fn stacks(&mut self, stream: StreamId, first_id: u32, nodes: &[StackNode]) {
+        let s = self.begin(tag::STACKS, stream);
+        let b = &mut self.buf;
+        put(b, u64::from(first_id));
+        put(b, nodes.len() as u64);
+        let mut prev_addr = 0u64;
+        for (i, n) in nodes.iter().enumerate() {
+            // The parent as a distance back from this node (most are close).
+            let id = u64::from(first_id) + i as u64;
+            put(b, id.saturating_sub(u64::from(n.parent)));
+            put(b, zigzag(n.addr.wrapping_sub(prev_addr) as i64));
+            prev_addr = n.addr;
+        }
+        self.end(s);
+    }
+
+    /// The empty-interval baseline (stream 0, written by the recorder).
+    pub fn baseline(&mut self, bl: &Baseline) {
+        let s = self.begin(tag::BASELINE, RECORDER_STREAM);
+        let b = &mut self.buf;
+        b.push(u8::from(bl.windows));
+        put(b, bl.requested);
+        put(b, bl.intervals);
+        b.extend_from_slice(&bl.work_ns.to_bits().to_le_bytes());
+        put(b, bl.counters.len() as u64);
+        for c in &bl.counters {
+            b.extend_from_slice(&c.mean.to_bits().to_le_bytes());
+            b.extend_from_slice(&c.sd.to_bits().to_le_bytes());
+        }
         self.end(s);
     }
 
@@ -242,14 +290,16 @@ impl Encoder {
             ncounters,
             prev_time: 0,
             prev_ip: 0,
+            prev_stack: 0,
             prev: [0; MAX_COUNTERS],
         }
     }
 }
 
 /// Encodes one thread's samples into a SAMPLES chunk: per sample, the time delta shifted
-/// left two bits with the kind in the low bits, the zigzagged IP delta, and each counter's
-/// delta, all varints, each relative to the previous sample of the batch.
+/// left two bits with the kind in the low bits, the zigzagged IP delta, the zigzagged
+/// stack id delta, and each counter's delta, all varints, each relative to the previous
+/// sample of the batch.
 #[derive(Debug)]
 pub struct SampleBatchEncoder<'a> {
     enc: &'a mut Encoder,
@@ -259,6 +309,7 @@ pub struct SampleBatchEncoder<'a> {
     ncounters: usize,
     prev_time: u64,
     prev_ip: u64,
+    prev_stack: u32,
     prev: [u64; MAX_COUNTERS],
 }
 
@@ -267,13 +318,15 @@ impl SampleBatchEncoder<'_> {
     /// is recorded as the previous one); `counters` beyond the batch's count are ignored,
     /// missing ones are recorded as unchanged.
     #[inline]
-    pub fn push(&mut self, kind: SampleKind, time: u64, ip: u64, counters: &[u64]) {
+    pub fn push(&mut self, kind: SampleKind, time: u64, ip: u64, stack: u32, counters: &[u64]) {
         let b = &mut self.enc.buf;
         let time = time.max(self.prev_time).min(u64::MAX >> 2);
         put(b, (time - self.prev_time) << 2 | kind as u64);
         self.prev_time = time;
         put(b, zigzag(ip.wrapping_sub(self.prev_ip) as i64));
         self.prev_ip = ip;
+        put(b, zigzag(i64::from(stack) - i64::from(self.prev_stack)));
+        self.prev_stack = stack;
         for i in 0..self.ncounters {
             let v = counters.get(i).copied().unwrap_or(self.prev[i]);
             put(b, v.wrapping_sub(self.prev[i]));

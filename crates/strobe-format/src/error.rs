@@ -21,7 +21,7 @@ pub enum FormatError {
         path: PathBuf,
     },
     /// The file was written by an incompatible strobe.
-    #[error("{path}: record format version {found} is not supported (this strobe reads version {supported}); use the strobe that recorded it")]
+    #[error("{path}: record format version {found} is not supported (this strobe reads version {supported}); {}", if found < supported { "it was recorded by an older strobe: record it again with this one" } else { "it was recorded by a newer strobe: report it with that one" })]
     UnsupportedVersion {
         /// The file.
         path: PathBuf,

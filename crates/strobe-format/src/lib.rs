@@ -11,9 +11,11 @@
 //!   and then reports [`Record::Truncated`] with the byte offset of the cut;
 //! - a damaged chunk is reported as [`FormatError::Corrupt`] naming its byte offset.
 //!
-//! Writing: [`Encoder`] appends encoded chunks to a reusable buffer (the agent's writer
-//! thread drains sample buffers into it and hands the bytes to one `write(2)`). Samples
-//! are encoded per thread in batches with delta + varint encoding ([`SampleBatchEncoder`]).
+//! Writing: [`Encoder`] appends encoded chunks to a reusable buffer (`strobe record`
+//! drains the agents' sample buffers into it and hands the bytes to one `write(2)`; agents
+//! write their own process, mappings and note chunks the same way). Samples are encoded
+//! per thread in batches with delta + varint encoding ([`SampleBatchEncoder`]); each
+//! refers to its stack by id in its stream's stack table ([`Encoder::stacks`]).
 //!
 //! Reading: [`Reader`] streams records; sample batches stay encoded until iterated
 //! ([`SampleBatch::iter`]), which decodes without allocating. [`read_all`] collects a
@@ -38,9 +40,9 @@ pub const MAGIC: [u8; 6] = *b"STROBE";
 /// The major format version this crate writes and reads (bytes 6..8 of the file, LE).
 /// A reader rejects any other major version; compatible additions bump
 /// [`MINOR_VERSION`] instead (new chunk tags are skipped, new trailing fields ignored).
-pub const MAJOR_VERSION: u16 = 1;
+pub const MAJOR_VERSION: u16 = 2;
 /// The minor version this crate writes in the header chunk.
-pub const MINOR_VERSION: u32 = 1;
+pub const MINOR_VERSION: u32 = 0;
 /// Length of the file preamble (magic + major version).
 pub const PREAMBLE_LEN: usize = 8;
 /// The two bytes every chunk starts with, so a reader can find the next chunk after damage.
@@ -73,4 +75,10 @@ pub mod tag {
     /// The bytes of a module that exists only in memory (the kernel's vDSO), so that
     /// its addresses can be symbolized later, on any machine (minor version 1).
     pub const IMAGE: u8 = 9;
+    /// Nodes of a stream's stack table (a prefix tree of caller frames) that samples
+    /// refer to by id.
+    pub const STACKS: u8 = 10;
+    /// The empty-interval deltas of every counter, measured before the target started
+    /// and subtracted by `strobe report` from every window.
+    pub const BASELINE: u8 = 11;
 }

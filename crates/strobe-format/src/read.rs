@@ -77,6 +77,17 @@ pub enum Record {
         /// The image.
         image: Image,
     },
+    /// Nodes of a stream's stack table.
+    Stacks {
+        /// The stream.
+        stream: StreamId,
+        /// The id of `nodes[0]`.
+        first_id: u32,
+        /// The nodes, in id order.
+        nodes: Vec<StackNode>,
+    },
+    /// The empty-interval baseline.
+    Baseline(Baseline),
     /// A message from the agent.
     Note {
         /// The stream.
@@ -119,6 +130,7 @@ impl SampleBatch {
             remaining: self.count,
             time: 0,
             ip: 0,
+            stack: 0,
             prev: [0; MAX_COUNTERS],
         }
     }
@@ -137,6 +149,7 @@ pub struct SampleIter<'a> {
     remaining: u32,
     time: u64,
     ip: u64,
+    stack: u32,
     prev: [u64; MAX_COUNTERS],
 }
 
@@ -166,6 +179,11 @@ impl Iterator for SampleIter<'_> {
         self.time = self.time.wrapping_add(tk >> 2);
         let Some(dip) = self.cur.varint() else { return self.corrupt("sample IP cut short") };
         self.ip = self.ip.wrapping_add(unzigzag(dip) as u64);
+        let Some(ds) = self.cur.varint() else { return self.corrupt("sample stack cut short") };
+        let Some(stack) = u32::try_from(i64::from(self.stack) + unzigzag(ds)).ok() else {
+            return self.corrupt("sample stack id out of range");
+        };
+        self.stack = stack;
         let n = self.batch.ncounters.min(MAX_COUNTERS);
         for i in 0..n {
             let Some(d) = self.cur.varint() else {
@@ -178,7 +196,14 @@ impl Iterator for SampleIter<'_> {
         if let Some(c) = Counters::from_slice(&self.prev[..n]) {
             counters = c;
         }
-        Some(Ok(Sample { tid: self.batch.tid, time: self.time, ip: self.ip, kind, counters }))
+        Some(Ok(Sample {
+            tid: self.batch.tid,
+            time: self.time,
+            ip: self.ip,
+            kind,
+            stack: self.stack,
+            counters,
+        }))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -539,6 +564,8 @@ impl<R: Read> Reader<R> {
                     0 => EndReason::Exit,
                     1 => EndReason::Exec,
                     2 => EndReason::Stopped,
+                    3 => EndReason::Killed,
+                    4 => EndReason::Vanished,
                     _ => return Err(bad(&c, "unknown end reason")),
                 };
                 let end = ProcessEnd {
@@ -546,9 +573,10 @@ impl<R: Read> Reader<R> {
                     time_mono_ns: v!("end time"),
                     samples: v!("sample total"),
                     lost: v!("lost total"),
-                    writer_wakeups: v!("writer wakeups"),
+                    wakeups: v!("wakeups"),
                     windows: v!("window count"),
                     window_sum: v!("window sum"),
+                    status: v!("exit status").checked_sub(1),
                 };
                 Record::End { stream, end }
             }
@@ -559,6 +587,52 @@ impl<R: Read> Reader<R> {
                     _ => NoteLevel::Error,
                 };
                 Record::Note { stream, note: Note { level, message: s!("note text") } }
+            }
+            tag::STACKS => {
+                let first = v!("first stack id");
+                let first_id = u32::try_from(first)
+                    .ok()
+                    .filter(|&f| f > 0)
+                    .ok_or_else(|| bad(&c, "stack ids start at 1"))?;
+                let n = v!("stack node count");
+                if n > u64::from(u32::MAX - first_id) {
+                    return Err(bad(&c, "stack ids out of range"));
+                }
+                let mut nodes = Vec::with_capacity(n.min(1 << 16) as usize);
+                let mut prev_addr = 0u64;
+                for i in 0..n {
+                    let id = u64::from(first_id) + i;
+                    let back = v!("stack parent");
+                    let parent = id
+                        .checked_sub(back)
+                        .filter(|&p| p < id)
+                        .ok_or_else(|| bad(&c, "a stack node's parent is not an earlier node"))?;
+                    let d = v!("stack address");
+                    prev_addr = prev_addr.wrapping_add(unzigzag(d) as u64);
+                    nodes.push(StackNode { parent: parent as u32, addr: prev_addr });
+                }
+                Record::Stacks { stream, first_id, nodes }
+            }
+            tag::BASELINE => {
+                let f = |c: &mut Cursor<'_>| -> Option<f64> {
+                    let b = c.take(8)?;
+                    Some(f64::from_bits(u64::from_le_bytes(b.try_into().ok()?)))
+                };
+                let windows = b!("baseline kind") != 0;
+                let requested = v!("baseline interval");
+                let intervals = v!("baseline interval count");
+                let work_ns = f(&mut c).ok_or_else(|| bad(&c, "bad baseline work"))?;
+                let n = v!("baseline counter count");
+                if n > MAX_COUNTERS as u64 {
+                    return Err(bad(&c, "more baseline counters than a sample may carry"));
+                }
+                let mut counters = Vec::new();
+                for _ in 0..n {
+                    let mean = f(&mut c).ok_or_else(|| bad(&c, "bad baseline mean"))?;
+                    let sd = f(&mut c).ok_or_else(|| bad(&c, "bad baseline spread"))?;
+                    counters.push(BaselineCounter { mean, sd });
+                }
+                Record::Baseline(Baseline { windows, requested, intervals, work_ns, counters })
             }
             tag::IMAGE => {
                 let name = s!("image name");
@@ -632,9 +706,13 @@ fn empty_header() -> Header {
         window: None,
         jitter: None,
         wakeup: 0,
-        buffer_capacity: 0,
+        buffer_bytes: 0,
         overhead_ppm: 0,
         follow_fork: false,
+        mode: RecordMode::Agent,
+        mode_reason: String::new(),
+        call_graph: CallGraph::None,
+        max_depth: 0,
     }
 }
 
@@ -679,9 +757,22 @@ fn parse_header(payload: &[u8], base: u64, path: &Path) -> Result<Header, Format
     h.window = opt(v(&mut c, "window")?);
     h.jitter = opt(v(&mut c, "jitter")?);
     h.wakeup = v(&mut c, "wakeup")?;
-    h.buffer_capacity = v(&mut c, "buffer capacity")?;
+    h.buffer_bytes = v(&mut c, "buffer size")?;
     h.overhead_ppm = v(&mut c, "overhead budget")?;
     h.follow_fork = c.u8().ok_or_else(|| bad(&c, "follow-fork flag"))? != 0;
+    h.mode = match c.u8().ok_or_else(|| bad(&c, "recording mode"))? {
+        0 => RecordMode::Agent,
+        1 => RecordMode::Kernel,
+        _ => return Err(bad(&c, "recording mode")),
+    };
+    h.mode_reason = s(&mut c, "mode reason")?;
+    h.call_graph = match c.u8().ok_or_else(|| bad(&c, "call graph"))? {
+        0 => CallGraph::None,
+        1 => CallGraph::Fp,
+        2 => CallGraph::Dwarf,
+        _ => return Err(bad(&c, "call graph")),
+    };
+    h.max_depth = u32::try_from(v(&mut c, "stack depth")?).map_err(|_| bad(&c, "stack depth"))?;
     Ok(h)
 }
 
@@ -696,6 +787,8 @@ pub struct ProcessData {
     pub threads: Vec<ThreadInfo>,
     /// Mapping snapshots in file order.
     pub maps: Vec<MapsSnapshot>,
+    /// The stack table: node `id` is `stacks[id - 1]`.
+    pub stacks: Vec<StackNode>,
     /// All samples in file order (per thread, in time order).
     pub samples: Vec<Sample>,
     /// Lost samples per thread, summed.
@@ -725,6 +818,8 @@ pub struct Recording {
     pub truncated_at: Option<u64>,
     /// Modules with no file (the vDSO), for symbolizing.
     pub images: Vec<Image>,
+    /// The empty-interval baseline, when one was measured.
+    pub baseline: Option<Baseline>,
 }
 
 impl Recording {
@@ -751,6 +846,7 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
     let mut processes: Vec<ProcessData> = Vec::new();
     let mut truncated_at = None;
     let mut images = Vec::new();
+    let mut baseline = None;
     fn proc_mut(ps: &mut Vec<ProcessData>, stream: StreamId) -> &mut ProcessData {
         let i = match ps.iter().position(|p| p.stream == stream) {
             Some(i) => i,
@@ -793,8 +889,19 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
             Record::End { stream, end } => proc_mut(&mut processes, stream).end = Some(end),
             Record::Note { stream, note } => proc_mut(&mut processes, stream).notes.push(note),
             Record::Image { image, .. } => images.push(image),
+            Record::Stacks { stream, first_id, nodes } => {
+                let p = proc_mut(&mut processes, stream);
+                // Ids continue across chunks; a gap (a lost chunk) is padded with roots.
+                let at = first_id as usize - 1;
+                if p.stacks.len() < at {
+                    p.stacks.resize(at, StackNode { parent: 0, addr: 0 });
+                }
+                p.stacks.truncate(at);
+                p.stacks.extend(nodes);
+            }
+            Record::Baseline(b) => baseline = Some(b),
             Record::Truncated { offset } => truncated_at = Some(offset),
         }
     }
-    Ok(Recording { header, processes, truncated_at, images })
+    Ok(Recording { header, processes, truncated_at, images, baseline })
 }

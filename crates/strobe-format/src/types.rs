@@ -54,14 +54,91 @@ pub struct Header {
     pub window: Option<u64>,
     /// The requested jitter (random extra on the long period), `None` for the default.
     pub jitter: Option<u64>,
-    /// Samples a thread buffers before the writer is woken.
+    /// Samples buffered before the recorder is woken to save them.
     pub wakeup: u64,
-    /// Samples a thread buffer holds before it counts losses.
-    pub buffer_capacity: u64,
+    /// Bytes of the shared sample buffer; past that, samples are counted lost.
+    pub buffer_bytes: u64,
     /// The overhead budget in parts per million of the target's CPU time (2% = 20000).
     pub overhead_ppm: u64,
     /// Forked children are profiled too.
     pub follow_fork: bool,
+    /// How the samples were taken.
+    pub mode: RecordMode,
+    /// Why that mode (one line, for the report's header).
+    pub mode_reason: String,
+    /// How stacks were walked.
+    pub call_graph: CallGraph,
+    /// The most caller frames a sample keeps.
+    pub max_depth: u32,
+}
+
+/// How a recording was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordMode {
+    /// By the agent injected into the target (per-thread events, windows).
+    Agent,
+    /// From the kernel's perf ring buffers, without injection.
+    Kernel,
+}
+
+/// How the stacks of samples were walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// No stacks.
+    None,
+    /// The frame-pointer chain.
+    Fp,
+    /// DWARF unwind tables (`.eh_frame`).
+    Dwarf,
+}
+
+impl CallGraph {
+    /// The name `--call-graph` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallGraph::None => "none",
+            CallGraph::Fp => "fp",
+            CallGraph::Dwarf => "dwarf",
+        }
+    }
+}
+
+/// One node of a stream's stack table: a caller frame under its parent. Node ids start
+/// at 1 in the order nodes are written; 0 is the root (no frame). A sample's stack id
+/// names its innermost caller; following parents leads outwards to the thread's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackNode {
+    /// The node one frame further out (0: the outermost frame).
+    pub parent: u32,
+    /// The frame's return address.
+    pub addr: u64,
+}
+
+/// One counter's empty-interval baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BaselineCounter {
+    /// Mean count per interval that is not the target's own (leader units for the leader).
+    pub mean: f64,
+    /// Its standard deviation over the measured intervals.
+    pub sd: f64,
+}
+
+/// What every counter counts in an interval that is not the target's work (the kernel's
+/// overflow path and the handler's re-arming and return), measured before the target
+/// started. `strobe report` subtracts it from every window (or, in fixed-period sampling,
+/// from every interval between two samples).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Baseline {
+    /// Measured on windows (true) or on fixed-period intervals (false).
+    pub windows: bool,
+    /// The interval asked for, leader units.
+    pub requested: u64,
+    /// Intervals measured.
+    pub intervals: u64,
+    /// Mean time the calibration loop ran per interval, ns.
+    pub work_ns: f64,
+    /// Per counter, leader first.
+    pub counters: Vec<BaselineCounter>,
 }
 
 /// How a process's recording began.
@@ -163,6 +240,11 @@ pub enum EndReason {
     Exec,
     /// The agent stopped sampling for another reason (see its notes).
     Stopped,
+    /// The process was killed by a signal (`status` is its number).
+    Killed,
+    /// The process disappeared without its agent saying why (killed, or it left the
+    /// recording's reach).
+    Vanished,
 }
 
 /// A process's end-of-recording statistics. A later END of the same stream replaces an
@@ -177,13 +259,16 @@ pub struct ProcessEnd {
     pub samples: u64,
     /// Samples lost (full buffers), all threads.
     pub lost: u64,
-    /// Times the writer thread was woken to drain buffers.
-    pub writer_wakeups: u64,
+    /// Times the recorder was woken to drain the shared buffer (the whole recording's
+    /// count, on every stream).
+    pub wakeups: u64,
     /// Completed windows (a window-start sample followed by its window-end sample).
     pub windows: u64,
     /// Sum over completed windows of the leader's delta (ns for time events): divide by
     /// `windows` for the mean measured window.
     pub window_sum: u64,
+    /// The exit code (reason Exit) or signal number (reason Killed), when known.
+    pub status: Option<u64>,
 }
 
 impl ProcessEnd {
@@ -292,6 +377,8 @@ pub struct Sample {
     pub ip: u64,
     /// What the sample marks.
     pub kind: SampleKind,
+    /// Its callers: a node id in the stream's stack table (0: none recorded).
+    pub stack: u32,
     /// The group's cumulative counter values, leader first.
     pub counters: Counters,
 }

@@ -77,6 +77,12 @@ impl<'a> Cursor<'a> {
         Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.bytes.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+
     pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = usize::try_from(self.varint()?).ok()?;
         let s = self.bytes.get(self.pos..self.pos.checked_add(n)?)?;

@@ -50,9 +50,13 @@ fn header() -> Header {
         window: Some(20_000),
         jitter: Some(0),
         wakeup: 512,
-        buffer_capacity: 2048,
+        buffer_bytes: 64 << 20,
         overhead_ppm: 20_000,
         follow_fork: true,
+        mode: RecordMode::Agent,
+        mode_reason: "launched by strobe record".into(),
+        call_graph: CallGraph::Dwarf,
+        max_depth: 128,
     }
 }
 
@@ -87,7 +91,9 @@ fn window_samples(rng: &mut Rng, n_windows: usize, ncounters: usize) -> Vec<Samp
         for i in 0..ncounters {
             c[i] += long[i] / 2 + rng.below(long[i] + 1);
         }
-        out.push(sample(1234, t, ip, SampleKind::WindowStart, &c[..ncounters]));
+        let mut start = sample(1234, t, ip, SampleKind::WindowStart, &c[..ncounters]);
+        start.stack = 1 + rng.below(50) as u32;
+        out.push(start);
         // end of the window: a few hundred cycles later, usually in the same function.
         t += 27_000 + rng.below(4_000);
         let ip2 = ip.wrapping_add(rng.below(400)).wrapping_sub(200);
@@ -101,7 +107,7 @@ fn window_samples(rng: &mut Rng, n_windows: usize, ncounters: usize) -> Vec<Samp
 }
 
 fn sample(tid: u32, time: u64, ip: u64, kind: SampleKind, c: &[u64]) -> Sample {
-    Sample { tid, time, ip, kind, counters: Counters::from_slice(c).unwrap() }
+    Sample { tid, time, ip, kind, stack: 0, counters: Counters::from_slice(c).unwrap() }
 }
 
 /// A small file: preamble, header, and one of each chunk. Returns the bytes and the
@@ -131,7 +137,7 @@ fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
     let samples = window_samples(&mut Rng(9), 3, 2);
     let mut b = e.samples(7, 1234, 2);
     for s in &samples {
-        b.push(s.kind, s.time, s.ip, &s.counters);
+        b.push(s.kind, s.time, s.ip, s.stack, &s.counters);
     }
     b.finish();
     starts.push(e.len());
@@ -144,16 +150,45 @@ fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
             time_mono_ns: 9,
             samples: 6,
             lost: 2,
-            writer_wakeups: 1,
+            wakeups: 1,
             windows: 3,
             window_sum: 81_000,
+            status: Some(3),
         },
     );
     starts.push(e.len());
     e.note(7, &Note { level: NoteLevel::Warning, message: "a note".into() });
     starts.push(e.len());
     e.image(0, &vdso_image());
+    starts.push(e.len());
+    e.stacks(7, 1, &stack_nodes());
+    starts.push(e.len());
+    e.baseline(&baseline());
     (e.as_bytes().to_vec(), starts, samples)
+}
+
+/// A prefix tree: main <- a <- b, main <- c, and a second thread's root.
+fn stack_nodes() -> Vec<StackNode> {
+    vec![
+        StackNode { parent: 0, addr: 0x5555_0000_1000 },
+        StackNode { parent: 1, addr: 0x5555_0000_2000 },
+        StackNode { parent: 2, addr: 0x7f00_1234_5678 },
+        StackNode { parent: 1, addr: 0x5555_0000_0400 },
+        StackNode { parent: 0, addr: 0x7f00_0000_0010 },
+    ]
+}
+
+fn baseline() -> Baseline {
+    Baseline {
+        windows: true,
+        requested: 20_000,
+        intervals: 200,
+        work_ns: 11_250.5,
+        counters: vec![
+            BaselineCounter { mean: 27_800.25, sd: 900.0 },
+            BaselineCounter { mean: 0.015, sd: 0.12 },
+        ],
+    }
 }
 
 /// A stand-in for the vDSO's bytes: the chunk carries any bytes, zeros included.
@@ -171,7 +206,7 @@ fn every_chunk_round_trips() {
     let r = Reader::new(&bytes[..], "mem").unwrap();
     assert_eq!(r.header(), &header());
     let recs: Vec<Record> = r.map(Result::unwrap).collect();
-    assert_eq!(recs.len(), 8, "{recs:?}");
+    assert_eq!(recs.len(), 10, "{recs:?}");
     assert!(matches!(&recs[0], Record::Process { stream: 7, info } if *info == process(100)));
     assert!(matches!(&recs[1], Record::Threads { threads, .. } if threads[0].name == "main"));
     assert!(matches!(&recs[2], Record::Maps { maps, .. } if maps.maps[0].end == 0x3000));
@@ -182,6 +217,10 @@ fn every_chunk_round_trips() {
     assert!(matches!(&recs[5], Record::End { end, .. } if end.mean_window() == Some(27_000.0)));
     assert!(matches!(&recs[6], Record::Note { note, .. } if note.message == "a note"));
     assert!(matches!(&recs[7], Record::Image { stream: 0, image } if *image == vdso_image()));
+    assert!(
+        matches!(&recs[8], Record::Stacks { stream: 7, first_id: 1, nodes } if *nodes == stack_nodes())
+    );
+    assert!(matches!(&recs[9], Record::Baseline(b) if *b == baseline()));
     let dir = std::env::temp_dir().join(format!("strobe-format-image-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("img.strobe");
@@ -225,7 +264,7 @@ fn random_sample_batches_round_trip() {
         e.header(&header());
         let mut b = e.samples(3, 77, nc);
         for s in &samples {
-            b.push(s.kind, s.time, s.ip, &s.counters);
+            b.push(s.kind, s.time, s.ip, s.stack, &s.counters);
         }
         drop(b);
         let recs = records(e.as_bytes());
@@ -282,8 +321,8 @@ fn a_flipped_byte_is_reported_with_its_chunk_offset_and_reading_resumes() {
             assert_eq!(errs.len(), 1, "chunk {i} byte {at}: {recs:?}");
             assert_eq!(errs[0].offset(), Some(w[0] as u64), "chunk {i} byte {at}: {}", errs[0]);
             assert!(errs[0].to_string().contains(&format!("byte {}", w[0])), "{}", errs[0]);
-            // Every other chunk still reads: 8 records in all, one of them the error.
-            assert_eq!(recs.len(), 8, "chunk {i} byte {at}: {recs:?}");
+            // Every other chunk still reads: 10 records in all, one of them the error.
+            assert_eq!(recs.len(), 10, "chunk {i} byte {at}: {}", recs.len());
         }
     }
     // read_all refuses a corrupt file.
@@ -313,12 +352,21 @@ fn damaged_header_and_foreign_files_are_refused() {
     ));
     let err = Reader::new(&b"\x7fELF\x02\x01\x01\x00junk"[..], "x").unwrap_err();
     assert!(matches!(err, FormatError::NotARecording { .. }), "{err}");
-    let mut v2 = bytes.clone();
-    v2[6] = 2;
-    assert!(matches!(
-        Reader::new(&v2[..], "x").unwrap_err(),
-        FormatError::UnsupportedVersion { found: 2, .. }
-    ));
+    // A file of the first format (strobe before stack tables) and one of a future
+    // major version are refused with the versions named.
+    for major in [1u8, 3] {
+        let mut other = bytes.clone();
+        other[6] = major;
+        let err = Reader::new(&other[..], "x").unwrap_err();
+        assert!(
+            matches!(err, FormatError::UnsupportedVersion { found, supported: 2, .. } if found == u16::from(major)),
+            "{err}"
+        );
+    }
+    let mut v1 = bytes.clone();
+    v1[6] = 1;
+    let msg = Reader::new(&v1[..], "old.strobe").unwrap_err().to_string();
+    assert!(msg.contains("format version 1") && msg.contains("record it again"), "{msg}");
 }
 
 #[test]
@@ -351,8 +399,8 @@ fn unknown_chunk_tags_are_skipped() {
     h.extend_from_slice(payload);
     bytes.extend_from_slice(&h);
     let recs = records(&bytes);
-    // The small file's 8 records; the unknown chunk adds none.
-    assert_eq!(recs.len(), 8);
+    // The small file's 10 records; the unknown chunk adds none.
+    assert_eq!(recs.len(), 10);
     assert!(recs.iter().all(Result::is_ok));
 }
 
@@ -365,7 +413,7 @@ fn a_window_takes_at_most_40_bytes_with_four_counters() {
     for chunk in samples.chunks(512) {
         let mut b = e.samples(5, 1234, 4);
         for s in chunk {
-            b.push(s.kind, s.time, s.ip, &s.counters);
+            b.push(s.kind, s.time, s.ip, s.stack, &s.counters);
         }
     }
     let per_window = e.len() as f64 / 10_000.0;
@@ -385,4 +433,28 @@ fn a_window_takes_at_most_40_bytes_with_four_counters() {
         all.extend(b.iter().map(Result::unwrap));
     }
     assert_eq!(all, samples);
+}
+
+#[test]
+fn stack_tables_continue_across_chunks_and_a_forward_parent_is_corrupt() {
+    let mut e = Encoder::new();
+    e.preamble();
+    e.header(&header());
+    e.stacks(7, 1, &stack_nodes()[..2]);
+    e.stacks(7, 3, &stack_nodes()[2..]);
+    let dir = std::env::temp_dir().join(format!("strobe-format-stacks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("s.strobe");
+    std::fs::write(&p, e.as_bytes()).unwrap();
+    let rec = read_all(&p).unwrap();
+    assert_eq!(rec.processes[0].stacks, stack_nodes());
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A node whose parent is itself or later cannot come from an encoder: corrupt.
+    let mut bad = Encoder::new();
+    bad.preamble();
+    bad.header(&header());
+    bad.stacks(7, 5, &[StackNode { parent: 9, addr: 1 }]);
+    let recs = records(bad.as_bytes());
+    let err = recs[0].as_ref().unwrap_err().to_string();
+    assert!(err.contains("parent is not an earlier node"), "{err}");
 }

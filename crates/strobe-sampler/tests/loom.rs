@@ -411,7 +411,7 @@ mod custody_models {
     ) {
         // SAFETY: one recorder per model.
         unsafe {
-            d.pass(&pool.pool(), slots, slots.len(), true, |s, _, ev| match ev {
+            d.pass(&pool.pool(), slots, slots.len(), |_| false, |s, _, ev| match ev {
                 SlotEvent::Record(r) => {
                     assert_eq!(r.ip, u64::from(s), "a record under the wrong slot");
                     assert_eq!(r.frames, rec_words(r.time), "a torn record");

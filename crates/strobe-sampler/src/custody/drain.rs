@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use crate::custody::pool::{Pool, SharedSlot};
 use crate::custody::record::{self, RecView};
 use crate::custody::BLOCK_FULL;
-use crate::slot::{ACTIVE, CLOSING, DEAD};
+use crate::slot::{ACTIVE, CLAIMED, CLOSING, DEAD};
 
 /// What a pass hands its callback, per slot.
 #[derive(Debug)]
@@ -59,27 +59,37 @@ impl Drain {
 
     /// One pass over `slots[..high]` (see the parent module for its steps). `f` receives,
     /// per slot in order, its records, its new losses and, for a slot whose owner is
-    /// gone, `Freed` just before the slot is freed. With `free_dead` false, dead slots are
-    /// drained but kept (the final pass, after every process ended).
+    /// gone, `Freed` just before the slot is freed.
+    ///
+    /// `gone` says which live-looking slots (CLAIMED, ACTIVE, CLOSING) belong to a
+    /// thread that can no longer write: its process died (killed by a signal, or exited
+    /// with threads still running) or replaced its image. The recorder knows that from
+    /// outside the pool (the process table, `/proc`); such a slot is drained to the end
+    /// of its current block and freed with its block, like a DEAD one.
     ///
     /// # Safety
-    /// One recorder at a time per pool, always with the same `Drain`.
+    /// One recorder at a time per pool, always with the same `Drain`; and `gone` is true
+    /// only of slots no thread can write any more (a thread that is merely slow would
+    /// find its block freed under it).
     pub unsafe fn pass(
         &mut self,
         pool: &Pool<'_>,
         slots: &[SharedSlot],
         high: usize,
-        free_dead: bool,
+        gone: impl Fn(&SharedSlot) -> bool,
         mut f: impl FnMut(u32, &SharedSlot, SlotEvent<'_>),
     ) -> PassStats {
         let mut stats = PassStats::default();
         pool.begin_pass();
         let high = high.min(slots.len()).min(self.expected.len());
-        // Step 2: which slots are DEAD before we take the full list.
+        // Step 2: which slots are DEAD (or gone) before we take the full list.
         let mut dead: Vec<u32> = Vec::new();
+        let mut abandoned: Vec<u32> = Vec::new();
         for (i, s) in slots.iter().enumerate().take(high) {
-            if s.ctl.state() == DEAD {
-                dead.push(i as u32);
+            match s.ctl.state() {
+                DEAD => dead.push(i as u32),
+                CLAIMED | ACTIVE | CLOSING if gone(s) => abandoned.push(i as u32),
+                _ => {}
             }
         }
         // Step 3: every handed-over block, in (slot, seq) order.
@@ -113,7 +123,7 @@ impl Drain {
         // Step 4: the current block of each live slot, if it is the next one expected.
         for (i, slot) in slots.iter().enumerate().take(high) {
             let state = slot.ctl.state();
-            if !matches!(state, ACTIVE | CLOSING | DEAD) {
+            if !matches!(state, CLAIMED | ACTIVE | CLOSING | DEAD) {
                 continue;
             }
             if let Some(index) = slot.current_block().checked_sub(1) {
@@ -134,9 +144,21 @@ impl Drain {
                 }
             }
         }
-        // Step 5: free the slots that were DEAD before step 3.
-        if free_dead {
-            for &i in &dead {
+        // Step 5: free the slots that were DEAD (or gone) before step 3; a gone slot's
+        // current block, read to its end in step 4, goes back to the pool with it.
+        for &i in &abandoned {
+            let Some(slot) = slots.get(i as usize) else { continue };
+            if let Some(index) = slot.current_block().checked_sub(1) {
+                slot.clear_block();
+                if let Some(c) = self.consumed.get_mut(index as usize) {
+                    *c = 0;
+                }
+                pool.push_free(index);
+                stats.blocks_freed += 1;
+            }
+        }
+        {
+            for &i in dead.iter().chain(&abandoned) {
                 let Some(slot) = slots.get(i as usize) else { continue };
                 f(i, slot, SlotEvent::Freed);
                 if let Some(e) = self.expected.get_mut(i as usize) {

@@ -96,8 +96,9 @@ impl BlockHead {
 
 /// One thread's custody state, in the shared mapping: the slot's life cycle, who owns it,
 /// its current block and its losses, and the period alternation its handler keeps.
-/// Written by the owner (and its handler); read by the recorder.
-#[repr(C)]
+/// Written by the owner (and its handler); read by the recorder. Cache-line aligned:
+/// neighbouring slots belong to threads that sample at the same time.
+#[repr(C, align(64))]
 #[derive(Debug)]
 pub struct SharedSlot {
     /// FREE, CLAIMED, ACTIVE, CLOSING or DEAD, and the generation (see `slot`).
@@ -188,6 +189,13 @@ impl SharedSlot {
         // Acquire: pairs with the producer's Release store when it starts a block: the
         // block's owner, seq and reset head are visible.
         self.block.load(Ordering::Acquire)
+    }
+
+    /// Forgets the current block (the recorder, freeing the slot of a thread that is
+    /// gone).
+    pub(crate) fn clear_block(&self) {
+        // Relaxed: published by the slot's Release to FREE.
+        self.block.store(0, Ordering::Relaxed);
     }
 
     fn count_lost(&self) {
@@ -584,7 +592,7 @@ mod tests {
         let (mut times, mut lost, mut freed) = (Vec::new(), 0, 0);
         // SAFETY: one recorder.
         unsafe {
-            d.pass(pool, slots, slots.len(), true, |_, _, ev| match ev {
+            d.pass(pool, slots, slots.len(), |_| false, |_, _, ev| match ev {
                 SlotEvent::Record(r) => times.push(r.time),
                 SlotEvent::Lost(n) => lost += n,
                 SlotEvent::Freed => freed += 1,
@@ -637,6 +645,39 @@ mod tests {
         assert_eq!((times, lost, freed), (vec![9], 0, 1));
         assert_eq!(pool.free_count(), 2, "both blocks free again");
         assert!(slots[0].ctl.try_claim().is_some(), "the slot is free for a new owner");
+    }
+
+    #[test]
+    fn a_gone_owners_partial_block_is_read_to_its_end_and_freed_with_its_slot() {
+        let hp = HeapPool::new(4, 64, 1000);
+        let pool = hp.pool();
+        let slots = [SharedSlot::new(), SharedSlot::new()];
+        for s in &slots {
+            s.ctl.try_claim().unwrap();
+            s.ctl.activate();
+        }
+        for i in 0..3 {
+            // SAFETY: one producer per slot.
+            unsafe {
+                append(&pool, &slots[0], 0, &rec(i, &[]));
+                append(&pool, &slots[1], 1, &rec(100 + i, &[]));
+            }
+        }
+        // Slot 0's process was killed: its block was never handed over.
+        let mut d = Drain::new(pool.len(), 2);
+        let (mut times, mut freed) = (Vec::new(), Vec::new());
+        // SAFETY: one recorder; slot 0's owner can no longer write.
+        unsafe {
+            d.pass(&pool, &slots, 2, |s| std::ptr::eq(s, &slots[0]), |i, _, ev| match ev {
+                SlotEvent::Record(r) => times.push(r.time),
+                SlotEvent::Freed => freed.push(i),
+                SlotEvent::Lost(_) => {}
+            })
+        };
+        assert_eq!(times, [0, 1, 2, 100, 101, 102]);
+        assert_eq!(freed, [0]);
+        assert_eq!(pool.free_count(), 3, "the gone slot's block is back; slot 1 keeps its own");
+        assert!(slots[0].ctl.try_claim().is_some(), "the gone slot is free");
     }
 
     #[test]

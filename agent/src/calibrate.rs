@@ -1,0 +1,447 @@
+//! Calibration, run by the agent in a process of its own before the target starts
+//! (`strobe record` launches `strobe __costs` with the agent preloaded and a small arena
+//! in calibration mode), so the target pays none of it:
+//!
+//! - the **cost** of one sample, which the overhead budget turns into a period;
+//! - the **baseline**: what every counter counts in a window (or, in fixed-period
+//!   sampling, an interval between two samples) that is not the target's own work.
+//!
+//! Owns: both measurements and the handler's calibration modes. Must never run in a
+//! target, and its handler side obeys the handler's rules (no allocation, no lock).
+//!
+//! # The baseline, and why it is needed
+//!
+//! The leader is armed one-shot, so the group stops counting at each overflow and the
+//! handler's own work is not counted; but the group does not stop at the overflow
+//! itself. Measured on this machine's kernel (6.18, a VM) with a task-clock window of
+//! 20-400 us and a loop that time-stamps its own progress: every window's task-clock
+//! delta exceeds the loop's own running time by 28 us (median; p10-p90 spread about 1
+//! us), the same at every window length. About 14 us of it pass between the overflow and
+//! the group stopping (the kernel's overflow path: the sample a `PERF_SAMPLE_READ` ring
+//! records at the overflow reads 14 us less than `read(2)` in the handler), and about
+//! 7 us between the re-arming ioctl and the target running again (the ioctl's return,
+//! the handler's return, `sigreturn`). At the default 20 us window the target ran only
+//! about 10 us of a 38 us measured window, which is why every per-millisecond rate read
+//! 2-5 times too low.
+//!
+//! So the calibration runs the real handler over a loop that stores `CLOCK_MONOTONIC`
+//! on every iteration: at each window start the handler asks for the loop's first
+//! time-stamp after it returns, at each window end it reads the loop's last one. The
+//! loop's running time in the window is the difference; each counter's baseline is its
+//! mean delta per window minus what the loop itself makes of that counter in that time
+//! (its rate, measured over an unsampled stretch of the same loop). The loop makes no
+//! page faults or context switches, so those counters' baselines are their counts in an
+//! empty window; the leader's is the dead time. The report subtracts windows x baseline
+//! from every function's sums.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use strobe_perf::spec::MAX_GROUP;
+use strobe_perf::sys::{self, ioctl};
+use strobe_protocol::calibration::{Baseline, Calibration, CounterBaseline, Costs};
+use strobe_sampler::custody::SharedSlot;
+use strobe_sampler::Kind;
+
+use crate::sampler::{self, close_slot, mono_ns, open_slot, read_group, take_sample, READ_HEAD};
+use crate::slots::{Local, LOCAL};
+use crate::{arena, Agent};
+
+/// Handler modes (`sampler::CALIB_MODE`).
+const MODE_FLOOR: u8 = 1;
+const MODE_TKILL_FULL: u8 = 2;
+const MODE_FULL: u8 = 3;
+const MODE_BASELINE: u8 = 4;
+
+/// The slot the calibration runs on.
+static CALIB_SLOT: AtomicUsize = AtomicUsize::new(0);
+/// Overflows handled in the current mode.
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Period of the cost runs: short, so one calibration spin takes about fifty samples.
+const CALIB_PERIOD_NS: u64 = 50_000;
+/// Thread CPU time of one cost spin (two to four spins per figure: about 15 ms in all).
+const CALIB_SPIN_NS: u64 = 2_500_000;
+/// Two runs that agree within this fraction are taken as stable.
+const CALIB_STABLE: f64 = 0.1;
+
+/// What the start-up calibration cannot see, as a factor on the cost per sample it
+/// measures. Where it comes from: on a quiet 2-vCPU VM, `strobe bench sampling` measured
+/// the bundled workload's steady-state slowdown at 3.02% and 3.80% with ~980 samples per
+/// CPU-second, i.e. 31-39 us per sample, against 19.6 us calibrated: 1.6-2.0x. The
+/// budget charges the upper end. The likely sources, not separated by measurement: the
+/// cache and TLB lines each signal evicts (the calibration spins a register-only loop),
+/// the perf group scheduled out and in at every context switch and the software counters
+/// bumped at every page fault (the spin makes neither). `strobe record --help` (under
+/// `--overhead`) says the same to users.
+pub const INDIRECT_COST_FACTOR: f64 = 2.0;
+
+/// The calling thread's CPU time (user + system), ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// A fixed amount of integer work; returns the thread CPU time it took.
+#[inline(never)]
+fn spin(iters: u64) -> u64 {
+    let t0 = thread_cpu_ns();
+    let mut x = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
+    for i in 0..iters {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
+        x = std::hint::black_box(x);
+    }
+    std::hint::black_box(x);
+    thread_cpu_ns().saturating_sub(t0)
+}
+
+/// Runs `f` (a measurement that noise can only inflate) until two results agree within
+/// [`CALIB_STABLE`], at most four times, and returns the smallest result.
+fn stable_min(mut f: impl FnMut() -> Option<u64>) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    for n in 0..4 {
+        let Some(v) = f() else { continue };
+        if let Some(b) = best {
+            let (lo, hi) = (b.min(v) as f64, b.max(v) as f64);
+            best = Some(b.min(v));
+            if n >= 1 && hi - lo <= CALIB_STABLE * hi {
+                break;
+            }
+        } else {
+            best = Some(v);
+        }
+    }
+    best
+}
+
+/// The handler in a calibration mode (called by `sampler::on_sigtrap`).
+pub fn on_overflow(a: &Agent, index: usize, slot: &SharedSlot, local: &Local, uc: *mut libc::c_void) {
+    match sampler::CALIB_MODE.load(Ordering::Relaxed) {
+        MODE_FLOOR if index == CALIB_SLOT.load(Ordering::Relaxed) => {
+            // Signal delivery and one group read, nothing else.
+            let mut words = [0u64; READ_HEAD + MAX_GROUP];
+            std::hint::black_box(read_group(local, &mut words));
+            HITS.fetch_add(1, Ordering::Relaxed);
+        }
+        MODE_FULL => {
+            if let Some(ar) = arena() {
+                take_sample(a, ar, index, slot, local, uc);
+                HITS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        MODE_BASELINE => baseline_overflow(a, slot, local),
+        _ => {}
+    }
+}
+
+/// A SIGTRAP the calibration sent itself (tgkill).
+pub fn on_tkill(uc: *mut libc::c_void) {
+    let index = CALIB_SLOT.load(Ordering::Relaxed);
+    let (Some(local), Some(a), Some(ar)) = (LOCAL.get(index), crate::agent(), arena()) else {
+        return;
+    };
+    match sampler::CALIB_MODE.load(Ordering::Relaxed) {
+        MODE_FLOOR => {
+            let mut words = [0u64; READ_HEAD + MAX_GROUP];
+            std::hint::black_box(read_group(local, &mut words));
+        }
+        MODE_TKILL_FULL => {
+            if let Some(slot) = ar.slots().get(index) {
+                take_sample(a, ar, index, slot, local, uc);
+                HITS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Measures what sampling costs the target, the way the target pays it: the extra thread
+/// CPU time of a fixed spin with real overflows every 50 us, over the same spin
+/// unsampled, divided by the overflows taken. Two figures: the floor (a plain periodic
+/// leader whose handler only reads the group) and the real path (the one-shot leader with
+/// the full handler). Needs a time leader; for a count leader (cycles) it falls back to
+/// signals sent with tgkill, which miss the overflow interrupt's share.
+pub fn costs(a: &Agent) -> Option<Costs> {
+    let probe_iters = 1u64 << 16;
+    let probe = spin(probe_iters).min(spin(probe_iters)).max(1);
+    let iters = (probe_iters as u128 * CALIB_SPIN_NS as u128 / probe as u128)
+        .clamp(probe_iters as u128, 1 << 34) as u64;
+    let base = stable_min(|| Some(spin(iters))).unwrap_or(0);
+    if !a.spec.leader().is_time {
+        return costs_tkill(a, 300);
+    }
+    let saved = (a.period.swap(CALIB_PERIOD_NS, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
+    let run = |mode: u8| -> Option<u64> {
+        let idx = open_slot(a, Some(CALIB_PERIOD_NS)).ok()?;
+        CALIB_SLOT.store(idx, Ordering::Relaxed);
+        HITS.store(0, Ordering::Relaxed);
+        sampler::CALIB_MODE.store(mode, Ordering::SeqCst);
+        if mode == MODE_FLOOR {
+            // A plain periodic leader: enabled, not one-shot.
+            let fd = LOCAL.get(idx)?.leader_fd.load(Ordering::Relaxed);
+            // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader.
+            unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
+        } else {
+            sampler::arm(idx);
+        }
+        let t = spin(iters);
+        close_slot(idx, true);
+        sampler::CALIB_MODE.store(0, Ordering::SeqCst);
+        let hits = HITS.load(Ordering::Relaxed);
+        (hits > 10).then(|| t.saturating_sub(base) / hits)
+    };
+    let floor = stable_min(|| run(MODE_FLOOR));
+    let full = stable_min(|| run(MODE_FULL));
+    a.period.store(saved.0, Ordering::Relaxed);
+    a.jitter.store(saved.1, Ordering::Relaxed);
+    match (full, floor) {
+        (Some(s), Some(f)) if s > 0 && f > 0 => {
+            Some(Costs { sample_ns: s, floor_ns: f, leader_per_ns: 1.0 })
+        }
+        _ => costs_tkill(a, 300),
+    }
+}
+
+/// The fallback: runs the real handler path `n` times on the calling thread with signals
+/// it sends itself (tgkill), and the floor, and returns the mean wall time of each.
+fn costs_tkill(a: &Agent, n: u32) -> Option<Costs> {
+    let idx = open_slot(a, Some(a.period.load(Ordering::Relaxed))).ok()?;
+    let local = LOCAL.get(idx)?;
+    CALIB_SLOT.store(idx, Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    let (pid, tid) = (unsafe { libc::getpid() }, sys::gettid());
+    let tkill = || {
+        // SAFETY: sends SIGTRAP to this very thread; our handler is installed.
+        unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGTRAP) };
+    };
+    let run = |mode: u8| -> u64 {
+        sampler::CALIB_MODE.store(mode, Ordering::SeqCst);
+        for _ in 0..n / 10 {
+            tkill(); // warm up caches and the timer paths
+        }
+        let t0 = mono_ns();
+        for _ in 0..n {
+            tkill();
+        }
+        let dt = mono_ns() - t0;
+        sampler::CALIB_MODE.store(0, Ordering::SeqCst);
+        dt
+    };
+    sampler::arm(idx);
+    let floor_dt = run(MODE_FLOOR);
+    let full_dt = run(MODE_TKILL_FULL);
+    let mut words = [0u64; READ_HEAD + MAX_GROUP];
+    let nread = read_group(local, &mut words);
+    let leader_per_ns = if nread > 0 && words[2] > 0 {
+        words[READ_HEAD] as f64 / words[2] as f64
+    } else {
+        1.0
+    };
+    close_slot(idx, true);
+    Some(Costs {
+        sample_ns: full_dt / u64::from(n.max(1)),
+        floor_ns: floor_dt / u64::from(n.max(1)),
+        leader_per_ns,
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// The baseline.
+
+/// Intervals the baseline keeps (windows, or fixed-period intervals).
+const MAX_INTERVALS: usize = 400;
+/// Words kept per interval: the work, then each counter's delta.
+const STRIDE: usize = 1 + MAX_GROUP;
+
+/// The loop's progress: its first time-stamp after a window started, its last one.
+static FIRST: AtomicU64 = AtomicU64::new(0);
+static LAST: AtomicU64 = AtomicU64::new(0);
+static WANT_FIRST: AtomicBool = AtomicBool::new(false);
+/// The counters at the open interval's start, and whether one is open.
+static START: [AtomicU64; MAX_GROUP] = [const { AtomicU64::new(0) }; MAX_GROUP];
+static OPEN: AtomicBool = AtomicBool::new(false);
+/// Completed intervals: `STRIDE` words each.
+static INTERVALS: [AtomicU64; MAX_INTERVALS * STRIDE] =
+    [const { AtomicU64::new(0) }; MAX_INTERVALS * STRIDE];
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Counters the group reads.
+static NCOUNTERS: AtomicUsize = AtomicUsize::new(0);
+
+/// The handler in baseline mode: the real alternation (and re-arming), with every
+/// interval's counter deltas and the loop's running time kept. Relaxed throughout: the
+/// handler and the loop run on one thread.
+fn baseline_overflow(a: &Agent, slot: &SharedSlot, local: &Local) {
+    let last = LAST.load(Ordering::Relaxed);
+    let mut words = [0u64; READ_HEAD + MAX_GROUP];
+    let n = read_group(local, &mut words);
+    NCOUNTERS.store(n, Ordering::Relaxed);
+    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
+    let step = slot.alt.on_overflow(&sampler::periods(a), counters.first().copied().unwrap_or(0));
+    // An interval ends here if one was open and this sample ends it: every sample in
+    // fixed-period sampling, a window's end otherwise.
+    let ends = OPEN.load(Ordering::Relaxed) && step.kind != Kind::WindowStart;
+    if ends {
+        let i = COUNT.load(Ordering::Relaxed);
+        let first = FIRST.load(Ordering::Relaxed);
+        if i < MAX_INTERVALS && first != 0 && last >= first {
+            INTERVALS[i * STRIDE].store(last - first, Ordering::Relaxed);
+            for (k, &c) in counters.iter().enumerate() {
+                let d = c.wrapping_sub(START[k].load(Ordering::Relaxed));
+                INTERVALS[i * STRIDE + 1 + k].store(d, Ordering::Relaxed);
+            }
+            COUNT.store(i + 1, Ordering::Relaxed);
+        }
+        OPEN.store(false, Ordering::Relaxed);
+    }
+    if step.kind != Kind::WindowEnd {
+        for (k, &c) in counters.iter().enumerate() {
+            START[k].store(c, Ordering::Relaxed);
+        }
+        FIRST.store(0, Ordering::Relaxed);
+        WANT_FIRST.store(true, Ordering::Relaxed);
+        OPEN.store(true, Ordering::Relaxed);
+    }
+    let fd = local.leader_fd.load(Ordering::Relaxed);
+    let mut p = step.next_period;
+    // SAFETY: as in `sampler::rearm`: the owner's live leader, a stopped event.
+    unsafe {
+        libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
+        libc::ioctl(fd, ioctl::REFRESH, 1);
+    }
+}
+
+/// The loop whose progress the handler reads, until `intervals` intervals are kept or
+/// `deadline` (mono ns) passes.
+#[inline(never)]
+fn timestamp_loop(intervals: usize, deadline: u64) {
+    loop {
+        if WANT_FIRST.load(Ordering::Relaxed) {
+            WANT_FIRST.store(false, Ordering::Relaxed);
+            FIRST.store(mono_ns(), Ordering::Relaxed);
+        }
+        let now = mono_ns();
+        LAST.store(now, Ordering::Relaxed);
+        if now > deadline || COUNT.load(Ordering::Relaxed) >= intervals {
+            return;
+        }
+    }
+}
+
+/// Each counter's count per ns of the loop running unsampled (1 for task-clock).
+fn loop_rates(a: &Agent, n_expected: usize) -> Option<Vec<f64>> {
+    let idx = open_slot(a, Some(u64::MAX >> 2)).ok()?;
+    let local = LOCAL.get(idx)?;
+    let fd = local.leader_fd.load(Ordering::Relaxed);
+    // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader (its period is too
+    // long to overflow here).
+    unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
+    let mut w0 = [0u64; READ_HEAD + MAX_GROUP];
+    let mut w1 = [0u64; READ_HEAD + MAX_GROUP];
+    let n0 = read_group(local, &mut w0);
+    let t0 = mono_ns();
+    timestamp_loop(usize::MAX, t0 + 5_000_000);
+    let t1 = mono_ns();
+    let n1 = read_group(local, &mut w1);
+    close_slot(idx, true);
+    if n0 != n_expected || n1 != n_expected || t1 <= t0 {
+        return None;
+    }
+    let dt = (t1 - t0) as f64;
+    Some((0..n0).map(|k| w1[READ_HEAD + k].wrapping_sub(w0[READ_HEAD + k]) as f64 / dt).collect())
+}
+
+/// Mean and standard deviation of `v` without its lowest and highest 5%.
+fn trimmed(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let cut = v.len() / 20;
+    let t = &v[cut..v.len() - cut];
+    let n = t.len().max(1) as f64;
+    let mean = t.iter().sum::<f64>() / n;
+    let var = t.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0).max(1.0);
+    (mean, var.sqrt())
+}
+
+/// Measures the baseline with the recording's own events, window and (for fixed-period
+/// sampling) period. Needs a time leader (the loop time-stamps itself in ns).
+pub fn baseline(a: &Agent) -> Result<Baseline, String> {
+    if !a.spec.leader().is_time {
+        return Err("the baseline needs a time leader (task-clock or cpu-clock); the report's \
+                    window metrics include the sampler's own counts"
+            .into());
+    }
+    let windows = a.window > 0;
+    let requested = if windows { a.window } else { a.period.load(Ordering::Relaxed) };
+    let n = a.spec.events.len();
+    let rates = loop_rates(a, n).ok_or("could not read the group over an unsampled loop")?;
+    // Windows: long periods of 1 ms (the dead time does not depend on them) and 200
+    // windows; fixed-period sampling: 400 intervals at the recording's own period.
+    let (want, long) = if windows { (200, 1_000_000) } else { (MAX_INTERVALS, requested) };
+    let saved = (a.period.swap(long, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
+    COUNT.store(0, Ordering::Relaxed);
+    OPEN.store(false, Ordering::Relaxed);
+    let result = (|| {
+        let idx = open_slot(a, Some(long)).map_err(|_| "could not open the event group")?;
+        CALIB_SLOT.store(idx, Ordering::Relaxed);
+        sampler::CALIB_MODE.store(MODE_BASELINE, Ordering::SeqCst);
+        sampler::arm(idx);
+        timestamp_loop(want, mono_ns() + 2_000_000_000);
+        close_slot(idx, true);
+        sampler::CALIB_MODE.store(0, Ordering::SeqCst);
+        Ok::<(), &str>(())
+    })();
+    a.period.store(saved.0, Ordering::Relaxed);
+    a.jitter.store(saved.1, Ordering::Relaxed);
+    result?;
+    let count = COUNT.load(Ordering::Relaxed);
+    if count < 20 {
+        return Err(format!("only {count} intervals were measured"));
+    }
+    let work: Vec<f64> =
+        (0..count).map(|i| INTERVALS[i * STRIDE].load(Ordering::Relaxed) as f64).collect();
+    let counters = (0..n.min(NCOUNTERS.load(Ordering::Relaxed)))
+        .map(|k| {
+            let rate = rates.get(k).copied().unwrap_or(0.0);
+            let mut v: Vec<f64> = (0..count)
+                .map(|i| {
+                    INTERVALS[i * STRIDE + 1 + k].load(Ordering::Relaxed) as f64 - rate * work[i]
+                })
+                .collect();
+            let (mean, sd) = trimmed(&mut v);
+            CounterBaseline { mean, sd }
+        })
+        .collect();
+    let mut w = work.clone();
+    let (work_ns, _) = trimmed(&mut w);
+    Ok(Baseline { windows, requested, intervals: count as u64, work_ns, counters })
+}
+
+/// Runs the whole calibration and stores the result in the arena.
+pub fn run(a: &Agent) {
+    let mut c = Calibration { costs: costs(a), ..Default::default() };
+    if c.costs.is_none() {
+        c.notes.push("could not measure the per-sample cost; the period is a guess".into());
+    }
+    match baseline(a) {
+        Ok(b) => c.baseline = Some(b),
+        Err(why) => c.notes.push(format!("no window baseline: {why}")),
+    }
+    if let Some(ar) = arena() {
+        ar.set_calibration(&c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trimmed_mean_drops_the_tails() {
+        let mut v: Vec<f64> = (0..100).map(f64::from).collect();
+        v[0] = -1e9;
+        v[99] = 1e9;
+        let (m, sd) = trimmed(&mut v);
+        assert!((m - 49.5).abs() < 1e-9, "{m}");
+        assert!(sd > 20.0 && sd < 30.0, "{sd}");
+    }
+}

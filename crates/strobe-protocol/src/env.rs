@@ -1,0 +1,46 @@
+//! The environment variables that cross from `strobe` into the target, named once, and
+//! the one way to add a library to `LD_PRELOAD`.
+//!
+//! Owns: the names and the preload list's syntax. Must never carry configuration the
+//! arena can carry: the environment is visible to the target and its children, so it
+//! holds only what the agent needs to find the arena.
+
+use std::ffi::{OsStr, OsString};
+
+/// The arena to attach to: a path the agent opens (`/proc/<recorder>/fd/<n>`).
+pub const ARENA: &str = "STROBE_ARENA";
+/// Set by an agent to its pid: a new image with the same pid (after exec) continues the
+/// recording; a different pid is a forked child's new image.
+pub const AGENT_PID: &str = "STROBE_AGENT_PID";
+/// The dynamic loader's preload list.
+pub const LD_PRELOAD: &str = "LD_PRELOAD";
+
+/// Every variable `strobe` sets for a recording, for a launcher to clear from an
+/// inherited environment before setting its own.
+pub const ALL: &[&str] = &[ARENA, AGENT_PID];
+
+/// `LD_PRELOAD` with `lib` first and the caller's own list after it. The dynamic loader
+/// accepts colons and spaces as separators; strobe always writes a colon.
+pub fn preload_with(lib: &OsStr, existing: Option<&OsStr>) -> OsString {
+    let mut v = lib.to_os_string();
+    if let Some(old) = existing.filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_goes_first_and_the_users_list_is_kept() {
+        assert_eq!(preload_with(OsStr::new("/a.so"), None), "/a.so");
+        assert_eq!(preload_with(OsStr::new("/a.so"), Some(OsStr::new(""))), "/a.so");
+        assert_eq!(
+            preload_with(OsStr::new("/a.so"), Some(OsStr::new("/b.so /c.so"))),
+            "/a.so:/b.so /c.so"
+        );
+    }
+}

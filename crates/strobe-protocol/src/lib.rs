@@ -1,0 +1,26 @@
+//! strobe-protocol: everything that crosses between `strobe record` and the agent it
+//! injects into the target, typed once and used by both ends.
+//!
+//! - [`config`]: the recording's configuration ([`RecordConfig`]), encoded into the arena
+//!   by the recorder and decoded by each agent.
+//! - [`arena`]: the shared mapping (a memfd the recorder creates and every profiled
+//!   process maps by path): a header, the configuration, the process table, the custody
+//!   pool (crate strobe-sampler's `custody`) and the slots, and calibration results.
+//! - [`calibration`]: what the calibration process measures (the cost per sample and the
+//!   empty-window baseline of every counter) and hands back through its arena.
+//! - [`env`]: the environment variables and the `LD_PRELOAD` list, named once.
+//! - [`wire`]: the small binary encoding the above use, with typed decode errors.
+//!
+//! Owns: these layouts and encodings, with round-trip tests. Must never grow policy (what
+//! to record, how to report): both ends decide that; and must stay light enough for the
+//! agent (std and libc only, no allocation on any path a signal handler takes).
+
+pub mod arena;
+pub mod calibration;
+pub mod config;
+pub mod env;
+pub mod wire;
+
+pub use arena::{Arena, ArenaError, ArenaSizes, ProcEntry, ProcState};
+pub use calibration::{Baseline, Calibration, Costs};
+pub use config::{CallGraph, RecordConfig};
