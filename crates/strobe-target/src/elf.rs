@@ -412,7 +412,7 @@ impl ElfFile {
     /// loadable segment. Works the same for PIE and non-PIE files and shared libraries,
     /// because uprobes and symbolizers key code by (file, file offset), not by address.
     pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {
-        self.segment_of(vaddr).map(|s| vaddr - s.vaddr + s.offset)
+        segment_offset(&self.segments, vaddr)
     }
 
     /// The functions that `query` names (see [`Function::matches`]); aliases at one address
@@ -445,9 +445,26 @@ pub struct Identity {
     /// The `PT_INTERP` program interpreter, if any: a dynamically linked executable has
     /// one, a static one has none.
     pub interpreter: Option<PathBuf>,
+    /// Loadable segments.
+    pub segments: Vec<Segment>,
 }
 
-/// Reads the ELF header and program headers of `path` (nothing else). `Ok(None)` when
+impl Identity {
+    /// The file offset of link-time address `vaddr` (see [`ElfFile::vaddr_to_offset`]).
+    pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {
+        segment_offset(&self.segments, vaddr)
+    }
+}
+
+fn segment_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
+}
+
+/// Reads the ELF header and program headers of `path` (nothing else): enough to know how
+/// the file runs and where its link-time addresses lie in it, without its symbols. `Ok(None)` when
 /// the file is not an ELF file; an error when it cannot be read or its headers are corrupt.
 pub fn identify(path: &Path) -> Result<Option<Identity>, Error> {
     let file = File::open(path)
@@ -481,9 +498,19 @@ fn identify_as<'d, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'d>>(
     let header = H::parse(data)?;
     let endian = header.endian()?;
     let mut interpreter = None;
+    let mut segments = Vec::new();
     for ph in header.program_headers(endian, data)? {
         if let Some(i) = ph.interpreter(endian, data)? {
             interpreter = Some(cstr_path(i));
+        }
+        if ph.p_type(endian) == elf::PT_LOAD {
+            segments.push(Segment {
+                vaddr: ph.p_vaddr(endian).into(),
+                memsz: ph.p_memsz(endian).into(),
+                offset: ph.p_offset(endian).into(),
+                filesz: ph.p_filesz(endian).into(),
+                exec: ph.p_flags(endian).0 & elf::PF_X.0 != 0,
+            });
         }
     }
     Ok(Identity {
@@ -491,6 +518,7 @@ fn identify_as<'d, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'d>>(
         machine: header.e_machine(endian).0,
         position_independent: header.e_type(endian) == elf::ET_DYN,
         interpreter,
+        segments,
     })
 }
 
@@ -609,6 +637,8 @@ mod tests {
             (id.is_64, id.machine, id.position_independent, id.interpreter.as_deref()),
             (true, f.machine(), f.is_position_independent(), f.interpreter())
         );
+        assert_eq!(id.segments, f.segments());
+        assert_eq!(id.vaddr_to_offset(main.vaddr), Some(main.file_offset));
         let script = std::env::temp_dir().join(format!("strobe-identify-{}", std::process::id()));
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         assert_eq!(identify(&script).unwrap(), None, "a script is no ELF file");

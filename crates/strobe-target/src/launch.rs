@@ -314,6 +314,41 @@ impl Drop for HeldChild {
     }
 }
 
+/// Ignores SIGINT and SIGQUIT while alive (the target, in the same process group, gets
+/// them and ends; strobe stays to report, as `time` does), then restores the previous
+/// dispositions. A target started with [`HeldChild`] has the default dispositions
+/// whatever strobe's are.
+#[derive(Debug)]
+pub struct InterruptGuard {
+    old: [libc::sighandler_t; 2],
+}
+
+impl InterruptGuard {
+    /// Starts ignoring SIGINT and SIGQUIT.
+    pub fn ignore() -> InterruptGuard {
+        // SAFETY: signal() with SIG_IGN installs no handler code; it returns the previous
+        // disposition, which Drop restores.
+        unsafe {
+            InterruptGuard {
+                old: [
+                    libc::signal(libc::SIGINT, libc::SIG_IGN),
+                    libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+                ],
+            }
+        }
+    }
+}
+
+impl Drop for InterruptGuard {
+    fn drop(&mut self) {
+        // SAFETY: restoring dispositions previously returned by signal().
+        unsafe {
+            libc::signal(libc::SIGINT, self.old[0]);
+            libc::signal(libc::SIGQUIT, self.old[1]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
