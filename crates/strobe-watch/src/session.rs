@@ -250,6 +250,8 @@ pub struct Watch {
     count: bool,
     child: HeldChild,
     hits: Option<OwnedFd>,
+    /// Ctrl-C goes to the program from its start; the watch reads on until it ends.
+    _interrupts: InterruptGuard,
 }
 
 impl Watch {
@@ -289,6 +291,8 @@ impl Watch {
         command.env.push(("STROBE_WATCH_POINTS".into(), points.join(";").into()));
         command.env.push(("STROBE_WATCH_OPTS".into(), agent_opts.join(",").into()));
         command.keep_fds.push(write_end.as_raw_fd());
+        // The program gets the default dispositions whatever strobe's are.
+        let interrupts = InterruptGuard::ignore();
         let mut child = HeldChild::spawn(&command)?;
         child.release()?;
         // Only the program (and what it starts) holds the write end now: the pipe ends
@@ -300,6 +304,7 @@ impl Watch {
             count,
             child,
             hits: Some(read_end),
+            _interrupts: interrupts,
         })
     }
 
@@ -312,7 +317,6 @@ impl Watch {
     /// handing each hit to `on_hit` (unless counting), then reaps the program and reports.
     /// Ctrl-C goes to the program; the watch keeps reading until it ends.
     pub fn run(mut self, mut on_hit: impl FnMut(&Hit<'_>)) -> Result<WatchReport, SessionError> {
-        let _guard = InterruptGuard::ignore();
         let Some(fd) = self.hits.take() else {
             return Err(SessionError::Agent("the watch was already run".into()));
         };

@@ -12,6 +12,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::bail;
+
 use strobe_watch::session::{Hit, Options, Watch, WatchCounts, WatchReport};
 use strobe_watch::Policy;
 
@@ -70,7 +72,12 @@ pub struct Args {
 
 /// Runs `strobe watch`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (program, rest) = args.command.split_first().expect("clap requires the command");
+    let Some((program, rest)) = args.command.split_first() else {
+        bail!("no program to run: put it after -- (e.g. strobe watch counter -- ./app)");
+    };
+    if !(args.rotate_ms.is_finite() && args.rotate_ms > 0.0) {
+        bail!("--rotate-ms {}: give a positive number of milliseconds", args.rotate_ms);
+    }
     let opts = Options {
         specs: args.specs.clone(),
         command: strobe_watch::session::Command::new(program, rest),
@@ -79,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         stack: args.stack,
         per_thread: args.thread,
         policy: if args.no_multiplex { Policy::NoMultiplex } else { Policy::Multiplex },
-        rotate: Duration::from_secs_f64(args.rotate_ms.max(0.0) / 1000.0),
+        rotate: Duration::from_secs_f64(args.rotate_ms / 1000.0),
     };
     let watch = Watch::start(opts)?;
     let labels = watch.labels().to_vec();
