@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::json;
+use strobe_target::Command;
 use strobe_uprobe::latency::Summary;
 use strobe_uprobe::points::PointReport;
 use strobe_uprobe::{
-    Command, HitKind, ListOptions, Listing, Options, Probe, Row, Run, RunOptions, RunReport,
+    HitKind, ListOptions, Listing, Options, Probe, Row, RowKind, Run, RunOptions, RunReport,
 };
 
 const AFTER_HELP: &str = "\
@@ -197,10 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             writeln!(out)?;
         }
         let show_latency = args.latency
-            || report
-                .rows
-                .iter()
-                .any(|r| r.kind == strobe_uprobe::RowKind::Point && r.latency.is_some());
+            || report.rows.iter().any(|r| r.kind == RowKind::Point && r.latency.is_some());
         write_table(&mut out, &report.rows, report.elapsed, show_latency)?;
         writeln!(out, "{}", notes(&args, &report).join("; "))?;
     }

@@ -80,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let opts = Options {
         specs: args.specs.clone(),
-        command: strobe_watch::session::Command::new(program, rest),
+        command: strobe_target::Command::new(program, rest),
         agent: crate::agent_lib::agent_path()?,
         count: args.count,
         stack: args.stack,
