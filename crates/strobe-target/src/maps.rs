@@ -90,7 +90,7 @@ impl<'a> MapLine<'a> {
     }
 
     /// The owned form.
-    pub fn to_owned(&self) -> Mapping {
+    pub fn to_mapping(&self) -> Mapping {
         Mapping {
             start: self.start,
             end: self.end,
@@ -218,7 +218,7 @@ impl Mapping {
 
 /// Every mapping of process `pid` (`None`: this process).
 pub fn mappings(pid: Option<u32>) -> std::io::Result<Vec<Mapping>> {
-    Ok(parse(&read(pid)?).map(|m| m.to_owned()).collect())
+    Ok(parse(&read(pid)?).map(|m| m.to_mapping()).collect())
 }
 
 /// The distinct files process `pid` (`None`: this process) has mapped, in address order.
