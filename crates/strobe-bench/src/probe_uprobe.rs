@@ -220,7 +220,7 @@ pub fn rows(_opts: &BenchOpts) -> Result<(Vec<Row>, &'static str), BenchError> {
 /// The file and offset of function `f` in this executable.
 fn site_of(f: unsafe extern "C" fn()) -> Result<strobe_uprobe::Site, BenchError> {
     let addr = f as *const () as u64;
-    match strobe_uprobe::maps::resolve_address(0, addr) {
+    match strobe_target::maps::resolve_address(None, addr) {
         Ok(Some((path, offset))) => Ok(strobe_uprobe::Site { path, offset, ref_ctr_offset: None }),
         Ok(None) => {
             Err(BenchError::Other(format!("no file maps address {addr:#x} of this process")))

@@ -4,7 +4,8 @@
 //! into these types by a thin adapter. The engine never reads files itself, so it can be
 //! tested with inputs built in memory and fed from any source.
 //!
-//! This module must never grow I/O or knowledge of a file format.
+//! This module must never grow I/O or knowledge of a file format; /proc/PID/maps text is
+//! read by strobe-target's parser, converted here.
 
 /// Facts about a recording that hold for all its samples.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -71,29 +72,26 @@ pub struct Sample<'a> {
     pub values: &'a [u64],
 }
 
-/// The executable mappings in the text of a /proc/PID/maps file, in file order. Lines
-/// that do not parse are skipped (the kernel's format is fixed; a torn read can cut the
-/// last line).
+/// The executable mappings in the text of a /proc/PID/maps file, in file order, read with
+/// strobe-target's parser (lines that do not parse are skipped).
 pub fn parse_proc_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            // start-end perms offset dev inode [path]
-            let mut f = line.splitn(6, ' ');
-            let range = f.next()?;
-            let perms = f.next()?;
-            let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let _inode = f.next()?;
-            let path = f.next().unwrap_or("").trim_start().to_string();
-            if !perms.contains('x') {
-                return None;
-            }
-            let (s, e) = range.split_once('-')?;
-            let start = u64::from_str_radix(s, 16).ok()?;
-            let end = u64::from_str_radix(e, 16).ok()?;
-            Some(Mapping { start, end, offset, path })
-        })
+    strobe_target::maps::parse(text.as_bytes())
+        .filter(|m| m.perms.exec)
+        .map(|m| Mapping::from(&m))
         .collect()
+}
+
+impl From<&strobe_target::maps::MapLine<'_>> for Mapping {
+    /// The engine's view of a maps line: its range, file offset, and path as the kernel
+    /// printed it (pseudo names and the ` (deleted)` suffix kept).
+    fn from(m: &strobe_target::maps::MapLine<'_>) -> Mapping {
+        Mapping {
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
+            path: m.path.to_string_lossy().into_owned(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,13 +14,15 @@
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
-//! engine. [`throughput`] measures the engine's samples per second.
+//! engine. [`throughput`] measures the engine's samples per second. [`lookup`] lends the
+//! symbolization to tools that learn code addresses another way (`strobe watch`).
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
 
 mod aggregate;
 mod error;
 pub mod input;
+pub mod lookup;
 pub mod metrics;
 pub mod recording;
 pub mod render;

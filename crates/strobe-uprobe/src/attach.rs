@@ -21,6 +21,11 @@
 //! next run ([`Tracefs::detect`]). Events on threads that already exist (in-process use,
 //! benchmarks) keep the PMU, which needs no tracefs.
 //!
+//! Where tracefs is not mounted (many machines leave it to the first tool that needs it),
+//! [`mount_tracefs_if_absent`] mounts it at `/sys/kernel/tracing` as perf does; it stays
+//! mounted. That takes `CAP_SYS_ADMIN`: without it nothing is mounted and
+//! [`Tracefs::detect`] says what to run.
+//!
 //! Costs on the reference machine (docs: DESIGN.md): opening one uprobe event takes about
 //! 1-10 ms, closing one about 60-90 ms (the kernel waits for a grace period on unregister),
 //! and closing several from parallel threads is slower still, so events are opened once
@@ -169,6 +174,53 @@ pub fn open_uprobe(
 /// Where tracefs is mounted, with the `uprobe_events` file: `/sys/kernel/tracing`, else
 /// the debugfs mount point.
 const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// Where [`mount_tracefs_if_absent`] mounts tracefs: its own mount point, which sysfs
+/// provides on every kernel with tracefs.
+pub const TRACEFS_MOUNT_POINT: &str = "/sys/kernel/tracing";
+
+/// True when one of [`TRACEFS_ROOTS`] has `uprobe_events`, or has one this process may not
+/// look at (then tracefs is mounted, and [`Tracefs::detect`] explains the refusal).
+fn tracefs_reachable() -> bool {
+    TRACEFS_ROOTS.iter().any(|r| {
+        match std::fs::metadata(std::path::Path::new(r).join("uprobe_events")) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+        }
+    })
+}
+
+/// Mounts tracefs at [`TRACEFS_MOUNT_POINT`] when no tracefs with `uprobe_events` is
+/// reachable, as perf does. `Ok(Some(path))` when it mounted one there; `Ok(None)` when
+/// one was there already, or when this process may not mount (then [`Tracefs::detect`]
+/// gives its usual error, which says how to mount it). An error when the mount failed for
+/// another reason (a kernel without tracefs).
+pub fn mount_tracefs_if_absent() -> Result<Option<std::path::PathBuf>, Error> {
+    let point = std::path::Path::new(TRACEFS_MOUNT_POINT);
+    if tracefs_reachable() || !point.is_dir() {
+        return Ok(None);
+    }
+    let c = |s: &str| CString::new(s).expect("no NUL in a constant");
+    let (source, target, fstype) = (c("nodev"), c(TRACEFS_MOUNT_POINT), c("tracefs"));
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call; tracefs
+    // takes no data argument (NULL).
+    let r = unsafe {
+        libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null())
+    };
+    if r != 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => Ok(None),
+            // Another strobe (or a person) mounted it meanwhile.
+            Some(libc::EBUSY) if tracefs_reachable() => Ok(None),
+            _ => Err(Error::Sys {
+                what: format!("mounting tracefs at {TRACEFS_MOUNT_POINT}"),
+                source: err,
+            }),
+        };
+    }
+    Ok(Some(point.to_path_buf()))
+}
 
 /// The tracefs group of a strobe process: `strobe_PID`.
 fn group_of(pid: u32) -> String {
@@ -437,7 +489,7 @@ mod tests {
             Err(e) => return eprintln!("skipping: {e}"),
         };
         let addr = strobe_uprobe_attach_test_target as *const () as u64;
-        let (path, offset) = crate::maps::resolve_address(0, addr).unwrap().unwrap();
+        let (path, offset) = strobe_target::maps::resolve_address(None, addr).unwrap().unwrap();
         let site = Site { path, offset, ref_ctr_offset: None };
         let settings = EventSettings { inherit: false, enable_on_exec: false, sampling: None };
         let ev = match open_uprobe(&pmu, &site, false, Target::CALLING_THREAD, settings, "t") {

@@ -1,49 +1,57 @@
-//! strobe-uprobe: kernel uprobes on any function or USDT probe of any ELF file.
+//! strobe-uprobe: kernel uprobes on any function or USDT probe of any ELF file, and the
+//! `strobe probe` session that runs a program under them.
 //!
 //! The path from a probe as typed to a report:
 //!
 //! 1. [`spec::ProbeSpec`] parses `func`, `func+off`, `lib.so:func`, `usdt:provider:name`.
-//! 2. [`resolve::Resolver`] reads the ELF files ([`elf`], [`usdt`]), finds libraries like
-//!    the dynamic linker ([`libpath`], or a running process's [`maps`]), and turns the
-//!    probe into (file, offset) sites, with "did you mean" errors.
-//! 3. [`attach`] defines each site as a uprobe in tracefs and opens tracepoint events on
-//!    it (they can be inherited by the target's threads), or, for threads that exist
-//!    already, opens uprobe PMU events (`config1` = path, `config2` = offset, the retprobe
-//!    bit and the USDT semaphore's `ref_ctr_offset` where sysfs says).
-//! 4. [`session::Session`] forks the target held before exec ([`launch`]), attaches with
-//!    `enable_on_exec` + `inherit`, releases it, collects counts (and, for latency and
-//!    trace, ring-buffer samples matched per thread by [`latency`]) and reports.
+//! 2. [`resolve::Resolver`] reads the ELF files and finds libraries like the dynamic
+//!    linker (both through strobe-target), and turns the probe into (file, offset) sites,
+//!    with "did you mean" errors.
+//! 3. [`attach`] defines each site as a uprobe in tracefs (mounting tracefs first when it
+//!    is absent) and opens tracepoint events on it (they can be inherited by the target's
+//!    threads), or, for threads that exist already, opens uprobe PMU events (`config1` =
+//!    path, `config2` = offset, the retprobe bit and the USDT semaphore's `ref_ctr_offset`
+//!    where sysfs says).
+//! 4. [`session::Session`] forks the target held before exec (strobe-target's launch),
+//!    attaches with `enable_on_exec` + `inherit`, releases it, collects counts (and, for
+//!    latency and trace, ring-buffer samples matched per thread by [`latency`]) and
+//!    reports.
+//! 5. [`run`] is one `strobe probe`: kernel probes and the program's own probe points
+//!    ([`points`], counted by strobe-probe inside the program) on one launched program,
+//!    gathered into one set of rows; and `--list`'s inventory.
 //!
-//! This crate must never run code inside the target: everything it learns comes from ELF
-//! files, procfs and perf events.
+//! This crate must never run code inside the target, nor read ELF files or procfs itself:
+//! what it knows of the target comes from strobe-target, and what it learns from perf
+//! events and the probe library's report file.
 
 pub mod attach;
-pub mod elf;
 pub mod latency;
-pub mod launch;
-pub mod libpath;
-pub mod maps;
+pub mod points;
 pub mod resolve;
+pub mod run;
 pub mod session;
 pub mod spec;
-pub mod usdt;
 
 use std::path::PathBuf;
 
-pub use launch::Command;
 pub use resolve::{ProbeKind, ResolvedProbe, Resolver, Site};
-pub use session::{Hit, HitKind, Options, ProbeReport, Report, Session};
+pub use run::{ListOptions, Listing, Probe, Row, RowKind, Run, RunOptions, RunReport, Warning};
+pub use session::{Hit, HitKind, Notice, Options, ProbeReport, Report, Session};
 pub use spec::ProbeSpec;
+pub use strobe_target::{Command, Exit};
 
 /// Everything that can go wrong between a probe as typed and a report.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file is not an ELF file strobe can probe.
-    #[error("{}: not an ELF file strobe can probe: {why}", path.display())]
-    NotElf {
+    /// Reading the target (its ELF files, its libraries) or starting it failed.
+    #[error(transparent)]
+    Target(#[from] strobe_target::Error),
+    /// A USDT note that cannot be turned into a uprobe.
+    #[error("{}: USDT notes unusable: {why}", path.display())]
+    BadUsdt {
         /// The file.
         path: PathBuf,
-        /// What is wrong with it.
+        /// What is wrong with the note.
         why: String,
     },
     /// No function of that name.
@@ -91,22 +99,6 @@ pub enum Error {
         /// Suggestions or the probes it has.
         hint: String,
     },
-    /// The library part of a probe names no library.
-    #[error(
-        "library '{lib}' not found for {}: {why}{}",
-        binary.display(),
-        if known.is_empty() { String::new() } else { format!(" (it loads: {})", known.join(", ")) }
-    )]
-    LibraryNotFound {
-        /// The library as typed.
-        lib: String,
-        /// The main binary.
-        binary: PathBuf,
-        /// The libraries the program loads.
-        known: Vec<String>,
-        /// Why it was not found.
-        why: String,
-    },
     /// The probe text does not parse.
     #[error("bad probe '{spec}': {why}")]
     BadSpec {
@@ -135,14 +127,6 @@ pub enum Error {
         /// What is missing.
         why: String,
     },
-    /// The target could not be started.
-    #[error("cannot run '{program}': {source}")]
-    Exec {
-        /// The program as typed.
-        program: String,
-        /// Why.
-        source: std::io::Error,
-    },
     /// A file could not be read.
     #[error("{what}: {source}")]
     Io {
@@ -151,6 +135,17 @@ pub enum Error {
         /// The error.
         source: std::io::Error,
     },
+    /// The probe library's report (`point:` probes) cannot be read.
+    #[error("bad line in the probe-point report {}: {why}", path.display())]
+    PointReport {
+        /// The report file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Neither a binary nor a command to find one from.
+    #[error("no binary to probe: name the ELF file, or the command that runs it")]
+    NoBinary,
     /// A system call failed.
     #[error("{what} failed: {source}")]
     Sys {
@@ -159,11 +154,4 @@ pub enum Error {
         /// The errno.
         source: std::io::Error,
     },
-}
-
-impl Error {
-    /// A [`Error::Sys`] from `errno`.
-    pub(crate) fn sys(what: &str) -> Error {
-        Error::Sys { what: what.to_string(), source: std::io::Error::last_os_error() }
-    }
 }

@@ -4,12 +4,14 @@
 //! on one library read it once. Unknown names come back as errors with close names ("did
 //! you mean"), or with the library that defines the function when it is not the one named.
 //!
-//! This module reads files only; attaching is [`crate::attach`]'s job.
+//! This module never parses a file itself (strobe-target reads the ELF files and finds
+//! the libraries) and never attaches anything ([`crate::attach`]'s job).
 
 use std::path::{Path, PathBuf};
 
-use crate::elf::{ElfFile, Function};
-use crate::libpath::{self, SearchEnv};
+use strobe_target::elf::{ElfFile, Function};
+use strobe_target::libpath::{self, SearchEnv};
+
 use crate::spec::ProbeSpec;
 use crate::Error;
 
@@ -64,14 +66,14 @@ pub struct ResolvedProbe {
 pub struct Resolver {
     exe: ElfFile,
     env: SearchEnv,
-    pid: Option<i32>,
+    pid: Option<u32>,
     libs: Vec<ElfFile>,
 }
 
 impl Resolver {
     /// A resolver for programs running `binary`, whose dynamic linker sees `env`. With
     /// `pid`, libraries are looked up in that running process's mappings first.
-    pub fn new(binary: &Path, env: SearchEnv, pid: Option<i32>) -> Result<Resolver, Error> {
+    pub fn new(binary: &Path, env: SearchEnv, pid: Option<u32>) -> Result<Resolver, Error> {
         Ok(Resolver { exe: ElfFile::open(binary)?, env, pid, libs: Vec::new() })
     }
 
@@ -190,7 +192,7 @@ impl Resolver {
         }
         let mut sites = Vec::new();
         for n in notes {
-            let offset = n.file_offset.ok_or_else(|| Error::NotElf {
+            let offset = n.file_offset.ok_or_else(|| Error::BadUsdt {
                 path: obj.path().to_path_buf(),
                 why: format!(
                     "USDT probe {} lies outside every loadable segment",
@@ -198,7 +200,7 @@ impl Resolver {
                 ),
             })?;
             if n.semaphore != 0 && n.semaphore_offset.is_none() {
-                return Err(Error::NotElf {
+                return Err(Error::BadUsdt {
                     path: obj.path().to_path_buf(),
                     why: format!(
                         "the semaphore of USDT probe {} lies outside the file",

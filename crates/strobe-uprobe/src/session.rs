@@ -2,7 +2,7 @@
 //!
 //! # Launch model
 //!
-//! The target is forked and held before `execve` ([`crate::launch`]). Every probe's events
+//! The target is forked and held before `execve` (strobe-target's launch). Every probe's events
 //! are opened on the held child's pid, disabled, with `enable_on_exec` and `inherit`: they
 //! switch on at the exec and follow every thread and child process the target creates.
 //! Then the child is released and strobe waits for it (a pidfd in the same `poll` as the
@@ -10,7 +10,8 @@
 //! still yields a report, as `time` does.
 //!
 //! Events are tracepoint events on uprobes defined in tracefs ([`crate::attach`] says why
-//! the uprobe PMU cannot be inherited).
+//! the uprobe PMU cannot be inherited). When tracefs is not mounted the session mounts it
+//! before the target is forked, and says so through a [`Notice`].
 //!
 //! # Counting, and sampling
 //!
@@ -44,15 +45,17 @@
 
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
-use std::process::ExitStatus;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use strobe_perf::ring::{self, poll_readable, Record, RingBuffer, SampleLayout, Wakeup};
 use strobe_perf::{PerfEvent, Target};
 
+use strobe_target::launch::{Command, HeldChild, InterruptGuard};
+use strobe_target::Exit;
+
 use crate::attach::{self, EventSettings, TraceUprobe, Tracefs};
 use crate::latency::{Matcher, Summary};
-use crate::launch::{Command, HeldChild};
 use crate::resolve::{ProbeKind, ResolvedProbe};
 use crate::Error;
 
@@ -135,7 +138,7 @@ pub struct Report {
     /// From the target's release to its exit.
     pub elapsed: Duration,
     /// How the target ended.
-    pub status: ExitStatus,
+    pub exit: Exit,
     /// Hit records the kernel dropped because a ring was full (counts stay exact).
     pub lost: u64,
     /// Returns whose entry was not seen.
@@ -160,6 +163,26 @@ struct Pending {
     ret: bool,
 }
 
+/// Something a session did on the user's behalf, to be told as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// tracefs was not mounted, so strobe mounted it here (it stays mounted, as perf
+    /// leaves it).
+    MountedTracefs(PathBuf),
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::MountedTracefs(p) => write!(
+                f,
+                "mounted tracefs at {} (it was not mounted; kernel uprobes are defined there)",
+                p.display()
+            ),
+        }
+    }
+}
+
 /// A target started under probes.
 #[derive(Debug)]
 pub struct Session {
@@ -176,15 +199,24 @@ pub struct Session {
 }
 
 impl Session {
-    /// Forks `cmd` held before exec, attaches every probe, then releases it.
+    /// Forks `cmd` held before exec, attaches every probe, then releases it. What the
+    /// session does on the user's behalf (mounting tracefs) goes to `on_notice` first.
     pub fn launch(
         cmd: &Command,
         probes: Vec<ResolvedProbe>,
         opts: Options,
+        mut on_notice: impl FnMut(&Notice),
     ) -> Result<Session, Error> {
         // Without kernel probes (a run that only reads in-program probe points) nothing is
         // attached, and nothing needs tracefs or privileges.
-        let tracefs = if probes.is_empty() { None } else { Some(Tracefs::detect()?) };
+        let tracefs = if probes.is_empty() {
+            None
+        } else {
+            if let Some(at) = attach::mount_tracefs_if_absent()? {
+                on_notice(&Notice::MountedTracefs(at));
+            }
+            Some(Tracefs::detect()?)
+        };
         let child = HeldChild::spawn(cmd)?;
         let mut s = Session {
             probes,
@@ -270,8 +302,8 @@ impl Session {
     }
 
     /// The target's pid.
-    pub fn pid(&self) -> i32 {
-        self.child.pid()
+    pub fn pid(&self) -> u32 {
+        self.child.pid() as u32
     }
 
     /// The probes, in report order.
@@ -379,41 +411,10 @@ impl Session {
         Ok(Report {
             probes,
             elapsed: Duration::from_nanos(end_ns.saturating_sub(self.start_ns)),
-            status: status.expect("the loop ends only after the target exits"),
+            exit: status.expect("the loop ends only after the target exits"),
             lost: self.rings.iter().map(RingBuffer::lost).sum(),
             unmatched_returns: matcher.unmatched_returns(),
             unmatched_entries: if self.opts.latency { matcher.unmatched_entries() } else { 0 },
         })
-    }
-}
-
-/// Ignores SIGINT and SIGQUIT while alive (the target, in the same process group, gets
-/// them and ends; strobe stays to report), then restores the previous dispositions.
-struct InterruptGuard {
-    old: [libc::sighandler_t; 2],
-}
-
-impl InterruptGuard {
-    fn ignore() -> InterruptGuard {
-        // SAFETY: signal() with SIG_IGN installs no handler code; it returns the previous
-        // disposition, which Drop restores.
-        unsafe {
-            InterruptGuard {
-                old: [
-                    libc::signal(libc::SIGINT, libc::SIG_IGN),
-                    libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-                ],
-            }
-        }
-    }
-}
-
-impl Drop for InterruptGuard {
-    fn drop(&mut self) {
-        // SAFETY: restoring dispositions previously returned by signal().
-        unsafe {
-            libc::signal(libc::SIGINT, self.old[0]);
-            libc::signal(libc::SIGQUIT, self.old[1]);
-        }
     }
 }

@@ -3,8 +3,8 @@
 //! - [`spec`]: the watch spec grammar (`SYMBOL[+OFF][:LEN][:w|rw]`, `0xADDR[:LEN][:w|rw]`)
 //!   and the checks that need no ELF file; [`spec::Watchpoint`] is a resolved, armable
 //!   location.
-//! - [`resolve`] (feature `resolve`, on by default): data symbols of ELF modules from
-//!   `.symtab` and `.dynsym`, specs resolved to `(module, vaddr, len)`, close names on a miss.
+//! - [`resolve`] (feature `resolve`): data symbols of ELF modules (read by strobe-target),
+//!   specs resolved to `(module, vaddr, len)`, close names on a miss.
 //! - [`slots`]: the per-thread debug-register slot table of seed 000, over a
 //!   [`slots::ThreadMultiMap`]: one list of all reservations (O(#threads) per reserve) or a
 //!   hash multimap keyed by thread (O(1)).
@@ -12,6 +12,8 @@
 //!   armed time so counts can be scaled.
 //! - [`bp`]: the `PERF_TYPE_BREAKPOINT` attrs (counting, or synchronous SIGTRAP per hit),
 //!   re-targeting a slot, and decoding the SIGTRAP's `si_perf_*` fields.
+//! - [`session`] (feature `session`, on by default): one `strobe watch` on the host:
+//!   resolve, launch with the agent, read its hits ([`stream`]), name the code, report.
 //!
 //! The in-target half (arming events in the agent, the SIGTRAP handler) lives in the agent;
 //! this crate holds the logic it runs. It must never allocate on the hit path: the pieces a
@@ -22,8 +24,12 @@ pub mod bp;
 pub mod mux;
 #[cfg(feature = "resolve")]
 pub mod resolve;
+#[cfg(feature = "session")]
+pub mod session;
 pub mod slots;
 pub mod spec;
+#[cfg(feature = "session")]
+pub mod stream;
 
 pub use mux::{HitCounters, Multiplexer, MuxError, Policy, WatchStats};
 #[cfg(feature = "resolve")]

@@ -1,24 +1,24 @@
 //! Data symbols of an ELF file, and watch specs resolved against them.
 //!
-//! [`ElfSymbols`] reads `.symtab` and `.dynsym` of one module (the target executable or a
-//! library) and keeps its defined variables: name, link-time address, size, kind. A spec's
+//! [`ElfSymbols`] takes one module's symbols (the target executable or a library) from
+//! strobe-target's ELF reader and keeps what a watch needs of them: name, link-time
+//! address, size, kind (variable, thread-local, function). A spec's
 //! symbol resolves to a [`Watchpoint`] at `(module path, vaddr + offset, len)`. For a PIE
 //! executable or a shared library the agent adds the module's load bias at run time; that
 //! bias is page-aligned, so the alignment checked here on the link-time address holds at
 //! run time too.
 //!
-//! Names match exactly, or against a simple demangling of Itanium nested names (`_ZN2ns5stateE`
-//! is `ns::state`; a Rust legacy hash suffix is dropped), so C++ and Rust statics can be named
-//! the way they are written. A miss lists the closest variable names.
+//! Names match exactly or demangled (`_ZN2ns5stateE` is `ns::state`; a Rust static is named
+//! without its hash), so C++ and Rust statics can be named the way they are written. A
+//! miss lists the closest variable names.
 //!
-//! This module must never read the target's memory or run it; it only reads ELF files.
+//! This module must never read the target's memory or run it, nor parse ELF itself: the
+//! symbols come from strobe-target.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+use strobe_target::elf::ElfFile;
 
 use crate::spec::{check_aligned, Len, Location, Place, SpecError, WatchSpec, Watchpoint};
 
@@ -38,7 +38,8 @@ pub enum SymKind {
 pub struct ElfSymbol {
     /// The symbol's name as stored (possibly mangled).
     pub name: String,
-    /// `a::b` for an Itanium-mangled nested name, else `None`.
+    /// The demangled name of a Rust or C++ symbol (for a C++ function, without its
+    /// parameters), else `None`.
     pub demangled: Option<String>,
     /// Link-time virtual address (for TLS: the offset in the TLS block).
     pub vaddr: u64,
@@ -76,22 +77,9 @@ pub enum ResolveError {
     /// The spec itself is wrong (bad length, misaligned).
     #[error(transparent)]
     Spec(#[from] SpecError),
-    /// The module could not be read.
-    #[error("cannot read {path}: {source}")]
-    Open {
-        /// The module.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
-    /// The module is not an ELF file object can parse.
-    #[error("{path} is not an ELF file strobe can read ({reason})")]
-    NotElf {
-        /// The module.
-        path: PathBuf,
-        /// The parser's complaint.
-        reason: String,
-    },
+    /// The module could not be read, or is not an ELF file strobe can read.
+    #[error(transparent)]
+    Target(#[from] strobe_target::Error),
     /// No variable of that name.
     #[error("no variable named '{name}' in {searched}{}", suggestion(.close, .stripped))]
     NotFound {
@@ -164,73 +152,49 @@ fn suggestion(close: &[String], stripped: &bool) -> String {
 impl ElfSymbols {
     /// Reads the symbols of the ELF file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<ElfSymbols, ResolveError> {
-        let path = path.as_ref();
-        let err = |source| ResolveError::Open { path: path.to_path_buf(), source };
-        let file = File::open(path).map_err(err)?;
-        // SAFETY: the map is read-only and private; it lives only for this function. If
-        // another process truncates the file meanwhile, reading the map could fault: the
-        // same hazard every tool that maps binaries (perf, gdb, blazesym) accepts.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(err)?;
-        ElfSymbols::parse(path, &map)
+        Ok(ElfSymbols::from_elf(&ElfFile::open(path.as_ref())?))
     }
 
     /// Reads the symbols of an ELF image already in memory; `path` names it in messages
     /// and in resolved watchpoints.
     pub fn parse(path: impl AsRef<Path>, data: &[u8]) -> Result<ElfSymbols, ResolveError> {
-        let path = path.as_ref().to_path_buf();
-        let obj = object::File::parse(data)
-            .map_err(|e| ResolveError::NotElf { path: path.clone(), reason: e.to_string() })?;
-        if obj.format() != object::BinaryFormat::Elf {
-            return Err(ResolveError::NotElf { path, reason: format!("it is {:?}", obj.format()) });
-        }
-        let relocatable = obj.kind() == ObjectKind::Dynamic;
-        let has_symtab = obj.symbol_table().is_some();
+        Ok(ElfSymbols::from_elf(&ElfFile::parse(path.as_ref(), data)?))
+    }
+
+    /// The symbols of an ELF file strobe-target has read.
+    pub fn from_elf(elf: &ElfFile) -> ElfSymbols {
         let mut seen = HashSet::new();
         let mut symbols = Vec::new();
-        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-            if !sym.is_definition() && sym.kind() != SymbolKind::Tls {
-                continue;
+        for v in elf.variables() {
+            if seen.insert((v.name.clone(), v.vaddr)) {
+                symbols.push(ElfSymbol {
+                    name: v.name.clone(),
+                    demangled: v.demangled.clone(),
+                    vaddr: v.vaddr,
+                    size: v.size,
+                    kind: if v.tls { SymKind::Tls } else { SymKind::Data },
+                    global: v.global,
+                });
             }
-            if sym.is_undefined() {
-                continue;
-            }
-            let kind = match sym.kind() {
-                SymbolKind::Data => SymKind::Data,
-                SymbolKind::Tls => SymKind::Tls,
-                SymbolKind::Text => SymKind::Function,
-                SymbolKind::Unknown => {
-                    let in_data = sym
-                        .section_index()
-                        .and_then(|i| obj.section_by_index(i).ok())
-                        .is_some_and(|s| {
-                            matches!(
-                                s.kind(),
-                                SectionKind::Data
-                                    | SectionKind::UninitializedData
-                                    | SectionKind::ReadOnlyData
-                            )
-                        });
-                    if !in_data {
-                        continue;
-                    }
-                    SymKind::Data
-                }
-                _ => continue,
-            };
-            let Ok(name) = sym.name() else { continue };
-            if name.is_empty() || !seen.insert((name.to_string(), sym.address())) {
-                continue;
-            }
-            symbols.push(ElfSymbol {
-                name: name.to_string(),
-                demangled: demangle_nested(name),
-                vaddr: sym.address(),
-                size: sym.size(),
-                kind,
-                global: sym.is_global(),
-            });
         }
-        Ok(ElfSymbols { path, relocatable, has_symtab, symbols })
+        for f in elf.functions() {
+            if seen.insert((f.name.clone(), f.vaddr)) {
+                symbols.push(ElfSymbol {
+                    name: f.name.clone(),
+                    demangled: f.demangled_base.clone().or_else(|| f.demangled.clone()),
+                    vaddr: f.vaddr,
+                    size: f.size,
+                    kind: SymKind::Function,
+                    global: f.global,
+                });
+            }
+        }
+        ElfSymbols {
+            path: elf.path().to_path_buf(),
+            relocatable: elf.is_position_independent(),
+            has_symtab: elf.has_symtab(),
+            symbols,
+        }
     }
 
     /// The module's path.
@@ -408,58 +372,9 @@ fn levenshtein(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// `a::b::c` for an Itanium nested name `_ZN1a1b1cE` (with a Rust legacy hash component
-/// `17h<16 hex>E` dropped); `None` for anything else (templates, functions with
-/// parameters, Rust v0 names). Enough to name C++ namespace and Rust module statics.
-pub fn demangle_nested(name: &str) -> Option<String> {
-    let mut rest = name.strip_prefix("_ZN")?;
-    let mut parts: Vec<&str> = Vec::new();
-    loop {
-        if let Some(after) = rest.strip_prefix('E') {
-            if !after.is_empty() && !after.starts_with('.') {
-                return None;
-            }
-            break;
-        }
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let n: usize = rest[..digits].parse().ok()?;
-        let ident = rest.get(digits..digits + n)?;
-        parts.push(ident);
-        rest = &rest[digits + n..];
-    }
-    if let Some(last) = parts.last() {
-        let is_hash = last.len() == 17
-            && last.starts_with('h')
-            && last[1..].bytes().all(|b| b.is_ascii_hexdigit());
-        if is_hash && parts.len() > 1 {
-            parts.pop();
-        }
-    }
-    if parts.is_empty() {
-        return None;
-    }
-    Some(parts.join("::"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn demangles_nested_names() {
-        assert_eq!(demangle_nested("_ZN2ns5stateE").as_deref(), Some("ns::state"));
-        assert_eq!(
-            demangle_nested("_ZN4prog7COUNTER17h0123456789abcdefE").as_deref(),
-            Some("prog::COUNTER")
-        );
-        assert_eq!(demangle_nested("counter"), None);
-        assert_eq!(demangle_nested("_ZN2ns3fooEv"), None, "a function with parameters");
-        assert_eq!(demangle_nested("_ZN2nsE").as_deref(), Some("ns"));
-        assert_eq!(demangle_nested("_ZN99toolongE"), None);
-    }
 
     #[test]
     fn edit_distance() {
@@ -476,7 +391,7 @@ mod tests {
     fn var(name: &str, vaddr: u64, size: u64, global: bool) -> ElfSymbol {
         ElfSymbol {
             name: name.into(),
-            demangled: demangle_nested(name),
+            demangled: strobe_target::elf::demangle(name).0,
             vaddr,
             size,
             kind: SymKind::Data,
@@ -519,8 +434,8 @@ mod tests {
     #[test]
     fn garbage_is_not_elf() {
         let e = ElfSymbols::parse("/tmp/x", b"definitely not an ELF file").unwrap_err();
-        assert!(matches!(e, ResolveError::NotElf { .. }), "{e}");
+        assert!(e.to_string().starts_with("/tmp/x: not an ELF file"), "{e}");
         let e = ElfSymbols::open("/nonexistent/strobe-watch-test").unwrap_err();
-        assert!(e.to_string().starts_with("cannot read /nonexistent"), "{e}");
+        assert!(e.to_string().starts_with("reading /nonexistent/strobe-watch-test"), "{e}");
     }
 }

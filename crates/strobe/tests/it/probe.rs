@@ -9,13 +9,22 @@ use serde_json::Value;
 
 use crate::util::{run, show, strobe, Scratch};
 
+/// True when strobe runs as root here.
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Why kernel uprobes cannot run here, if they cannot (the test then prints it and skips).
+/// As root, strobe mounts tracefs itself when it is absent.
 fn uprobes_unavailable() -> Option<String> {
     if !Path::new("/sys/bus/event_source/devices/uprobe/type").exists() {
         return Some("no uprobe PMU (kernel without CONFIG_UPROBE_EVENTS)".into());
     }
     let tracefs = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"];
-    if !tracefs.iter().any(|p| std::fs::OpenOptions::new().append(true).open(p).is_ok()) {
+    let writable = tracefs.iter().any(|p| std::fs::OpenOptions::new().append(true).open(p).is_ok());
+    let mountable = root() && Path::new("/sys/kernel/tracing").is_dir();
+    if !(writable || mountable) {
         return Some(
             "tracefs uprobe_events is not writable (not root, or tracefs not mounted)".into(),
         );
@@ -415,4 +424,123 @@ fn kernel_probes_and_probe_points_count_the_same_calls() {
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(hits(&report, "scoped_work"), 100, "{report:#}");
     assert_eq!(hits(&report, "point:c_scope"), 100, "{report:#}");
+}
+
+/// Runs `strobe ARGS` in a private mount namespace where tracefs is not mounted (nor
+/// debugfs, whose `tracing` directory would mount it on first use), as user `uid` once
+/// the mounts are gone. Nothing outside that namespace sees the unmounting or strobe's own
+/// mount, so the machine's mount state is what it was, whatever the test does.
+fn strobe_without_tracefs(args: &[&std::ffi::OsStr], uid: Option<u32>) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = strobe();
+    cmd.args(args);
+    // SAFETY: between fork and exec the closure makes only system calls (unshare, mount,
+    // umount2, setgroups, setresgid, setresuid) on static strings; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |r: libc::c_int| {
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            let root = c"/";
+            check(libc::mount(
+                std::ptr::null(),
+                root.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            for point in
+                [c"/sys/kernel/debug/tracing", c"/sys/kernel/tracing", c"/sys/kernel/debug"]
+            {
+                // Stacked mounts come off one at a time; EINVAL: nothing (more) mounted.
+                for _ in 0..16 {
+                    if libc::umount2(point.as_ptr(), libc::MNT_DETACH) != 0 {
+                        break;
+                    }
+                }
+            }
+            if let Some(uid) = uid {
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(uid, uid, uid))?;
+                check(libc::setresuid(uid, uid, uid))?;
+            }
+            Ok(())
+        });
+    }
+    run(&mut cmd)
+}
+
+/// As root, with tracefs not mounted, `strobe probe` mounts it at /sys/kernel/tracing
+/// (as perf does), says so in one line on stderr, and counts every call.
+#[test]
+fn tracefs_is_mounted_when_absent_and_strobe_says_so() {
+    require_uprobes!();
+    if !root() {
+        eprintln!("skipping: mounting tracefs needs root");
+        return;
+    }
+    let scratch = Scratch::new("probe-mount");
+    let json = scratch.path("report.json");
+    let prog = strobe_testprogs::path("probe_nopie");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "probe".as_ref(),
+        "nopie_call".as_ref(),
+        "--json".as_ref(),
+        "-o".as_ref(),
+        json.as_os_str(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "777".as_ref(),
+    ];
+    let out = strobe_without_tracefs(&args, None);
+    assert!(out.status.success(), "{}", show(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err,
+        "strobe: mounted tracefs at /sys/kernel/tracing (it was not mounted; kernel uprobes \
+         are defined there)\n",
+        "exactly one line, saying what was mounted where: {}",
+        show(&out)
+    );
+    assert!(stdout(&out).contains("calls=777"), "{}", show(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(hits(&report, "nopie_call"), 777, "{report:#}");
+}
+
+/// Without privilege, with tracefs not mounted, nothing is mounted and the error says
+/// what to do, in one line, before the program runs.
+#[test]
+fn unprivileged_without_tracefs_the_error_says_how_to_mount_it() {
+    require_uprobes!();
+    if !root() {
+        eprintln!("skipping: making a mount namespace without tracefs needs root");
+        return;
+    }
+    let prog = strobe_testprogs::path("probe_target");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "probe".as_ref(),
+        "counted_call".as_ref(),
+        "--".as_ref(),
+        prog.as_os_str(),
+        "calls".as_ref(),
+        "1".as_ref(),
+        "5".as_ref(),
+    ];
+    let out = strobe_without_tracefs(&args, Some(65534));
+    let err = stderr(&out);
+    if !err.starts_with("strobe:") {
+        eprintln!("skipping: cannot run strobe as an unprivileged user here: {}", show(&out));
+        return;
+    }
+    assert!(!out.status.success(), "{}", show(&out));
+    assert!(err.contains("tracefs") && err.contains("not mounted"), "{err}");
+    assert!(err.contains("mount -t tracefs nodev /sys/kernel/tracing"), "{err}");
+    assert!(!err.contains("mounted tracefs at"), "nothing was mounted: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!stdout(&out).contains("calls="), "the program did not run: {}", show(&out));
 }

@@ -1,7 +1,8 @@
-//! Finding the shared library a probe names, the way the dynamic linker would.
+//! Finding the shared library a name means, the way the dynamic linker would.
 //!
-//! A probe `libfoo.so:bar` names its library by path (anything with a `/`), by file name or
-//! soname (`libc.so.6`), or by a short name (`libc`, `libfoo.so`). Before the target runs,
+//! A probe `libfoo.so:bar` or a watch `libfoo.so:state` names its library by path
+//! (anything with a `/`), by file name or soname (`libc.so.6`), or by a short name (`libc`,
+//! `libfoo.so`). Before the target runs,
 //! strobe walks the executable's `DT_NEEDED` closure with ld.so's search order: the
 //! requesting object's `DT_RPATH` (and the executable's, when no `DT_RUNPATH` is set),
 //! `LD_LIBRARY_PATH` (as the target will see it), `DT_RUNPATH`, `/etc/ld.so.cache`, then the
@@ -14,7 +15,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use crate::elf::ElfFile;
+use crate::elf::{self, ElfFile};
 use crate::maps;
 use crate::Error;
 
@@ -103,16 +104,10 @@ fn expand_origin(dir: &str, origin: &Path) -> PathBuf {
     PathBuf::from(dir.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
 }
 
-/// True when `path` is an ELF file of `machine` (so a 32-bit or foreign library of the
-/// same name is skipped, as ld.so does).
+/// True when `path` is a 64-bit ELF file of `machine` (so a 32-bit or foreign library of
+/// the same name is skipped, as ld.so does).
 fn usable(path: &Path, machine: u16) -> bool {
-    use std::io::Read;
-    let Ok(mut f) = std::fs::File::open(path) else { return false };
-    let mut h = [0u8; 20];
-    if f.read_exact(&mut h).is_err() || &h[..4] != b"\x7fELF" || h[4] != 2 {
-        return false;
-    }
-    u16::from_le_bytes([h[18], h[19]]) == machine
+    elf::identify(path).ok().flatten().is_some_and(|id| id.is_64 && id.machine == machine)
 }
 
 fn origin_of(path: &Path) -> PathBuf {
@@ -214,7 +209,7 @@ pub fn find_library(
     token: &str,
     exe: &ElfFile,
     env: &SearchEnv,
-    pid: Option<i32>,
+    pid: Option<u32>,
 ) -> Result<PathBuf, Error> {
     if token.contains('/') {
         let p = PathBuf::from(token);
@@ -229,7 +224,7 @@ pub fn find_library(
         });
     }
     if let Some(pid) = pid {
-        if let Ok(files) = maps::mapped_files(pid) {
+        if let Ok(files) = maps::mapped_files(Some(pid)) {
             if let Some(p) = files.iter().find(|p| name_matches(token, &file_name(p))) {
                 return Ok(p.clone());
             }

@@ -1,25 +1,36 @@
-//! Starting the target so that probes see it from its first instruction.
+//! Starting the target so that strobe sees it from its first instruction, and reaping it.
 //!
 //! [`HeldChild::spawn`] forks; the child blocks reading a pipe before it calls `execve`.
-//! While it waits, the parent attaches events to the child's pid with `enable_on_exec`
+//! While it waits, the parent may attach events to the child's pid with `enable_on_exec`
 //! (they switch on at the exec, so strobe's own code in the forked child is never
 //! counted) and `inherit` (threads and processes the target creates are counted too).
 //! [`HeldChild::release`] writes one byte; the child execs; a close-on-exec error pipe
-//! tells the parent whether the exec succeeded or with which errno it failed.
+//! tells the parent whether the exec succeeded or with which errno it failed. A caller
+//! with nothing to attach releases at once. [`HeldChild::wait`] reaps the target and gives
+//! its [`Exit`].
+//!
+//! The program is found as `execvp` finds it ([`crate::program`]), with the `PATH` the
+//! target will see. The target gets strobe's environment with [`Command::env`] applied,
+//! default signal dispositions and an empty signal mask (as from a shell), and the file
+//! descriptors in [`Command::keep_fds`] (an agent's pipe); every other descriptor strobe
+//! opened close-on-exec stays closed.
 //!
 //! Between fork and exec the child runs only async-signal-safe calls (`read`, `close`,
-//! `signal`, `sigprocmask`, `execve`, `write`, `_exit`) on data prepared before the fork,
-//! so it is sound even if the parent has other threads. If the parent dies first the pipe
-//! reaches EOF and the child exits without running the target.
+//! `fcntl`, `signal`, `sigprocmask`, `execve`, `write`, `_exit`) on data prepared before
+//! the fork, so it is sound even if the parent has other threads. If the parent dies first
+//! the pipe reaches EOF and the child exits without running the target.
+//!
+//! This module must never run the target before [`HeldChild::release`], nor let a held
+//! child outlive its [`HeldChild`] unreaped.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 
-use crate::Error;
+use crate::{program, Error, Exit};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +40,11 @@ pub struct Command {
     /// Its arguments (without the program name).
     pub args: Vec<OsString>,
     /// Variables to set (or override) in the target's environment; the rest is inherited.
-    /// In-program probe points use this to inject their agent (`LD_PRELOAD`).
+    /// In-program probe points and agents use this to inject themselves (`LD_PRELOAD`).
     pub env: Vec<(OsString, OsString)>,
+    /// Descriptors of strobe's that the target inherits (their close-on-exec flag is
+    /// cleared in the child only), such as the write end of an agent's pipe.
+    pub keep_fds: Vec<RawFd>,
 }
 
 impl Command {
@@ -43,49 +57,32 @@ impl Command {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             env: Vec::new(),
+            keep_fds: Vec::new(),
         }
     }
 
     /// The executable `execve` will run: the program itself when it has a `/`, else the
-    /// first executable file of that name in `PATH`, as the shell finds it.
+    /// first executable file of that name in the `PATH` the target will see, as `execvp`
+    /// finds it ([`program::find_program`]).
     pub fn resolve_program(&self) -> Result<PathBuf, Error> {
-        let prog = Path::new(&self.program);
-        if self.program.as_bytes().contains(&b'/') {
-            return Ok(prog.to_path_buf());
-        }
-        let path = self
-            .env
+        program::find_program(&self.program, self.env_var("PATH").as_deref())
+    }
+
+    /// The value variable `name` will have in the target: set by [`Command::env`] (the
+    /// last setting wins) or inherited from strobe.
+    pub fn env_var(&self, name: &str) -> Option<OsString> {
+        self.env
             .iter()
-            .find(|(k, _)| k == "PATH")
+            .rev()
+            .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var_os("PATH"))
-            .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join(prog);
-            if is_executable(&candidate) {
-                return Ok(candidate);
-            }
-        }
-        Err(Error::Exec {
-            program: self.program.to_string_lossy().into_owned(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "command not found in PATH"),
-        })
+            .or_else(|| std::env::var_os(name))
     }
 
     /// The value `LD_LIBRARY_PATH` will have in the target.
     pub fn ld_library_path(&self) -> Option<String> {
-        self.env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "LD_LIBRARY_PATH")
-            .map(|(_, v)| v.to_string_lossy().into_owned())
-            .or_else(|| std::env::var("LD_LIBRARY_PATH").ok())
+        self.env_var("LD_LIBRARY_PATH").map(|v| v.to_string_lossy().into_owned())
     }
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), Error> {
@@ -132,7 +129,13 @@ impl HeldChild {
         }
         let mut env: Vec<(OsString, OsString)> =
             std::env::vars_os().filter(|(k, _)| !cmd.env.iter().any(|(ek, _)| ek == k)).collect();
-        env.extend(cmd.env.iter().cloned());
+        // The last setting of a variable wins, and the target sees it once.
+        for (i, (k, v)) in cmd.env.iter().enumerate() {
+            if !cmd.env[i + 1..].iter().any(|(later, _)| later == k) {
+                env.push((k.clone(), v.clone()));
+            }
+        }
+        let keep_fds = cmd.keep_fds.clone();
         let mut envp_c = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone();
@@ -167,6 +170,14 @@ impl HeldChild {
                     }
                     if n == 0 || *libc::__errno_location() != libc::EINTR {
                         // The parent went away or gave up: never run the target unprobed.
+                        libc::_exit(127);
+                    }
+                }
+                for &fd in &keep_fds {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        let errno = *libc::__errno_location();
+                        let bytes = errno.to_ne_bytes();
+                        libc::write(err_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
                         libc::_exit(127);
                     }
                 }
@@ -256,8 +267,13 @@ impl HeldChild {
         Ok(())
     }
 
-    /// Waits for the child to exit and reaps it.
-    pub fn wait(&mut self) -> Result<ExitStatus, Error> {
+    /// Waits for the child to exit, reaps it, and says how it ended.
+    pub fn wait(&mut self) -> Result<Exit, Error> {
+        self.wait_status().map(Exit::from_status)
+    }
+
+    /// Waits for the child to exit and reaps it: the raw status.
+    pub fn wait_status(&mut self) -> Result<ExitStatus, Error> {
         let mut status = 0;
         loop {
             // SAFETY: waitpid on our own child, writing the status into a live local.
@@ -294,17 +310,42 @@ impl Drop for HeldChild {
         } else {
             self.signal(libc::SIGKILL);
         }
-        let _ = self.wait();
+        let _ = self.wait_status();
     }
 }
 
-/// The exit code a wrapper should return to mirror `status`: the code, or 128 + the
-/// signal number, as shells report it.
-pub fn mirror_exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => (c & 0xff) as u8,
-        (None, Some(sig)) => (128 + sig).min(255) as u8,
-        _ => 1,
+/// Ignores SIGINT and SIGQUIT while alive (the target, in the same process group, gets
+/// them and ends; strobe stays to report, as `time` does), then restores the previous
+/// dispositions. A target started with [`HeldChild`] has the default dispositions
+/// whatever strobe's are.
+#[derive(Debug)]
+pub struct InterruptGuard {
+    old: [libc::sighandler_t; 2],
+}
+
+impl InterruptGuard {
+    /// Starts ignoring SIGINT and SIGQUIT.
+    pub fn ignore() -> InterruptGuard {
+        // SAFETY: signal() with SIG_IGN installs no handler code; it returns the previous
+        // disposition, which Drop restores.
+        unsafe {
+            InterruptGuard {
+                old: [
+                    libc::signal(libc::SIGINT, libc::SIG_IGN),
+                    libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+                ],
+            }
+        }
+    }
+}
+
+impl Drop for InterruptGuard {
+    fn drop(&mut self) {
+        // SAFETY: restoring dispositions previously returned by signal().
+        unsafe {
+            libc::signal(libc::SIGINT, self.old[0]);
+            libc::signal(libc::SIGQUIT, self.old[1]);
+        }
     }
 }
 
@@ -316,10 +357,36 @@ mod tests {
     fn released_child_runs_and_its_status_is_mirrored() {
         let mut c = HeldChild::spawn(&Command::new("sh", ["-c", "exit 7"])).unwrap();
         c.release().unwrap();
-        assert_eq!(mirror_exit_code(c.wait().unwrap()), 7);
+        assert_eq!(c.wait().unwrap(), Exit::Code(7));
         let mut c = HeldChild::spawn(&Command::new("sh", ["-c", "kill -TERM $$"])).unwrap();
         c.release().unwrap();
-        assert_eq!(mirror_exit_code(c.wait().unwrap()), 128 + libc::SIGTERM as u8);
+        let e = c.wait().unwrap();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (128 + libc::SIGTERM as u8, "signal 15 (SIGTERM)".into())
+        );
+    }
+
+    #[test]
+    fn kept_descriptors_reach_the_target_and_others_do_not() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into the array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let script = format!(
+            "echo kept >&{0}; if [ -e /proc/$$/fd/{1} ]; then echo open; else echo closed; fi >&{0}",
+            w.as_raw_fd(),
+            r.as_raw_fd()
+        );
+        let mut cmd = Command::new("sh", ["-c", &script]);
+        cmd.keep_fds.push(w.as_raw_fd());
+        let mut c = HeldChild::spawn(&cmd).unwrap();
+        c.release().unwrap();
+        assert!(c.wait().unwrap().success());
+        drop(w);
+        let got = std::io::read_to_string(std::fs::File::from(r)).unwrap();
+        assert_eq!(got, "kept\nclosed\n", "the read end stays closed in the target");
     }
 
     #[test]
@@ -327,6 +394,10 @@ mod tests {
         let e = HeldChild::spawn(&Command::new("no-such-command-strobe", Vec::<String>::new()))
             .unwrap_err();
         assert!(e.to_string().contains("not found"), "{e}");
+        // The target's own PATH decides where a name is looked up.
+        let mut cmd = Command::new("sh", ["-c", "true"]);
+        cmd.env.push(("PATH".into(), "/nonexistent-strobe-dir".into()));
+        assert!(HeldChild::spawn(&cmd).unwrap_err().to_string().contains("not found in PATH"));
         // An executable file that is neither ELF nor a script: execve says ENOEXEC.
         use std::os::unix::fs::PermissionsExt;
         let f = std::env::temp_dir().join(format!("strobe-noexec-{}", std::process::id()));
@@ -352,6 +423,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("strobe-env-{}", std::process::id()));
         let mut cmd =
             Command::new("sh", ["-c", &format!("echo \"$STROBE_TEST_VAR\" > {}", dir.display())]);
+        cmd.env.push(("STROBE_TEST_VAR".into(), "overridden".into()));
         cmd.env.push(("STROBE_TEST_VAR".into(), "hello".into()));
         let mut c = HeldChild::spawn(&cmd).unwrap();
         c.release().unwrap();
