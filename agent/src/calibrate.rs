@@ -371,7 +371,16 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
             .into());
     }
     let windows = a.window > 0;
-    let requested = if windows { a.window } else { a.period.load(Ordering::Relaxed) };
+    // Fixed-period sampling: the intervals are the period the recording asked for (the
+    // agent's own period is not derived yet while it calibrates).
+    let requested = if windows {
+        a.window
+    } else {
+        match a.spec.period {
+            Some(p) => p,
+            None => return Err("fixed-period sampling with no period= has nothing to calibrate".into()),
+        }
+    };
     let n = a.spec.events.len();
     let rates = loop_rates(a, n).ok_or("could not read the group over an unsampled loop")?;
     // Windows: long periods of 1 ms (the dead time does not depend on them) and 200
@@ -401,14 +410,42 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
         (0..count).map(|i| INTERVALS[i * STRIDE].load(Ordering::Relaxed) as f64).collect();
     let counters = (0..n.min(NCOUNTERS.load(Ordering::Relaxed)))
         .map(|k| {
-            let rate = rates.get(k).copied().unwrap_or(0.0);
+            let e = &a.spec.events[k];
+            // What the loop itself makes of the counter per ns: a clock counts every ns
+            // it runs; a software event (faults, switches) is nothing the loop does (a
+            // switch while it ran unsampled is the scheduler's, not a rate); a hardware
+            // counter (cycles, instructions) is measured.
+            let rate = if e.is_time {
+                1.0
+            } else if e.kind == strobe_perf::names::EventKind::Software {
+                0.0
+            } else {
+                rates.get(k).copied().unwrap_or(0.0)
+            };
             let mut v: Vec<f64> = (0..count)
                 .map(|i| {
                     INTERVALS[i * STRIDE + 1 + k].load(Ordering::Relaxed) as f64 - rate * work[i]
                 })
                 .collect();
-            let (mean, sd) = trimmed(&mut v);
-            CounterBaseline { mean, sd }
+            if e.is_time {
+                // A window in which the loop was preempted has wall time the clock did not
+                // count (work too large): the tails go, the rest is the dead time.
+                let (mean, sd) = trimmed(&mut v);
+                CounterBaseline { mean, sd }
+            } else {
+                // Events are rare and each one counts: no trimming.
+                let nv = v.len().max(1) as f64;
+                let mean = v.iter().sum::<f64>() / nv;
+                let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (nv - 1.0).max(1.0);
+                // A software event the sampler does not cause (the handler never blocks
+                // or migrates, and its own page faults happen while the group is stopped)
+                // shows here only as the scheduler's noise during the loop, which is the
+                // environment's, not the sampler's: keep a mean only when it stands
+                // clear of that noise (three standard errors).
+                let significant = e.kind != strobe_perf::names::EventKind::Software
+                    || mean.abs() > 3.0 * var.sqrt() / nv.sqrt();
+                CounterBaseline { mean: if significant { mean } else { 0.0 }, sd: var.sqrt() }
+            }
         })
         .collect();
     let mut w = work.clone();

@@ -443,7 +443,8 @@ fn read_recording(path: &Path, run: Run) -> Result<Recorded, BenchError> {
             _ => {}
         }
     }
-    r.wakeups = ends.iter().map(|(_, e)| e.writer_wakeups).sum();
+    // Every END carries the whole recording's wakeup count.
+    r.wakeups = ends.iter().map(|(_, e)| e.wakeups).max().unwrap_or(0);
     r.lost = ends.iter().map(|(_, e)| e.lost).sum();
     match (start, end) {
         (Some(s), Some(e)) if e > s => r.span_s = (e - s) as f64 / 1e9,

@@ -48,7 +48,9 @@ pub enum SampleKind {
     /// The end of a window: its counter values minus those of the thread's preceding
     /// `WindowStart` are the window's deltas.
     WindowEnd,
-    /// A sample of a recording that did not alternate (every period is long).
+    /// A sample of a recording that did not alternate (fixed-period sampling): a time
+    /// sample that also ends the interval since the thread's previous sample, so
+    /// consecutive samples bound windows too (short-only sampling, seed 004's baseline).
     Plain,
 }
 
@@ -68,8 +70,43 @@ pub struct Sample<'a> {
     pub ip: u64,
     /// The sample's place in the alternation.
     pub kind: SampleKind,
+    /// Its callers: a node of this process's stack table ([`StackNode`]), 0 for none.
+    pub stack: u32,
     /// Cumulative counter values, in the order of [`RecordInfo::events`].
     pub values: &'a [u64],
+}
+
+/// One node of a process's stack table: a caller frame (a return address) under the
+/// node one frame further out. Node ids start at 1; 0 is the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackNode {
+    /// The node one frame further out (0: this frame is the outermost).
+    pub parent: u32,
+    /// The return address.
+    pub addr: u64,
+}
+
+/// One counter's empty-window baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BaselineCounter {
+    /// Mean count per window that is not the target's own.
+    pub mean: f64,
+    /// Its standard deviation over the calibration's windows.
+    pub sd: f64,
+}
+
+/// What every counter counts in a window that is not the target's own work, measured
+/// before the target started; subtracted from every window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Baseline {
+    /// Measured on alternation windows (true) or fixed-period intervals (false).
+    pub windows: bool,
+    /// Windows the calibration measured.
+    pub intervals: u64,
+    /// Mean time the calibration's own loop ran per window, ns.
+    pub work_ns: f64,
+    /// Per counter, in the order of [`RecordInfo::events`].
+    pub counters: Vec<BaselineCounter>,
 }
 
 /// The executable mappings in the text of a /proc/PID/maps file, in file order, read with

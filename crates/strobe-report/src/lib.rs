@@ -27,14 +27,19 @@ pub mod metrics;
 pub mod recording;
 pub mod render;
 mod report;
+mod stacks;
+pub mod stats;
 mod symbolize;
+mod tally;
 pub mod throughput;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
-pub use input::{Mapping, RecordInfo, Sample, SampleKind};
+pub use input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
 pub use render::{render, Format, RenderOptions};
-pub use report::{FunctionStats, LostThread, Report, WindowPolicy};
+pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy};
+pub use stats::{Estimate, WindowSums};
+pub use tally::LostThread;
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use strobe_format::{NoteLevel, ProcessOrigin, Reader, Record};
 
-use crate::input::{Mapping, RecordInfo, Sample, SampleKind};
+use crate::input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
 use crate::{Aggregator, Report, ReportError, WindowPolicy};
 
 /// A report built from a record file, with what the user must be told about the file.
@@ -93,6 +93,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                         time: s.time,
                         ip: s.ip,
                         kind: kind(s.kind),
+                        stack: s.stack,
                         values: s.counters.as_slice(),
                     });
                 }
@@ -110,8 +111,23 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                 };
                 notes.push(format!("{level}: {}", note.message));
             }
-            Record::Image { image, .. } => agg.spaces.add_image(image.name, image.bytes),
+            Record::Image { image, .. } => agg.add_image(image.name, image.bytes),
             Record::Truncated { offset } => truncated_at = Some(offset),
+            Record::Stacks { stream, first_id, nodes } => {
+                let nodes: Vec<StackNode> =
+                    nodes.iter().map(|n| StackNode { parent: n.parent, addr: n.addr }).collect();
+                agg.add_stack_nodes(stream, first_id, &nodes);
+            }
+            Record::Baseline(b) => agg.set_baseline(Baseline {
+                windows: b.windows,
+                intervals: b.intervals,
+                work_ns: b.work_ns,
+                counters: b
+                    .counters
+                    .iter()
+                    .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
+                    .collect(),
+            }),
             Record::Threads { .. } | Record::End { .. } => {}
         }
     }

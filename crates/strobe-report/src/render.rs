@@ -15,7 +15,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::metrics::{counter_name, MetricDef};
-use crate::report::{FunctionStats, Report};
+use crate::report::{BaselineUse, FunctionStats, Report};
+use crate::stats::Estimate;
 use crate::ReportError;
 
 /// Output format.
@@ -53,8 +54,10 @@ pub enum Column {
     Module,
     /// Time samples.
     Samples,
-    /// Share of time samples in percent.
+    /// Share of time samples in percent (self).
     TimePct,
+    /// Share of time samples with the function anywhere on the stack (total).
+    TotalPct,
     /// Attributed windows.
     Windows,
     /// A derived metric.
@@ -69,6 +72,7 @@ impl Column {
             Column::Module => "module",
             Column::Samples => "samples",
             Column::TimePct => "time_pct",
+            Column::TotalPct => "total_pct",
             Column::Windows => "windows",
             Column::Metric(m) => m.key,
         }
@@ -102,7 +106,8 @@ pub fn sort_column(report: &Report, name: &str) -> Result<Column, ReportError> {
             needs: needs.join(", "),
         });
     }
-    let mut all: Vec<&str> = vec!["samples", "time_pct", "windows", "function", "module"];
+    let mut all: Vec<&str> =
+        vec!["samples", "time_pct", "total_pct", "windows", "function", "module"];
     all.extend(report.metrics().iter().map(|m| m.key));
     Err(ReportError::UnknownSort { column: want.to_string(), choices: all.join(", ") })
 }
@@ -114,6 +119,7 @@ pub fn ordered(report: &Report, sort: Column, top: Option<usize>) -> Vec<&Functi
         match sort {
             Column::Samples => Some(f.samples as f64),
             Column::TimePct => Some(report.time_pct(f)),
+            Column::TotalPct => Some(f.total_samples as f64),
             Column::Windows => Some(f.windows as f64),
             Column::Metric(m) => report.metric(f, m),
             Column::Function | Column::Module => None,
@@ -206,6 +212,7 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
         );
     }
     lines.push(period);
+    lines.push(baseline_line(report));
     lines.push(format!(
         "samples:  {} ({} lost); windows: {} used, {} discarded (start and end in different \
          functions, policy {}), {} unpaired",
@@ -217,6 +224,35 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
         report.windows_unpaired
     ));
     lines
+}
+
+/// What was subtracted from every window, and the net window that remains.
+pub fn baseline_line(report: &Report) -> String {
+    match &report.baseline {
+        BaselineUse::Applied { counters, intervals } => {
+            let lead = counters.first().map_or(0.0, |c| c.mean);
+            let mut line = format!(
+                "baseline: {} of each window is the sampler's (measured on {intervals} windows                  before the start) and is subtracted",
+                leader_amount(report, lead)
+            );
+            if let Some(net) = report.net_window {
+                let _ = write!(line, "; net window {} (mean)", leader_amount(report, net));
+            }
+            let others: Vec<String> = counters
+                .iter()
+                .zip(&report.info.events)
+                .skip(1)
+                .filter(|(c, _)| c.mean.abs() >= 0.005)
+                .map(|(c, e)| format!("{e} {:.2}", c.mean))
+                .collect();
+            if !others.is_empty() {
+                let _ = write!(line, "; also per window: {}", others.join(", "));
+            }
+            line
+        }
+        BaselineUse::NotApplied(why) => format!("baseline: not subtracted ({why})"),
+        BaselineUse::Absent => "baseline: none recorded: window metrics include the sampler's own counts (about 28 us of task-clock per window on a VM)".into(),
+    }
 }
 
 /// The one-line warning about lost samples, naming the threads that lost them.
@@ -262,13 +298,27 @@ fn clip(name: &str) -> String {
     }
 }
 
-fn fmt_metric(v: Option<f64>, decimals: usize) -> String {
-    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+/// `12.3±1.4`: a value and the half-width of its 95% interval (the larger side).
+fn fmt_estimate(e: Option<Estimate>, decimals: usize) -> String {
+    match e {
+        None => "-".to_string(),
+        Some(e) => {
+            let half = (e.high - e.value).max(e.value - e.low);
+            if half.is_finite() {
+                format!("{:.decimals$}±{:.decimals$}", e.value, half)
+            } else {
+                format!("{:.decimals$}±?", e.value)
+            }
+        }
+    }
 }
 
 fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String {
     let metrics = report.metrics();
-    let mut header: Vec<String> = vec!["function".into(), "samples".into(), "time%".into()];
+    let mut header: Vec<String> = vec!["function".into(), "samples".into(), "self%".into()];
+    if report.has_stacks {
+        header.push("total%".into());
+    }
     header.push("windows".into());
     header.extend(metrics.iter().map(|m| m.header.to_string()));
     header.push("module".into());
@@ -279,10 +329,17 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
             let mut r = vec![
                 clip(&f.function),
                 f.samples.to_string(),
-                format!("{:.1}", report.time_pct(f)),
-                f.windows.to_string(),
+                fmt_estimate(Some(report.time_estimate(f)), 1),
             ];
-            r.extend(metrics.iter().map(|m| fmt_metric(report.metric(f, m), m.decimals)));
+            if report.has_stacks {
+                r.push(format!("{:.1}", report.total_estimate(f).value));
+            }
+            // A metric resting on fewer than 30 windows is marked.
+            let few = if report.few_windows(f) { "*" } else { "" };
+            r.push(format!("{}{few}", f.windows));
+            r.extend(
+                metrics.iter().map(|m| fmt_estimate(report.metric_estimate(f, m), m.decimals)),
+            );
             r.push(f.module.clone());
             r
         })
@@ -321,6 +378,11 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
     }
     if rows.is_empty() {
         out.push_str("(no samples)\n");
+    } else {
+        out.push_str(
+            "\n±: half-width of the 95% interval (time shares: Wilson; metrics: the windows' \
+             spread and the baseline's); *: fewer than 30 windows\n",
+        );
     }
     out
 }
@@ -335,23 +397,42 @@ pub(crate) fn csv_field(s: &str) -> String {
 
 fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
     let metrics = report.metrics();
-    let mut cols: Vec<&str> = vec!["function", "module", "samples", "time_pct", "windows"];
-    cols.extend(metrics.iter().map(|m| m.key));
-    cols.push("source");
+    let mut cols: Vec<String> = ["function", "module", "samples", "time_pct", "time_pct_low", "time_pct_high", "total_samples", "total_pct", "windows"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for m in &metrics {
+        cols.push(m.key.to_string());
+        cols.push(format!("{}_low", m.key));
+        cols.push(format!("{}_high", m.key));
+    }
+    cols.push("source".into());
     let mut out = cols.join(",");
     out.push('\n');
     for f in rows {
+        let t = report.time_estimate(f);
         let mut r = vec![
             csv_field(&f.function),
             csv_field(&f.module),
             f.samples.to_string(),
-            format!("{:.2}", report.time_pct(f)),
+            format!("{:.2}", t.value),
+            format!("{:.2}", t.low),
+            format!("{:.2}", t.high),
+            f.total_samples.to_string(),
+            format!("{:.2}", report.total_estimate(f).value),
             f.windows.to_string(),
         ];
-        r.extend(metrics.iter().map(|m| match report.metric(f, m) {
-            Some(v) => format!("{v:.prec$}", prec = m.decimals + 2),
-            None => String::new(),
-        }));
+        for m in &metrics {
+            match report.metric_estimate(f, m) {
+                Some(e) => {
+                    let prec = m.decimals + 2;
+                    r.push(format!("{:.prec$}", e.value));
+                    r.push(format!("{:.prec$}", e.low));
+                    r.push(if e.high.is_finite() { format!("{:.prec$}", e.high) } else { String::new() });
+                }
+                None => r.extend([String::new(), String::new(), String::new()]),
+            }
+        }
         r.push(csv_field(f.source.as_deref().unwrap_or("")));
         out.push_str(&r.join(","));
         out.push('\n');
@@ -372,17 +453,28 @@ struct JsonFunction<'r> {
 
 impl Serialize for JsonFunction<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let metrics = self.report.metrics();
-        let mut map = s.serialize_map(Some(7 + metrics.len()))?;
-        map.serialize_entry("function", &self.f.function)?;
-        map.serialize_entry("module", &self.f.module)?;
-        map.serialize_entry("samples", &self.f.samples)?;
-        map.serialize_entry("time_pct", &round4(self.report.time_pct(self.f)))?;
-        map.serialize_entry("windows", &self.f.windows)?;
+        let (r, f) = (self.report, self.f);
+        let metrics = r.metrics();
+        let mut map = s.serialize_map(Some(12 + 3 * metrics.len()))?;
+        map.serialize_entry("function", &f.function)?;
+        map.serialize_entry("module", &f.module)?;
+        map.serialize_entry("samples", &f.samples)?;
+        let t = r.time_estimate(f);
+        map.serialize_entry("time_pct", &round4(t.value))?;
+        map.serialize_entry("time_pct_low", &round4(t.low))?;
+        map.serialize_entry("time_pct_high", &round4(t.high))?;
+        map.serialize_entry("total_samples", &f.total_samples)?;
+        map.serialize_entry("total_pct", &round4(r.total_estimate(f).value))?;
+        map.serialize_entry("windows", &f.windows)?;
+        map.serialize_entry("few_windows", &r.few_windows(f))?;
+        let finite = |v: f64| v.is_finite().then(|| round4(v));
         for m in metrics {
-            map.serialize_entry(m.key, &self.report.metric(self.f, m).map(round4))?;
+            let e = r.metric_estimate(f, m);
+            map.serialize_entry(m.key, &e.map(|e| round4(e.value)))?;
+            map.serialize_entry(&format!("{}_low", m.key), &e.and_then(|e| finite(e.low)))?;
+            map.serialize_entry(&format!("{}_high", m.key), &e.and_then(|e| finite(e.high)))?;
         }
-        map.serialize_entry("source", &self.f.source)?;
+        map.serialize_entry("source", &f.source)?;
         map.end()
     }
 }
@@ -397,9 +489,11 @@ struct JsonReport<'r> {
     window: u64,
     jitter: u64,
     mean_window: Option<f64>,
+    net_window: Option<f64>,
+    baseline: Option<Vec<f64>>,
     samples: u64,
     lost_samples: u64,
-    lost_by_thread: &'r [crate::report::LostThread],
+    lost_by_thread: &'r [crate::tally::LostThread],
     windows_used: u64,
     windows_discarded: u64,
     windows_unpaired: u64,
@@ -417,6 +511,13 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
         window: report.info.window,
         jitter: report.info.jitter,
         mean_window: report.mean_window.map(round4),
+        net_window: report.net_window.map(round4),
+        baseline: match &report.baseline {
+            BaselineUse::Applied { counters, .. } => {
+                Some(counters.iter().map(|c| round4(c.mean)).collect())
+            }
+            _ => None,
+        },
         samples: report.samples,
         lost_samples: report.lost_samples,
         lost_by_thread: &report.lost_by_thread,

@@ -1,7 +1,10 @@
-//! Folding the aggregated buckets into per-function results under a window policy.
+//! Folding the tallies into per-function and per-call-path results under a window policy,
+//! net of the sampler's own counts.
 //!
 //! Sample counts per function always count, whatever the policy, so the ranking by
 //! time stays right for functions too small to hold whole windows (the seed's point).
+//! A function's *self* samples are those whose IP is in it; its *total* samples those
+//! with it anywhere on the stack (once per sample, however deep the recursion).
 //! Counter deltas are attributed per window:
 //!
 //! - [`WindowPolicy::Discard`] (default): only when the window's start and end samples
@@ -9,18 +12,28 @@
 //! - [`WindowPolicy::Fold`]: always, to the function of the end sample (a short callee
 //!   run across the window is folded into where the window ended).
 //!
+//! A window is attributed to its function and to its start's call path, so a function's
+//! metrics can be split by its callers.
+//!
+//! The baseline: every window's deltas include what the sampler itself made each counter
+//! count (the kernel's overflow and return paths: about 28 us of task-clock per window on
+//! the VM strobe is developed on), measured before the target started. It is subtracted
+//! from every window of the kind it was measured on (alternation windows, or
+//! fixed-period intervals), so rates are per millisecond of the target's own time.
+//!
 //! A function's time share is its share of time samples (window starts and plain
 //! samples), not of window time: each time sample stands for one long period of the
-//! thread's CPU time, while window deltas include the sampler's own handler time.
+//! thread's CPU time.
 //!
 //! This module must never read input or format output.
 
 use rustc_hash::FxHashMap;
 
-use crate::aggregate::Aggregator;
-use crate::input::RecordInfo;
-use crate::metrics::{CounterSet, MetricDef};
+use crate::input::{BaselineCounter, RecordInfo};
+use crate::metrics::{Counter, CounterSet, Formula, MetricDef};
+use crate::stats::{wilson, Estimate, WindowSums, FEW_WINDOWS};
 use crate::symbolize::{symbolize, Frame};
+use crate::tally::{LostThread, Tally};
 
 /// What to do with a window whose start and end samples fall in different functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,25 +64,43 @@ pub struct FunctionStats {
     pub module: String,
     /// `file:line` of the function's most sampled address, when DWARF lines exist.
     pub source: Option<String>,
-    /// Time samples whose IP is in the function.
+    /// Time samples whose IP is in the function (self).
     pub samples: u64,
+    /// Time samples with the function anywhere on the stack (self and callees).
+    pub total_samples: u64,
     /// Windows attributed to the function.
     pub windows: u64,
-    /// Counter deltas summed over those windows, indexed like sample values.
-    pub sums: Vec<u64>,
+    /// Net counter deltas over those windows (and their products), baseline subtracted.
+    pub sums: WindowSums,
 }
 
-/// Samples one thread lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct LostThread {
-    /// The process key the samples were fed under (pid or record stream; not
-    /// serialized, as a stream id is no pid).
-    #[serde(skip)]
-    pub pid: u32,
-    /// Thread id.
-    pub tid: u32,
-    /// Samples lost.
-    pub lost: u64,
+/// One call path (functions from the outermost caller to the sampled function) and what
+/// was counted on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathStats {
+    /// Indices into [`Report::functions`], outermost first; the last is where the samples
+    /// were taken.
+    pub frames: Vec<usize>,
+    /// Time samples taken on exactly this path.
+    pub samples: u64,
+    /// Net window sums of the windows that started on this path (and were attributed).
+    pub sums: WindowSums,
+}
+
+/// Whether the baseline was subtracted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BaselineUse {
+    /// The recording has none (calibration failed, or a source without one).
+    Absent,
+    /// Subtracted from every window of its kind.
+    Applied {
+        /// Per counter, leader first.
+        counters: Vec<BaselineCounter>,
+        /// Windows the calibration measured.
+        intervals: u64,
+    },
+    /// Not subtracted, and why.
+    NotApplied(String),
 }
 
 /// A finished report: per-function results and the recording's totals.
@@ -81,6 +112,10 @@ pub struct Report {
     pub counters: CounterSet,
     /// Every function with a sample or an attributed window, in no particular order.
     pub functions: Vec<FunctionStats>,
+    /// Every call path with a sample or an attributed window.
+    pub paths: Vec<PathStats>,
+    /// Whether samples carried stacks.
+    pub has_stacks: bool,
     /// Time samples in total (the denominator of every time share).
     pub samples: u64,
     /// Samples the recorder had to drop.
@@ -93,20 +128,46 @@ pub struct Report {
     pub windows_discarded: u64,
     /// Window starts without an end and ends without a start.
     pub windows_unpaired: u64,
-    /// The mean leader delta over paired windows (used and discarded), in leader
-    /// units: the window length actually measured.
+    /// The mean leader delta over paired windows (used and discarded), in leader units:
+    /// the window length actually measured, sampler included.
     pub mean_window: Option<f64>,
+    /// The same net of the baseline: the target's own time per window.
+    pub net_window: Option<f64>,
+    /// The baseline and whether it was subtracted.
+    pub baseline: BaselineUse,
     /// The policy the report was built with.
     pub policy: WindowPolicy,
-    /// Counter deltas summed over every attributed window.
-    pub all_sums: Vec<u64>,
+    /// Net sums over every attributed window.
+    pub all: WindowSums,
 }
 
 impl Report {
-    pub(crate) fn build(mut agg: Aggregator, policy: WindowPolicy) -> Report {
-        let width = agg.width();
+    pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
+        let width = t.width();
+        let counters = CounterSet::from_events(&t.info.events);
 
-        // Every unique address once: sampled IPs and both ends of every window bucket.
+        // The baseline, for the windows of its kind.
+        let (beta, baseline, baseline_plain) = match t.baseline.take() {
+            None => (vec![0.0; width], BaselineUse::Absent, false),
+            Some(b) if b.counters.len() != width => (
+                vec![0.0; width],
+                BaselineUse::NotApplied(format!(
+                    "the baseline has {} counters, the recording {width}",
+                    b.counters.len()
+                )),
+                false,
+            ),
+            Some(b) => (
+                b.counters.iter().map(|c| c.mean).collect(),
+                BaselineUse::Applied { counters: b.counters.clone(), intervals: b.intervals },
+                !b.windows,
+            ),
+        };
+        let applies = |plain: bool| matches!(baseline, BaselineUse::Applied { .. }) && plain == baseline_plain;
+
+        // Every unique address once: sampled IPs, both ends of every window bucket, and
+        // the frames of every stack used (return addresses, symbolized one byte back so
+        // they land in the call instruction).
         let mut addr_index: FxHashMap<(u32, u64), usize> = FxHashMap::default();
         let mut addrs: Vec<(u32, u64)> = Vec::new();
         let mut intern = |a: (u32, u64)| {
@@ -115,14 +176,28 @@ impl Report {
                 addrs.len() - 1
             })
         };
-        let sample_addrs: Vec<(usize, u64)> =
-            agg.samples.iter().map(|(&a, &count)| (intern(a), count)).collect();
-        let window_addrs: Vec<(usize, usize, usize)> = agg
+        let sample_keys: Vec<((u32, u64, u32), u64)> = t.samples.iter().map(|(&k, &c)| (k, c)).collect();
+        let sample_addrs: Vec<usize> = sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
+        let window_addrs: Vec<(usize, usize)> = t
             .windows
             .iter()
-            .map(|(&(space, s, e), &i)| (intern((space, s)), intern((space, e)), i))
+            .map(|(k, _)| (intern((k.space, k.start_ip)), intern((k.space, k.end_ip))))
             .collect();
-        let frames = symbolize(&mut agg.spaces, &addrs);
+        // Stacks: each used (space, stack) -> its frames' address indices, innermost first.
+        let mut stack_frames: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
+        let used_stacks = sample_keys
+            .iter()
+            .map(|&((sp, _, st), _)| (sp, st))
+            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)));
+        for (sp, st) in used_stacks {
+            if st == 0 || stack_frames.contains_key(&(sp, st)) {
+                continue;
+            }
+            let mut v = Vec::new();
+            t.stacks.for_each_frame(sp, st, |addr| v.push(intern((sp, addr.saturating_sub(1)))));
+            stack_frames.insert((sp, st), v);
+        }
+        let frames = symbolize(&mut t.spaces, &addrs);
 
         // Fold addresses to functions: same function = same name in the same file.
         let mut func_index: FxHashMap<(&str, &str), usize> = FxHashMap::default();
@@ -131,24 +206,46 @@ impl Report {
         let func_of: Vec<usize> = frames
             .iter()
             .map(|f: &Frame| {
-                *func_index.entry((f.module_path.as_str(), f.function.as_str())).or_insert_with(
-                    || {
-                        functions.push(FunctionStats {
-                            function: f.function.clone(),
-                            module: f.module.clone(),
-                            source: None,
-                            samples: 0,
-                            windows: 0,
-                            sums: vec![0; width],
-                        });
-                        hottest.push(0);
-                        functions.len() - 1
-                    },
-                )
+                *func_index.entry((f.module_path.as_str(), f.function.as_str())).or_insert_with(|| {
+                    functions.push(FunctionStats {
+                        function: f.function.clone(),
+                        module: f.module.clone(),
+                        source: None,
+                        samples: 0,
+                        total_samples: 0,
+                        windows: 0,
+                        sums: WindowSums::new(width),
+                    });
+                    hottest.push(0);
+                    functions.len() - 1
+                })
             })
             .collect();
 
-        for &(a, count) in &sample_addrs {
+        // Call paths: the callers of each stack, outermost first, then the function.
+        let mut path_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
+        let mut paths: Vec<PathStats> = Vec::new();
+        let path_of = |paths: &mut Vec<PathStats>,
+                       path_index: &mut FxHashMap<Vec<usize>, usize>,
+                       space: u32,
+                       stack: u32,
+                       leaf: usize|
+         -> usize {
+            let mut fr: Vec<usize> = stack_frames
+                .get(&(space, stack))
+                .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
+                .unwrap_or_default();
+            fr.push(leaf);
+            if let Some(&i) = path_index.get(&fr) {
+                return i;
+            }
+            paths.push(PathStats { frames: fr.clone(), samples: 0, sums: WindowSums::new(width) });
+            path_index.insert(fr, paths.len() - 1);
+            paths.len() - 1
+        };
+
+        let mut seen = Vec::new();
+        for (&((space, _, stack), count), &a) in sample_keys.iter().zip(&sample_addrs) {
             let (Some(&fi), Some(frame)) = (func_of.get(a), frames.get(a)) else { continue };
             if let (Some(f), Some(h)) = (functions.get_mut(fi), hottest.get_mut(fi)) {
                 f.samples += count;
@@ -157,46 +254,89 @@ impl Report {
                     f.source.clone_from(&frame.source);
                 }
             }
-        }
-
-        let mut all_sums = vec![0u64; width];
-        let (mut used, mut discarded, mut paired, mut leader_sum) = (0u64, 0u64, 0u64, 0u128);
-        for &(s, e, i) in &window_addrs {
-            let count = agg.win_count.get(i).copied().unwrap_or(0);
-            let Some(sums) = agg.win_sums.get(i * width..(i + 1) * width) else { continue };
-            paired += count;
-            leader_sum += u128::from(sums.first().copied().unwrap_or(0));
-            let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
-            if policy == WindowPolicy::Discard && fs != fe {
-                discarded += count;
-                continue;
-            }
-            used += count;
-            if let Some(f) = functions.get_mut(fe) {
-                f.windows += count;
-                for ((acc, all), &v) in f.sums.iter_mut().zip(all_sums.iter_mut()).zip(sums) {
-                    *acc = acc.wrapping_add(v);
-                    *all = all.wrapping_add(v);
+            let p = path_of(&mut paths, &mut path_index, space, stack, fi);
+            if let Some(ps) = paths.get_mut(p) {
+                ps.samples += count;
+                // Total: once per function on the path, however often it recurs.
+                seen.clear();
+                for &g in &ps.frames {
+                    if !seen.contains(&g) {
+                        seen.push(g);
+                        if let Some(f) = functions.get_mut(g) {
+                            f.total_samples += count;
+                        }
+                    }
                 }
             }
         }
 
-        // A function met only as the end of discarded windows has nothing to show.
-        functions.retain(|f| f.samples > 0 || f.windows > 0);
+        let mut all = WindowSums::new(width);
+        let (mut used, mut discarded, mut paired, mut leader_sum, mut leader_beta) =
+            (0u64, 0u64, 0u64, 0f64, 0f64);
+        for ((key, sums), &(s, e)) in t.windows.iter().zip(&window_addrs) {
+            paired += sums.n;
+            leader_sum += sums.sums.first().copied().unwrap_or(0.0);
+            let net = if applies(key.plain) {
+                leader_beta += sums.n as f64 * beta.first().copied().unwrap_or(0.0);
+                sums.net(&beta)
+            } else {
+                sums.clone()
+            };
+            let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
+            if policy == WindowPolicy::Discard && fs != fe {
+                discarded += sums.n;
+                continue;
+            }
+            used += sums.n;
+            all.merge(&net);
+            if let Some(f) = functions.get_mut(fe) {
+                f.windows += sums.n;
+                f.sums.merge(&net);
+            }
+            let p = path_of(&mut paths, &mut path_index, key.space, key.start_stack, fe);
+            if let Some(ps) = paths.get_mut(p) {
+                ps.sums.merge(&net);
+            }
+        }
 
+        // Renumber without functions met only as the end of discarded windows.
+        let keep: Vec<bool> =
+            functions.iter().map(|f| f.samples > 0 || f.windows > 0 || f.total_samples > 0).collect();
+        let mut new_index = vec![usize::MAX; functions.len()];
+        let mut kept = Vec::new();
+        for (i, f) in functions.into_iter().enumerate() {
+            if keep[i] {
+                new_index[i] = kept.len();
+                kept.push(f);
+            }
+        }
+        for p in &mut paths {
+            p.frames.retain(|&g| new_index.get(g).is_some_and(|&n| n != usize::MAX));
+            for g in &mut p.frames {
+                *g = new_index[*g];
+            }
+        }
+        paths.retain(|p| p.samples > 0 || p.sums.n > 0);
+
+        let mean_window = (paired > 0).then(|| leader_sum / paired as f64);
+        let net_window = (paired > 0).then(|| (leader_sum - leader_beta) / paired as f64);
         Report {
-            counters: CounterSet::from_events(&agg.info.events),
-            info: agg.info,
-            functions,
-            samples: agg.sample_count,
-            lost_samples: agg.lost,
-            lost_by_thread: std::mem::take(&mut agg.lost_by_thread),
+            counters,
+            has_stacks: !t.stacks.is_empty(),
+            info: t.info,
+            functions: kept,
+            paths,
+            samples: t.sample_count,
+            lost_samples: t.lost,
+            lost_by_thread: t.lost_by_thread,
             windows_used: used,
             windows_discarded: discarded,
-            windows_unpaired: agg.unpaired,
-            mean_window: (paired > 0).then(|| leader_sum as f64 / paired as f64),
+            windows_unpaired: t.unpaired,
+            mean_window,
+            net_window,
+            baseline,
             policy,
-            all_sums,
+            all,
         }
     }
 
@@ -205,7 +345,7 @@ impl Report {
         self.counters.available()
     }
 
-    /// `f`'s share of all time samples, in percent.
+    /// `f`'s share of all time samples (self), in percent.
     pub fn time_pct(&self, f: &FunctionStats) -> f64 {
         if self.samples == 0 {
             0.0
@@ -214,13 +354,76 @@ impl Report {
         }
     }
 
+    /// `f`'s self share with its 95% interval (Wilson), in percent.
+    pub fn time_estimate(&self, f: &FunctionStats) -> Estimate {
+        wilson(f.samples, self.samples).scaled(100.0)
+    }
+
+    /// `f`'s total (inclusive) share with its 95% interval, in percent.
+    pub fn total_estimate(&self, f: &FunctionStats) -> Estimate {
+        wilson(f.total_samples, self.samples).scaled(100.0)
+    }
+
+    /// The value of metric `m` over `sums`; `None` when there are no windows or a zero
+    /// denominator.
+    pub fn metric_of(&self, sums: &WindowSums, m: &MetricDef) -> Option<f64> {
+        self.estimate_of(sums, m).map(|e| e.value)
+    }
+
     /// The value of metric `m` for `f`; `None` when `f` has no attributed windows or a
     /// zero denominator.
     pub fn metric(&self, f: &FunctionStats, m: &MetricDef) -> Option<f64> {
-        if f.windows == 0 {
+        self.metric_of(&f.sums, m)
+    }
+
+    /// Metric `m` for `f` with its 95% interval: the windows' spread, plus the
+    /// baseline's own uncertainty.
+    pub fn metric_estimate(&self, f: &FunctionStats, m: &MetricDef) -> Option<Estimate> {
+        self.estimate_of(&f.sums, m)
+    }
+
+    /// Metric `m` over any window sums (a function's, a call path's), with its interval.
+    pub fn estimate_of(&self, sums: &WindowSums, m: &MetricDef) -> Option<Estimate> {
+        if sums.n == 0 {
             return None;
         }
-        self.counters.eval(m, &f.sums, &self.all_sums)
+        let idx = |c: Counter| self.counters.index(c);
+        // The baseline's own variance per counter: sd² over its windows.
+        let beta_var = |i: usize| -> f64 {
+            match &self.baseline {
+                BaselineUse::Applied { counters, intervals } => counters
+                    .get(i)
+                    .map_or(0.0, |c| c.sd * c.sd / (*intervals).max(1) as f64),
+                _ => 0.0,
+            }
+        };
+        let n = sums.n as f64;
+        match m.formula {
+            Formula::Ratio { num, den, scale } => {
+                let (a, b) = (idx(num)?, idx(den)?);
+                let (r, var) = sums.ratio(a, b)?;
+                let sb = sums.sums[b];
+                let sys = (n / sb).powi(2) * (beta_var(a) + r * r * beta_var(b));
+                Some(Estimate::from_var(r, var + sys, 0.0).scaled(scale))
+            }
+            Formula::PerMs(c) => {
+                let (a, b) = (idx(c)?, idx(Counter::Time)?);
+                let (r, var) = sums.ratio(a, b)?;
+                let sb = sums.sums[b];
+                let sys = (n / sb).powi(2) * (beta_var(a) + r * r * beta_var(b));
+                Some(Estimate::from_var(r, var + sys, 0.0).scaled(1e6))
+            }
+            Formula::Share(c) => {
+                let i = idx(c)?;
+                let (p, var) = sums.share(&self.all, i)?;
+                Some(Estimate::from_var(p, var, 0.0).scaled(100.0))
+            }
+        }
+    }
+
+    /// True when `f`'s metrics rest on fewer than [`FEW_WINDOWS`] windows.
+    pub fn few_windows(&self, f: &FunctionStats) -> bool {
+        f.windows > 0 && f.windows < FEW_WINDOWS
     }
 
     /// The function named `name` (first match in any module).
@@ -228,8 +431,13 @@ impl Report {
         self.functions.iter().find(|f| f.function == name)
     }
 
+    /// The index of the function named `name` (first match in any module).
+    pub fn function_index(&self, name: &str) -> Option<usize> {
+        self.functions.iter().position(|f| f.function == name)
+    }
+
     /// True when the leader counts time, so periods and windows are nanoseconds.
     pub fn leader_is_time(&self) -> bool {
-        self.counters.index(crate::metrics::Counter::Time) == Some(0)
+        self.counters.index(Counter::Time) == Some(0)
     }
 }

@@ -126,7 +126,7 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
         agg.add_mapping(pid, m);
     }
     for (i, (tid, ip, kind, values)) in syn.stream.iter().enumerate() {
-        agg.push(&Sample { pid, tid: *tid, time: i as u64, ip: *ip, kind: *kind, values });
+        agg.push(&Sample { pid, tid: *tid, time: i as u64, ip: *ip, kind: *kind, stack: 0, values });
     }
     let aggregate_seconds = t0.elapsed().as_secs_f64();
     let report = agg.finish(WindowPolicy::Discard);
@@ -174,9 +174,13 @@ pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), Throu
         window: Some(20_000),
         jitter: Some(0),
         wakeup: 512,
-        buffer_capacity: 4096,
+        buffer_bytes: 64 << 20,
         overhead_ppm: 20_000,
         follow_fork: false,
+        mode: f::RecordMode::Agent,
+        mode_reason: "synthetic".into(),
+        call_graph: f::CallGraph::None,
+        max_depth: 0,
     });
     e.maps(
         stream_id,
@@ -203,7 +207,7 @@ pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), Throu
                 SampleKind::WindowEnd => f::SampleKind::WindowEnd,
                 SampleKind::Plain => f::SampleKind::Plain,
             };
-            b.push(kind, (i * 512 + j) as u64, *ip, values);
+            b.push(kind, (i * 512 + j) as u64, *ip, 0, values);
         }
         b.finish();
     }

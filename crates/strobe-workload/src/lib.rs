@@ -18,8 +18,9 @@
 //! comparable share (about a fifth each); sleeping burns little CPU.
 //!
 //! The ground truth ([`Truth`]) is measured around every call: CPU time with
-//! `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` (what `task-clock` samples measure) and page
-//! faults with `getrusage(RUSAGE_THREAD)`.
+//! `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` (what `task-clock` samples measure), page
+//! faults and context switches (voluntary and involuntary: what `context-switches`
+//! counts) with `getrusage(RUSAGE_THREAD)`.
 //!
 //! The functions keep all their work inside themselves, so a sample taken during their
 //! work has its IP in them: no helper calls (even `core` methods are calls in an
@@ -88,6 +89,10 @@ pub struct FunctionTruth {
     pub page_faults: u64,
     /// Page faults per ms of CPU time inside the calls.
     pub page_faults_per_ms: f64,
+    /// Context switches inside the calls (voluntary + involuntary, RUSAGE_THREAD).
+    pub context_switches: u64,
+    /// Context switches per ms of CPU time inside the calls.
+    pub context_switches_per_ms: f64,
 }
 
 /// The ground truth of a run.
@@ -373,15 +378,20 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
-fn thread_faults() -> u64 {
+/// The calling thread's page faults (minor + major) and context switches (voluntary +
+/// involuntary).
+fn thread_faults_and_switches() -> (u64, u64) {
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid, writable rusage; getrusage writes only it.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     if rc != 0 {
-        return 0;
+        return (0, 0);
     }
-    (ru.ru_minflt as u64).saturating_add(ru.ru_majflt as u64)
+    (
+        (ru.ru_minflt as u64).saturating_add(ru.ru_majflt as u64),
+        (ru.ru_nvcsw as u64).saturating_add(ru.ru_nivcsw as u64),
+    )
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -389,6 +399,7 @@ struct Acc {
     calls: u64,
     cpu_ns: u64,
     faults: u64,
+    switches: u64,
 }
 
 /// One worker thread: returns per-function accumulators (FUNCTIONS order, then SETUP).
@@ -399,13 +410,14 @@ fn worker(index: usize, deadline: Instant, rounds: Option<u64>) -> [Acc; 7] {
         0x9e37_79b9_7f4a_7c15 ^ ((index as u64 + 1) << 32) ^ u64::from(std::process::id());
 
     let measure = |acc: &mut Acc, f: &mut dyn FnMut() -> u64| -> u64 {
-        let (f0, t0) = (thread_faults(), thread_cpu_ns());
+        let ((f0, s0), t0) = (thread_faults_and_switches(), thread_cpu_ns());
         let r = f();
         let t1 = thread_cpu_ns();
-        let f1 = thread_faults();
+        let (f1, s1) = thread_faults_and_switches();
         acc.calls += 1;
         acc.cpu_ns += t1.saturating_sub(t0);
         acc.faults += f1.saturating_sub(f0);
+        acc.switches += s1.saturating_sub(s0);
         std::hint::black_box(r);
         t1.saturating_sub(t0)
     };
@@ -492,6 +504,7 @@ pub fn run(opts: &Options) -> Result<Truth, WorkloadError> {
             t.calls += a.calls;
             t.cpu_ns += a.cpu_ns;
             t.faults += a.faults;
+            t.switches += a.switches;
         }
     }
     let process_cpu_ns = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
@@ -506,6 +519,12 @@ pub fn run(opts: &Options) -> Result<Truth, WorkloadError> {
             page_faults: a.faults,
             page_faults_per_ms: if a.cpu_ns > 0 {
                 a.faults as f64 / (a.cpu_ns as f64 / 1e6)
+            } else {
+                0.0
+            },
+            context_switches: a.switches,
+            context_switches_per_ms: if a.cpu_ns > 0 {
+                a.switches as f64 / (a.cpu_ns as f64 / 1e6)
             } else {
                 0.0
             },

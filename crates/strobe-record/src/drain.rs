@@ -1,0 +1,386 @@
+//! The recorder's side of custody: draining the arena into the record file while the
+//! target runs, and once more after it ends, however it ends.
+//!
+//! Each pass reads every published sample (crate strobe-sampler's `custody::Drain`),
+//! interns its stack in its stream's stack table, and appends STACKS, THREADS, SAMPLES
+//! and LOST chunks; it also re-reads the mappings of live processes now and then (a
+//! library loaded with `dlopen` after the agent's last snapshot). At the end it writes
+//! each stream's END.
+//!
+//! Owns: the file's sample chunks and the per-stream statistics. Must never free the
+//! blocks of a thread that may still write (see `procs`), and never drop a sample it read
+//! or a loss the agent counted.
+
+use std::fs::File;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use strobe_format::{Encoder, EndReason, LostCount, ProcessEnd, SampleKind, ThreadInfo};
+use strobe_protocol::{Arena, ProcState};
+use strobe_sampler::custody::record::FLAG_HAS_STACK;
+use strobe_sampler::custody::{Drain, SlotEvent};
+
+use crate::procs::Procs;
+use crate::stacks::StackTable;
+
+/// How often live processes' mappings are re-read.
+const MAPS_EVERY: Duration = Duration::from_millis(200);
+
+/// One stream's running totals.
+#[derive(Debug, Default)]
+struct StreamStats {
+    stacks: StackTable,
+    samples: u64,
+    window_ends: u64,
+    lost: u64,
+    windows: u64,
+    window_sum: u64,
+    /// Threads named in the file already.
+    named: FxHashSet<u32>,
+    /// A hash of the last mappings written for it.
+    maps_hash: u64,
+}
+
+/// A sample read in a pass, waiting to be encoded.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    stream: u32,
+    tid: u32,
+    kind: SampleKind,
+    time: u64,
+    ip: u64,
+    stack: u32,
+    n: u8,
+    counters: [u64; strobe_format::MAX_COUNTERS],
+}
+
+/// What the drain totals at the end.
+#[derive(Debug, Clone, Default)]
+pub struct Totals {
+    /// Samples (window starts and plain samples).
+    pub samples: u64,
+    /// Window ends.
+    pub window_ends: u64,
+    /// Samples lost, all threads.
+    pub lost: u64,
+    /// Distinct threads that sampled.
+    pub threads: usize,
+    /// Wakeups of the recorder by the agents.
+    pub wakeups: u64,
+    /// Passes made.
+    pub passes: u64,
+    /// Records that did not parse (never expected; reported if seen).
+    pub malformed: u64,
+}
+
+/// Drains an arena into a record file.
+pub struct Drainer<'a> {
+    arena: &'a Arena,
+    file: &'a mut File,
+    drain: Drain,
+    procs: Procs,
+    streams: FxHashMap<u32, StreamStats>,
+    ncounters: usize,
+    enc: Encoder,
+    pending: Vec<Pending>,
+    lost: Vec<(u32, u32, u64)>,
+    threads: Vec<(u32, ThreadInfo)>,
+    tids: FxHashSet<(u32, u32)>,
+    maps_at: Instant,
+    wake_seen: u32,
+    totals: Totals,
+    write_error: Option<std::io::Error>,
+}
+
+fn kind_of(byte: u8) -> SampleKind {
+    match byte {
+        1 => SampleKind::WindowStart,
+        2 => SampleKind::WindowEnd,
+        _ => SampleKind::Plain,
+    }
+}
+
+fn comm_name(c: [u8; 16]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+impl<'a> Drainer<'a> {
+    /// A drainer of `arena` into `file` (positioned at its end), for a group of
+    /// `ncounters` events.
+    pub fn new(arena: &'a Arena, file: &'a mut File, ncounters: usize) -> Drainer<'a> {
+        let wake_seen = arena.header().pool.wake_word().load(std::sync::atomic::Ordering::Acquire);
+        Drainer {
+            arena,
+            file,
+            drain: Drain::new(arena.pool().len(), arena.slots().len()),
+            procs: Procs::default(),
+            streams: FxHashMap::default(),
+            ncounters,
+            enc: Encoder::with_capacity(1 << 20),
+            pending: Vec::new(),
+            lost: Vec::new(),
+            threads: Vec::new(),
+            tids: FxHashSet::default(),
+            maps_at: Instant::now(),
+            wake_seen,
+            totals: Totals::default(),
+            write_error: None,
+        }
+    }
+
+    /// The processes seen.
+    pub fn procs(&self) -> &Procs {
+        &self.procs
+    }
+
+    /// The recorder reaped `pid` (the launched command).
+    pub fn reaped(&mut self, pid: u32) {
+        self.procs.reaped(pid);
+    }
+
+    /// Sleeps until an agent wakes the recorder or `timeout` passes.
+    pub fn wait(&mut self, timeout: Duration) {
+        self.arena.wait_for_wake(self.wake_seen, timeout);
+        let now = self.arena.header().pool.wake_word().load(std::sync::atomic::Ordering::Acquire);
+        if now != self.wake_seen {
+            self.totals.wakeups += u64::from(now.wrapping_sub(self.wake_seen));
+            self.wake_seen = now;
+        }
+    }
+
+    /// One pass: drains what was published, frees what is done, writes the chunks.
+    pub fn pass(&mut self) -> std::io::Result<()> {
+        self.procs.refresh(self.arena);
+        let gone = self.procs.gone_streams();
+        let pool = self.arena.pool();
+        let slots = self.arena.slots();
+        let high = self.arena.high_water();
+        let (pending, lost, threads, streams, tids) =
+            (&mut self.pending, &mut self.lost, &mut self.threads, &mut self.streams, &mut self.tids);
+        let ncounters = self.ncounters;
+        // SAFETY: this drainer is the arena's only recorder, and `gone` holds only streams
+        // whose processes are dead or replaced their image (see `procs`).
+        let stats = unsafe {
+            self.drain.pass(
+                &pool,
+                slots,
+                high,
+                |s| gone.contains(&s.stream.load(std::sync::atomic::Ordering::Relaxed)),
+                |_, slot, ev| {
+                    let stream = slot.stream.load(std::sync::atomic::Ordering::Relaxed);
+                    let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
+                    let st = streams.entry(stream).or_default();
+                    if tids.insert((stream, tid)) || (matches!(ev, SlotEvent::Freed) && st.named.contains(&tid)) {
+                        st.named.insert(tid);
+                        threads.push((stream, ThreadInfo { tid, name: comm_name(slot.comm()) }));
+                    }
+                    match ev {
+                        SlotEvent::Record(r) => {
+                            let kind = kind_of(r.kind);
+                            let stack = if r.flags & FLAG_HAS_STACK != 0 {
+                                st.stacks.intern(r.frames)
+                            } else {
+                                0
+                            };
+                            match kind {
+                                SampleKind::WindowEnd => st.window_ends += 1,
+                                _ => st.samples += 1,
+                            }
+                            let mut counters = [0u64; strobe_format::MAX_COUNTERS];
+                            let n = r.counters.len().min(ncounters).min(counters.len());
+                            counters[..n].copy_from_slice(&r.counters[..n]);
+                            pending.push(Pending {
+                                stream,
+                                tid,
+                                kind,
+                                time: r.time,
+                                ip: r.ip,
+                                stack,
+                                n: n as u8,
+                                counters,
+                            });
+                        }
+                        SlotEvent::Lost(n) => {
+                            st.lost += n;
+                            lost.push((stream, tid, n));
+                        }
+                        SlotEvent::Freed => {
+                            let (w, sum) = slot.alt.windows();
+                            st.windows += w;
+                            st.window_sum = st.window_sum.wrapping_add(sum);
+                        }
+                    }
+                },
+            )
+        };
+        self.totals.passes += 1;
+        self.totals.malformed += stats.malformed;
+        if self.maps_at.elapsed() >= MAPS_EVERY {
+            self.maps_at = Instant::now();
+            self.poll_maps();
+        }
+        self.encode();
+        self.flush()
+    }
+
+    /// Re-reads the mappings of processes that still run; writes those that changed.
+    fn poll_maps(&mut self) {
+        let running: Vec<(u32, u32)> = self.procs.running().map(|p| (p.pid, p.stream)).collect();
+        for (pid, stream) in running {
+            let Ok(text) = strobe_target::maps::read(Some(pid)) else { continue };
+            let mut maps: Vec<strobe_format::Mapping> = strobe_target::maps::parse(&text)
+                .filter(|m| m.perms.exec)
+                .map(|m| strobe_format::Mapping {
+                    start: m.start,
+                    end: m.end,
+                    file_offset: m.offset,
+                    path: m.path.into(),
+                })
+                .collect();
+            if maps.is_empty() {
+                continue; // exiting, or not readable
+            }
+            maps.sort_by_key(|m| m.start);
+            let h = maps.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, m| {
+                let b = m.path.as_os_str().as_encoded_bytes();
+                b.iter()
+                    .chain(&m.start.to_le_bytes())
+                    .fold(h, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+            });
+            let st = self.streams.entry(stream).or_default();
+            if st.maps_hash != h {
+                // The first poll of a stream finds what the agent wrote at start; writing
+                // it again is harmless and keeps this simple.
+                st.maps_hash = h;
+                let snap = strobe_format::MapsSnapshot {
+                    time_mono_ns: mono_ns(),
+                    maps,
+                };
+                self.enc.maps(stream, &snap);
+            }
+        }
+    }
+
+    /// Encodes the pass's stacks, threads, samples and losses.
+    fn encode(&mut self) {
+        for (&stream, st) in self.streams.iter_mut() {
+            if let Some((first, nodes)) = st.stacks.take_new() {
+                self.enc.stacks(stream, first, &nodes);
+            }
+        }
+        let mut by_stream: FxHashMap<u32, Vec<ThreadInfo>> = FxHashMap::default();
+        for (stream, t) in self.threads.drain(..) {
+            by_stream.entry(stream).or_default().push(t);
+        }
+        for (stream, ts) in by_stream {
+            self.enc.threads(stream, &ts);
+        }
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (stream, tid) = (self.pending[i].stream, self.pending[i].tid);
+            let mut b = self.enc.samples(stream, tid, self.ncounters);
+            while let Some(p) = self.pending.get(i).filter(|p| p.stream == stream && p.tid == tid) {
+                b.push(p.kind, p.time, p.ip, p.stack, &p.counters[..usize::from(p.n)]);
+                i += 1;
+                if b.len() >= 4096 {
+                    break;
+                }
+            }
+            drop(b);
+        }
+        for p in &self.pending {
+            if p.kind == SampleKind::WindowEnd {
+                self.totals.window_ends += 1;
+            } else {
+                self.totals.samples += 1;
+            }
+        }
+        self.pending.clear();
+        let mut by_stream: FxHashMap<u32, Vec<LostCount>> = FxHashMap::default();
+        for (stream, tid, n) in self.lost.drain(..) {
+            by_stream.entry(stream).or_default().push(LostCount { tid, lost: n });
+            self.totals.lost += n;
+        }
+        for (stream, l) in by_stream {
+            self.enc.lost(stream, &l);
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.enc.is_empty() {
+            return Ok(());
+        }
+        let r = self.file.write_all(self.enc.as_bytes());
+        self.enc.clear();
+        if let Err(e) = &r {
+            self.write_error.get_or_insert(std::io::Error::new(e.kind(), e.to_string()));
+        }
+        r
+    }
+
+    /// The last pass, once every process ended (or the recording stops): reads every
+    /// thread's blocks to their end, then writes each stream's END. `launched` is the
+    /// launched command's pid and how it ended.
+    pub fn finish(mut self, launched: Option<(u32, strobe_target::Exit)>) -> std::io::Result<Totals> {
+        if let Some((pid, _)) = launched {
+            self.procs.reaped(pid);
+        }
+        self.pass()?;
+        // Threads of processes that still run (a daemon that outlived the command) keep
+        // their slots; their samples so far were read above. Windows of live slots:
+        let slots = self.arena.slots();
+        for s in slots.iter().take(self.arena.high_water()) {
+            let state = s.ctl.state();
+            if matches!(state, strobe_sampler::slot::ACTIVE | strobe_sampler::slot::CLOSING) {
+                let stream = s.stream.load(std::sync::atomic::Ordering::Relaxed);
+                let st = self.streams.entry(stream).or_default();
+                let (w, sum) = s.alt.windows();
+                st.windows += w;
+                st.window_sum = st.window_sum.wrapping_add(sum);
+            }
+        }
+        let now = mono_ns();
+        let procs: Vec<_> = self.procs.all().cloned().collect();
+        for p in &procs {
+            let st = self.streams.entry(p.stream).or_default();
+            let (reason, status) = match (p.state, launched) {
+                (_, Some((pid, exit))) if pid == p.pid && !procs.iter().any(|q| q.pid == p.pid && q.index > p.index) => {
+                    match exit {
+                        strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
+                        strobe_target::Exit::Signal { signal, .. } => (EndReason::Killed, Some(signal as u64)),
+                    }
+                }
+                (ProcState::Exited, _) => (EndReason::Exit, None),
+                (ProcState::Execed, _) => (EndReason::Exec, None),
+                _ if p.dead => (EndReason::Vanished, None),
+                _ => (EndReason::Stopped, None),
+            };
+            self.enc.end_process(
+                p.stream,
+                &ProcessEnd {
+                    reason,
+                    time_mono_ns: now,
+                    samples: st.samples + st.window_ends,
+                    lost: st.lost,
+                    wakeups: self.totals.wakeups,
+                    windows: st.windows,
+                    window_sum: st.window_sum,
+                    status,
+                },
+            );
+        }
+        self.flush()?;
+        self.totals.threads = self.tids.len();
+        Ok(self.totals)
+    }
+}
+
+/// `CLOCK_MONOTONIC` in ns.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

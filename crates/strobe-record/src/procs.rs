@@ -1,0 +1,137 @@
+//! The recorder's view of the processes in a recording: the arena's process table read
+//! from outside, each process's liveness, and which streams can no longer write (so
+//! their threads' last blocks can be drained and freed).
+//!
+//! Owns: that bookkeeping. Must never call a stream gone while a thread of it may still
+//! append to the arena (its blocks would be reused under it): a stream is gone only when
+//! its process is dead (reaped, a zombie, or no longer in /proc) or its image was
+//! replaced (exec: the new image's agent registered with the same pid).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashSet;
+use strobe_protocol::{Arena, ProcState};
+
+/// One process (one agent instance: a process, or one image of it).
+#[derive(Debug, Clone)]
+pub struct Proc {
+    /// Its index in the process table (claims only grow, so later images have higher
+    /// indices).
+    pub index: usize,
+    /// Process id.
+    pub pid: u32,
+    /// Record stream.
+    pub stream: u32,
+    /// Its state as the agent last set it.
+    pub state: ProcState,
+    /// Dead: reaped, a zombie, or gone from /proc.
+    pub dead: bool,
+}
+
+/// The processes seen so far.
+#[derive(Debug, Default)]
+pub struct Procs {
+    procs: BTreeMap<usize, Proc>,
+    /// Pids the recorder reaped itself (the launched command).
+    reaped: FxHashSet<u32>,
+}
+
+/// Whether `pid` is dead: not in /proc, or a zombie (its threads are gone; only its
+/// parent's wait is missing).
+pub fn pid_dead(pid: u32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            // `pid (comm) S ...`: the state follows the last ')' (comm may hold any byte).
+            let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2));
+            matches!(state, Some(b'Z' | b'X' | b'x'))
+        }
+    }
+}
+
+impl Procs {
+    /// Reads the process table again and checks the liveness of every process that
+    /// could still write.
+    pub fn refresh(&mut self, arena: &Arena) {
+        for (index, e) in arena.procs().iter().enumerate() {
+            let state = e.state();
+            if state == ProcState::Free {
+                // Entries are claimed in index order and never freed: the rest are free
+                // too, except one being claimed right now, which the next refresh sees.
+                if !self.procs.contains_key(&index) {
+                    break;
+                }
+                continue;
+            }
+            // Relaxed: set before the agent published Running (Release, read above).
+            let pid = e.pid.load(std::sync::atomic::Ordering::Relaxed);
+            let stream = e.stream.load(std::sync::atomic::Ordering::Relaxed);
+            let p = self.procs.entry(index).or_insert(Proc { index, pid, stream, state, dead: false });
+            p.state = state;
+            if !p.dead {
+                p.dead = self.reaped.contains(&pid) || pid_dead(pid);
+            }
+        }
+    }
+
+    /// The recorder reaped `pid` itself.
+    pub fn reaped(&mut self, pid: u32) {
+        self.reaped.insert(pid);
+        for p in self.procs.values_mut().filter(|p| p.pid == pid) {
+            p.dead = true;
+        }
+    }
+
+    /// Streams whose threads can no longer write.
+    pub fn gone_streams(&self) -> FxHashSet<u32> {
+        let mut gone = FxHashSet::default();
+        for p in self.procs.values() {
+            let replaced = p.state == ProcState::Execed
+                && self.procs.values().any(|q| q.pid == p.pid && q.index > p.index);
+            if p.dead || replaced {
+                gone.insert(p.stream);
+            }
+        }
+        gone
+    }
+
+    /// Processes that may still run (not dead; an Execed entry whose new image has not
+    /// registered yet counts as running).
+    pub fn running(&self) -> impl Iterator<Item = &Proc> {
+        let gone = self.gone_streams();
+        self.procs.values().filter(move |p| !gone.contains(&p.stream))
+    }
+
+    /// Every process seen.
+    pub fn all(&self) -> impl Iterator<Item = &Proc> {
+        self.procs.values()
+    }
+
+    /// Processes seen.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// True when no process registered.
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_process_is_alive_and_a_reaped_child_is_dead() {
+        assert!(!pid_dead(std::process::id()));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        // Exited but not reaped: a zombie, so dead.
+        while !pid_dead(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        c.wait().unwrap();
+        assert!(pid_dead(pid), "reaped: gone from /proc");
+    }
+}
