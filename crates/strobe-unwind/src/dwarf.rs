@@ -421,7 +421,9 @@ mod x86 {
             return Err(WalkEnd::Complete);
         }
         let ip = value(rule.ra, f.ip)?;
-        let bp = value(rule.bp, f.bp)?;
+        // A frame pointer we cannot recover is only fatal if an outer rule
+        // needs it: zero makes any CFA based on it fall out of bounds there.
+        let bp = value(rule.bp, f.bp).unwrap_or(0);
         let sp = match rule.sp {
             None => cfa,
             Some(l) => value(l, f.sp)?,

@@ -146,12 +146,17 @@ impl StackBounds {
     }
 }
 
+/// The x86-64 psABI red zone below the stack pointer.
+const RED_ZONE: u64 = 128;
+
 /// Bounds-checked reads of one thread's stack during a walk.
 ///
-/// The lower bound is raised to the interrupted stack pointer: a walk reads
-/// only the live part of the stack (callers' frames lie above the sp), which
-/// is mapped on every kind of thread stack, so a read never faults even when
-/// [`StackBounds`] were too generous.
+/// The lower bound is raised to the interrupted stack pointer less the
+/// x86-64 red zone (128 bytes the ABI lets a function use below its sp; an
+/// epilogue's unwind row can still name a register saved there): a walk
+/// reads only the live part of the stack (callers' frames lie above the sp),
+/// which is mapped on every kind of thread stack, so a read never faults
+/// even when [`StackBounds`] were too generous.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stack {
     lo: u64,
@@ -163,7 +168,8 @@ impl Stack {
     /// when `sp` lies outside the stack.
     #[inline]
     pub(crate) fn new(bounds: &StackBounds, sp: u64) -> Option<Stack> {
-        (bounds.lo < bounds.hi && bounds.contains(sp)).then_some(Stack { lo: sp, hi: bounds.hi })
+        (bounds.lo < bounds.hi && bounds.contains(sp))
+            .then_some(Stack { lo: sp.saturating_sub(RED_ZONE).max(bounds.lo), hi: bounds.hi })
     }
 
     /// True when `addr` may be a stack pointer of an outer frame: inside the

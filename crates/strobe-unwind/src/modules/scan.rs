@@ -81,6 +81,12 @@ impl Module {
         &self.name
     }
 
+    /// The load bias: the difference between run-time addresses and the
+    /// addresses in the module's file.
+    pub fn bias(&self) -> u64 {
+        self.bias
+    }
+
     /// The code (executable segments) as `[start, end)`.
     pub fn code(&self) -> (u64, u64) {
         (self.start, self.end)
