@@ -78,6 +78,14 @@ impl ThreadCache {
         }
     }
 
+    /// Runs `f` on the published module table inside a read section (`None`
+    /// before [`modules::init`]). Async-signal-safe if `f` is; the table and
+    /// every module it lists stay valid (mapped) until `f` returns.
+    pub fn with_table<R>(&mut self, f: impl FnOnce(Option<&modules::Table<Module>>) -> R) -> R {
+        let guard = self.handle.read_lock();
+        f(self.registry.and_then(|r| r.load(&guard)))
+    }
+
     /// Hits and misses of the rule cache so far.
     pub fn stats(&self) -> CacheStats {
         self.stats
