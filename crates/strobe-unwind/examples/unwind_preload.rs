@@ -13,6 +13,10 @@
 //! ```text
 //! module BIAS START END PATH          (every module seen, hex)
 //! sample END IP ADDR...               (END is the WalkEnd, addresses hex)
+//! time WALKS NS FRAMES                (with STROBE_UNWIND_TIME=1: walks timed,
+//!                                      their total nanoseconds and frames;
+//!                                      =warm: each timed walk repeats an
+//!                                      untimed one, caches warm)
 //! ```
 //!
 //! Must never: allocate, lock or panic in the handler; change the program's
@@ -47,6 +51,18 @@ static STATE: Shared<Option<(StackBounds, ThreadCache)>> = Shared(UnsafeCell::ne
 static MAIN_TID: AtomicUsize = AtomicUsize::new(0);
 static MODE: AtomicUsize = AtomicUsize::new(0);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+static TIME: AtomicBool = AtomicBool::new(false);
+static WARM: AtomicBool = AtomicBool::new(false);
+static TIMED: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// CLOCK_MONOTONIC in nanoseconds (the vDSO: async-signal-safe).
+fn now_ns() -> usize {
+    // SAFETY: a writable timespec.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as usize * 1_000_000_000 + t.tv_nsec as usize
+}
 
 /// Every module ever seen (outside the handler only).
 static SEEN: Mutex<Vec<(u64, u64, u64, String)>> = Mutex::new(Vec::new());
@@ -83,11 +99,24 @@ extern "C" fn on_prof(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void)
     let (slot, state) = unsafe { (&mut (*SAMPLES.0.get())[i], &mut *STATE.0.get()) };
     let Some((bounds, cache)) = state.as_mut() else { return };
     let (head, frames) = slot.split_at_mut(3);
-    let w = match MODE.load(Ordering::Relaxed) {
+    let timed = TIME.load(Ordering::Relaxed);
+    let mut walk = || match MODE.load(Ordering::Relaxed) {
         1 => walk_fp(&regs, bounds, frames),
         2 => walk_fp_in(&regs, bounds, cache, frames),
         _ => walk_dwarf(&regs, bounds, cache, frames),
     };
+    if WARM.load(Ordering::Relaxed) {
+        // Walk once untimed: the timed walk then runs with warm caches.
+        walk();
+    }
+    let t0 = if timed { now_ns() } else { 0 };
+    let w = walk();
+    if timed {
+        let dt = now_ns() - t0;
+        TIMED[0].fetch_add(1, Ordering::Relaxed);
+        TIMED[1].fetch_add(dt, Ordering::Relaxed);
+        TIMED[2].fetch_add(w.frames, Ordering::Relaxed);
+    }
     head[0] = w.end as u64;
     head[1] = w.frames as u64;
     head[2] = regs.ip;
@@ -105,6 +134,9 @@ extern "C" fn init() {
         _ => 0,
     };
     MODE.store(mode, Ordering::Relaxed);
+    let time = std::env::var("STROBE_UNWIND_TIME").ok();
+    TIME.store(time.is_some(), Ordering::Relaxed);
+    WARM.store(time.as_deref() == Some("warm"), Ordering::Relaxed);
     let Ok(bounds) = StackBounds::of_current_thread() else { return };
     // SAFETY: the handler is not installed yet; nothing else touches STATE.
     unsafe { *STATE.0.get() = Some((bounds, ThreadCache::new())) };
@@ -152,6 +184,11 @@ extern "C" fn dump() {
             text += &format!(" {a:x}");
         }
         text.push('\n');
+    }
+    if TIME.load(Ordering::Relaxed) {
+        let [w, ns, fr] = &TIMED;
+        let (w, ns, fr) = (w.load(Ordering::Relaxed), ns.load(Ordering::Relaxed), fr.load(Ordering::Relaxed));
+        text += &format!("time {w} {ns} {fr}\n");
     }
     if let Ok(mut f) = std::fs::File::create(path) {
         let _ = f.write_all(text.as_bytes());

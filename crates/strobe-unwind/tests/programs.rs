@@ -91,6 +91,7 @@ fn run(prog: &str, args: &[&str], mode: &str) -> Profile {
                 end: hex(w[3]),
                 path: if w[4] == "[main]" { path.clone() } else { PathBuf::from(w[4..].join(" ")) },
             }),
+            "time" => {}
             "sample" => samples.push(Sample {
                 end: ENDS[w[1].parse::<usize>().unwrap()],
                 ip: hex(w[2]),
