@@ -187,7 +187,8 @@ extern "C" fn dump() {
     }
     if TIME.load(Ordering::Relaxed) {
         let [w, ns, fr] = &TIMED;
-        let (w, ns, fr) = (w.load(Ordering::Relaxed), ns.load(Ordering::Relaxed), fr.load(Ordering::Relaxed));
+        let (w, ns, fr) =
+            (w.load(Ordering::Relaxed), ns.load(Ordering::Relaxed), fr.load(Ordering::Relaxed));
         text += &format!("time {w} {ns} {fr}\n");
     }
     if let Ok(mut f) = std::fs::File::create(path) {

@@ -192,6 +192,18 @@ mod x86 {
         sp: Option<Loc>,
         /// The FDE is a signal trampoline's: the caller's address is exact.
         signal: bool,
+        /// Some rule is an expression (in the module's `.eh_frame`).
+        exprs: bool,
+    }
+
+    impl Rule {
+        fn uses_expressions(&self) -> bool {
+            let expr = |l: Loc| matches!(l, Loc::AtExpr(..) | Loc::ValExpr(..));
+            matches!(self.cfa, Cfa::Expr(..))
+                || expr(self.ra)
+                || expr(self.bp)
+                || self.sp.is_some_and(expr)
+        }
     }
 
     #[derive(Clone, Copy)]
@@ -210,6 +222,7 @@ mod x86 {
             bp: Loc::Same,
             sp: None,
             signal: false,
+            exprs: false,
         },
     };
 
@@ -277,58 +290,59 @@ mod x86 {
             return Walk { frames: 0, end: WalkEnd::OutOfBounds };
         };
         let mut f = Frame { ip: regs.ip, sp: regs.sp, bp: regs.bp, exact: true };
-        let Some(mut m) = table.find(f.lookup()) else {
+        if !table.contains(f.lookup()) {
             return Walk { frames: 0, end: WalkEnd::NotInModule };
-        };
+        }
         loop {
-            let next = match step(&f, m, table.generation, &stack, cache, stats) {
+            let next = match step(&f, table, &stack, cache, stats) {
                 Ok(next) => next,
                 Err(end) => return Walk { frames: n, end },
             };
-            if next.ip == 0 || next.ip >= 1 << 56 {
+            if next.ip == 0 || next.ip >= 1 << 56 || next.sp <= f.sp {
                 return Walk { frames: n, end: WalkEnd::Implausible };
             }
-            if next.sp <= f.sp {
-                return Walk { frames: n, end: WalkEnd::Implausible };
-            }
-            let Some(nm) = table.find(next.lookup()) else {
+            if !table.contains(next.lookup()) {
                 return Walk { frames: n, end: WalkEnd::NotInModule };
-            };
+            }
             if n == out.len() {
                 return Walk { frames: n, end: WalkEnd::DepthLimit };
             }
             out[n] = next.ip;
             n += 1;
             f = next;
-            m = nm;
         }
     }
 
-    /// The caller of frame `f` (in module `m`), or why there is none.
+    /// The caller of frame `f` (whose address lies in a module of `table`),
+    /// or why there is none.
     #[inline]
     fn step(
         f: &Frame,
-        m: &Module,
-        generation: u64,
+        table: &Table<Module>,
         stack: &Stack,
         cache: &mut Cache,
         stats: &mut CacheStats,
     ) -> Result<Frame, WalkEnd> {
-        let Some(cfi) = m.cfi.as_ref() else {
-            return Err(WalkEnd::NoUnwindInfo);
-        };
         let key = f.lookup();
-        let e = &mut cache.entries[slot(key)];
-        let rule = if e.key == key && e.generation == generation {
+        let i = slot(key);
+        let e = &cache.entries[i];
+        let rule = if e.key == key && e.generation == table.generation {
             stats.hits += 1;
             e.rule
         } else {
             stats.misses += 1;
+            let cfi = table.find(key).and_then(|m| m.cfi.as_ref()).ok_or(WalkEnd::NoUnwindInfo)?;
             let rule = compile(cfi, key, &mut cache.ctx)?;
-            cache.entries[slot(key)] = Entry { key, generation, rule };
+            cache.entries[i] = Entry { key, generation: table.generation, rule };
             rule
         };
-        apply(&rule, f, stack, cfi.eh())
+        if rule.exprs {
+            // Expressions live in the module's `.eh_frame`.
+            let cfi = table.find(key).and_then(|m| m.cfi.as_ref()).ok_or(WalkEnd::NoUnwindInfo)?;
+            apply(&rule, f, stack, cfi.eh())
+        } else {
+            apply(&rule, f, stack, &[])
+        }
     }
 
     /// Searches the module's tables for `addr` and compiles its row.
@@ -363,7 +377,9 @@ mod x86 {
         };
         let bp = row.register(Register(RBP.into())).map_or(Ok(Loc::Same), loc)?;
         let sp = row.register(Register(RSP.into())).map(loc).transpose()?;
-        Ok(Rule { cfa, ra, bp, sp, signal })
+        let mut rule = Rule { cfa, ra, bp, sp, signal, exprs: false };
+        rule.exprs = rule.uses_expressions();
+        Ok(rule)
     }
 
     fn gimli_end(e: gimli::Error) -> WalkEnd {
@@ -400,7 +416,7 @@ mod x86 {
     }
 
     /// Applies a rule to frame `f`: the caller's frame.
-    #[inline]
+    #[inline(always)]
     fn apply(rule: &Rule, f: &Frame, stack: &Stack, eh: &[u8]) -> Result<Frame, WalkEnd> {
         let cfa = match rule.cfa {
             Cfa::Reg(r, off) => f.reg(r)?.wrapping_add(off as i64 as u64),
@@ -409,37 +425,46 @@ mod x86 {
         if !stack.holds_sp(cfa) {
             return Err(WalkEnd::OutOfBounds);
         }
-        let value = |l: Loc, same: u64| -> Result<u64, WalkEnd> {
-            match l {
-                Loc::Undefined => Ok(0),
-                Loc::Same => Ok(same),
-                Loc::At(o) => {
-                    stack.read(cfa.wrapping_add(o as i64 as u64)).ok_or(WalkEnd::OutOfBounds)
-                }
-                Loc::Val(o) => Ok(cfa.wrapping_add(o as i64 as u64)),
-                Loc::Reg(r) => f.reg(r),
-                Loc::AtExpr(o, l) => {
-                    let a = eval(expr(eh, o, l)?, f, stack, Some(cfa))?;
-                    stack.read(a).ok_or(WalkEnd::OutOfBounds)
-                }
-                Loc::ValExpr(o, l) => eval(expr(eh, o, l)?, f, stack, Some(cfa)),
-            }
-        };
         if rule.ra == Loc::Undefined {
             return Err(WalkEnd::Complete);
         }
-        let ip = value(rule.ra, f.ip)?;
+        let ip = value(rule.ra, f.ip, cfa, f, stack, eh)?;
         // A frame pointer we cannot recover is only fatal if an outer rule
         // needs it: zero makes any CFA based on it fall out of bounds there.
-        let bp = value(rule.bp, f.bp).unwrap_or(0);
+        let bp = value(rule.bp, f.bp, cfa, f, stack, eh).unwrap_or(0);
         let sp = match rule.sp {
             None => cfa,
-            Some(l) => value(l, f.sp)?,
+            Some(l) => value(l, f.sp, cfa, f, stack, eh)?,
         };
         if !stack.holds_sp(sp) {
             return Err(WalkEnd::OutOfBounds);
         }
         Ok(Frame { ip, sp, bp, exact: rule.signal })
+    }
+
+    /// The caller's value of a register whose rule is `l` (`same`: its value
+    /// in this frame).
+    #[inline(always)]
+    fn value(
+        l: Loc,
+        same: u64,
+        cfa: u64,
+        f: &Frame,
+        stack: &Stack,
+        eh: &[u8],
+    ) -> Result<u64, WalkEnd> {
+        match l {
+            Loc::At(o) => stack.read(cfa.wrapping_add(o as i64 as u64)).ok_or(WalkEnd::OutOfBounds),
+            Loc::Same => Ok(same),
+            Loc::Undefined => Ok(0),
+            Loc::Val(o) => Ok(cfa.wrapping_add(o as i64 as u64)),
+            Loc::Reg(r) => f.reg(r),
+            Loc::AtExpr(o, l) => {
+                let a = eval(expr(eh, o, l)?, f, stack, Some(cfa))?;
+                stack.read(a).ok_or(WalkEnd::OutOfBounds)
+            }
+            Loc::ValExpr(o, l) => eval(expr(eh, o, l)?, f, stack, Some(cfa)),
+        }
     }
 
     fn expr(eh: &[u8], off: u32, len: u32) -> Result<&[u8], WalkEnd> {
@@ -454,6 +479,7 @@ mod x86 {
 
     /// Evaluates a DWARF expression over the frame's registers, reading
     /// memory only through `stack`. `cfa` is pushed first for register rules.
+    #[inline(never)]
     fn eval(code: &[u8], f: &Frame, stack: &Stack, cfa: Option<u64>) -> Result<u64, WalkEnd> {
         let mut st = [0u64; MAX_STACK];
         let mut n = 0usize;

@@ -53,6 +53,8 @@ pub struct Table<M> {
     /// Distinct for every table a registry publishes (never zero), so that
     /// caches keyed by address can tell when the modules changed.
     pub generation: u64,
+    /// The modules' code ranges, contiguous for the search.
+    ranges: Box<[(u64, u64)]>,
     modules: Box<[Arc<M>]>,
 }
 
@@ -61,9 +63,15 @@ impl<M: ModuleRange> Table<M> {
     #[inline]
     pub fn find(&self, addr: u64) -> Option<&M> {
         // Modules do not overlap: the last one starting at or below `addr`.
-        let i = self.modules.partition_point(|m| m.range().0 <= addr);
-        let m = self.modules.get(i.checked_sub(1)?)?;
-        (addr < m.range().1).then_some(&**m)
+        let i = self.ranges.partition_point(|r| r.0 <= addr).checked_sub(1)?;
+        (addr < self.ranges[i].1).then(|| &*self.modules[i])
+    }
+
+    /// True when `addr` lies in some module's code. Async-signal-safe.
+    #[inline]
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.ranges[i - 1].1
     }
 
     /// The modules, by address.
@@ -172,7 +180,11 @@ impl<M: ModuleRange> Registry<M> {
             }
         }
         w.generation += 1;
-        let table = Box::new(Table { generation: w.generation, modules: kept.into_boxed_slice() });
+        let table = Box::new(Table {
+            generation: w.generation,
+            ranges: kept.iter().map(|m| m.range()).collect(),
+            modules: kept.into_boxed_slice(),
+        });
         // AcqRel: see the module note.
         let old = self.current.swap(Box::into_raw(table), Ordering::AcqRel);
         self.domain.synchronize();
