@@ -1,6 +1,8 @@
 //! The DWARF CFI walker (`--call-graph dwarf`, the default): unwinds through
 //! code built without frame pointers using each module's `.eh_frame`, found
-//! through its `.eh_frame_hdr` binary-search table.
+//! through its `.eh_frame_hdr` binary-search table, and for code it does not
+//! cover, the `.debug_frame` read from the module's file when it was scanned
+//! (code built with `-fno-asynchronous-unwind-tables`).
 //!
 //! Owns: [`ThreadCache`] (the thread's strobe-rcu registration, gimli's
 //! unwind context with fixed-size storage, and a direct-mapped cache of
@@ -27,7 +29,8 @@
 //! Must never: allocate, lock, make a system call or panic on the walk path
 //! (gimli errors become [`WalkEnd`]s); read thread memory except through
 //! `Stack::read`; read module memory except the `.eh_frame_hdr`/`.eh_frame`
-//! of a module listed in the table loaded under the current read section;
+//! (and the `.debug_frame` copy) of a module listed in the table loaded under
+//! the current read section;
 //! loop (the stack pointer must strictly increase, and the depth is bounded
 //! by `out`).
 
@@ -51,7 +54,8 @@ pub struct CacheStats {
 
 /// Per-thread state of the walkers: create it on the thread that will walk,
 /// at thread start, outside signal handlers (it registers the thread with the
-/// module table's RCU domain and allocates about 40 KiB). Not `Send`: the
+/// module table's RCU domain and allocates about 45 KiB: a 512-entry rule
+/// cache and gimli's unwind context). Not `Send`: the
 /// read-side registration belongs to the creating thread.
 pub struct ThreadCache {
     pub(crate) handle: LocalHandle,
@@ -134,8 +138,9 @@ pub fn walk_dwarf(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use gimli::{
-        BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, Reader, Register,
-        RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
+        BaseAddresses, CfaRule, DebugFrame, DebugFrameOffset, EhFrame, EhFrameHdr, EndianSlice,
+        LittleEndian, Reader, Register, RegisterRule, UnwindContext, UnwindContextStorage,
+        UnwindSection, UnwindTableRow,
     };
 
     use super::{CacheStats, CACHE_ENTRIES};
@@ -192,8 +197,11 @@ mod x86 {
         sp: Option<Loc>,
         /// The FDE is a signal trampoline's: the caller's address is exact.
         signal: bool,
-        /// Some rule is an expression (in the module's `.eh_frame`).
+        /// Some rule is an expression (in the module's `.eh_frame`, or its
+        /// `.debug_frame` when `debug`).
         exprs: bool,
+        /// The row came from `.debug_frame`.
+        debug: bool,
     }
 
     impl Rule {
@@ -223,6 +231,7 @@ mod x86 {
             sp: None,
             signal: false,
             exprs: false,
+            debug: false,
         },
     };
 
@@ -331,23 +340,47 @@ mod x86 {
             e.rule
         } else {
             stats.misses += 1;
-            let cfi = table.find(key).and_then(|m| m.cfi.as_ref()).ok_or(WalkEnd::NoUnwindInfo)?;
-            let rule = compile(cfi, key, &mut cache.ctx)?;
+            let m = table.find(key).ok_or(WalkEnd::NotInModule)?;
+            let rule = compile(m, key, &mut cache.ctx)?;
             cache.entries[i] = Entry { key, generation: table.generation, rule };
             rule
         };
         if rule.exprs {
-            // Expressions live in the module's `.eh_frame`.
-            let cfi = table.find(key).and_then(|m| m.cfi.as_ref()).ok_or(WalkEnd::NoUnwindInfo)?;
-            apply(&rule, f, stack, cfi.eh())
+            // Expressions live in the section the row came from.
+            let m = table.find(key).ok_or(WalkEnd::NotInModule)?;
+            let section = if rule.debug {
+                m.debug.as_ref().map(|d| &*d.data)
+            } else {
+                m.cfi.as_ref().map(|c| c.eh())
+            };
+            apply(&rule, f, stack, section.ok_or(WalkEnd::NoUnwindInfo)?)
         } else {
             apply(&rule, f, stack, &[])
         }
     }
 
-    /// Searches the module's tables for `addr` and compiles its row.
+    /// Searches the module's tables for `addr` (`.eh_frame`, then
+    /// `.debug_frame`) and compiles its row.
     #[cold]
     fn compile(
+        m: &Module,
+        addr: u64,
+        ctx: &mut UnwindContext<usize, Store>,
+    ) -> Result<Rule, WalkEnd> {
+        let from_eh = match m.cfi.as_ref() {
+            Some(cfi) => compile_eh(cfi, addr, ctx),
+            None => Err(WalkEnd::NoUnwindInfo),
+        };
+        match (from_eh, m.debug.as_ref()) {
+            (Err(WalkEnd::NoUnwindInfo), Some(df)) => {
+                compile_debug(df, addr.wrapping_sub(m.bias), ctx)
+            }
+            (r, _) => r,
+            (r, _) => r,
+        }
+    }
+
+    fn compile_eh(
         cfi: &crate::modules::Tables,
         addr: u64,
         ctx: &mut UnwindContext<usize, Store>,
@@ -363,8 +396,32 @@ mod x86 {
         let fde = table
             .fde_for_address(&eh, &bases, addr, EhFrame::cie_from_offset)
             .map_err(gimli_end)?;
-        let signal = fde.is_signal_trampoline();
         let row = fde.unwind_info_for_address(&eh, &bases, ctx, addr).map_err(gimli_end)?;
+        convert(row, fde.is_signal_trampoline(), false)
+    }
+
+    /// `svma`: the address as the module's file states it.
+    fn compile_debug(
+        df: &crate::modules::DebugFrame,
+        svma: u64,
+        ctx: &mut UnwindContext<usize, Store>,
+    ) -> Result<Rule, WalkEnd> {
+        let offset = df.fde_offset(svma).ok_or(WalkEnd::NoUnwindInfo)?;
+        let mut section = DebugFrame::new(&df.data, LittleEndian);
+        section.set_address_size(8);
+        let bases = BaseAddresses::default();
+        let fde = section
+            .fde_from_offset(&bases, DebugFrameOffset(offset), DebugFrame::cie_from_offset)
+            .map_err(gimli_end)?;
+        let row = fde.unwind_info_for_address(&section, &bases, ctx, svma).map_err(gimli_end)?;
+        convert(row, fde.is_signal_trampoline(), true)
+    }
+
+    fn convert(
+        row: &UnwindTableRow<usize, Store>,
+        signal: bool,
+        debug: bool,
+    ) -> Result<Rule, WalkEnd> {
         let cfa = match *row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => {
                 Cfa::Reg(reg8(register)?, i32::try_from(offset).map_err(|_| WalkEnd::Implausible)?)
@@ -377,7 +434,7 @@ mod x86 {
         };
         let bp = row.register(Register(RBP.into())).map_or(Ok(Loc::Same), loc)?;
         let sp = row.register(Register(RSP.into())).map(loc).transpose()?;
-        let mut rule = Rule { cfa, ra, bp, sp, signal, exprs: false };
+        let mut rule = Rule { cfa, ra, bp, sp, signal, exprs: false, debug };
         rule.exprs = rule.uses_expressions();
         Ok(rule)
     }

@@ -35,6 +35,28 @@
 //! | [`walk_dwarf`], [`walk_fp_in`] | yes, on the thread that created the [`ThreadCache`] |
 //! | [`StackBounds::of_current_thread`], [`ThreadCache::new`], everything in [`modules`] | **no** |
 //!
+//! # Why our own CFI walker rather than framehop
+//!
+//! framehop 0.16 (the newest) does the same job without allocating
+//! (`MustNotAllocateDuringUnwind`), but it depends on gimli 0.33 while
+//! blazesym brings gimli 0.34 into the workspace (one version of each crate),
+//! and it does not evaluate DWARF expressions: it rejects a CFA given as an
+//! expression, which is how glibc describes `__restore_rt` (the way out of a
+//! signal handler), the PLT, and stack-realigning functions. This walker is
+//! gimli 0.34's CFI parser plus what framehop adds on top (an address-keyed
+//! rule cache, three tracked registers) plus a bounded expression
+//! evaluator. Measured on this machine (2-vCPU VM, release builds, the same
+//! Rust stack 24 frames deep, `.eh_frame` read in place for both; minimum of
+//! 15 runs): a walk with warm rule caches costs 196 ns here against 177 ns
+//! for framehop, a walk with empty rule caches 2.6 us against 2.7 us.
+//!
+//! Inside the sampling signal handler of a C program 19-22 frames deep
+//! (`examples/unwind_preload.rs` with `STROBE_UNWIND_TIME=1` on
+//! `tests/c/unwind_deep.c`), where the CPU's caches are cold after the
+//! signal delivery: about 0.75 us for [`walk_fp`] and 1.3 us for
+//! [`walk_dwarf`] per sample (40 and 240 ns when the same walk is repeated
+//! warm), against a sample's ~30 us.
+//!
 //! # Architectures
 //!
 //! x86_64 has both walkers. aarch64 has the frame-pointer walker (frame

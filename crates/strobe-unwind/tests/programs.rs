@@ -57,9 +57,24 @@ fn preload() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let so = dir.join("examples/libunwind_preload.so");
+    let hint = "run the tests with `cargo test -p strobe-unwind` (no --test filter), which builds \
+                the examples, or `cargo build -p strobe-unwind --example unwind_preload` first";
+    let built = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let so_time = built(&so).unwrap_or_else(|| panic!("{} is missing: {hint}", so.display()));
+    // The library this test binary was linked with: the harness must not be older.
+    let newest_lib = std::fs::read_dir(dir.join("deps"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("libstrobe_unwind-") && n.ends_with(".rlib")
+        })
+        .filter_map(|p| built(&p))
+        .max();
     assert!(
-        so.is_file(),
-        "{} is missing: run the tests with `cargo test -p strobe-unwind`, which builds the examples",
+        newest_lib.is_none_or(|t| so_time >= t),
+        "{} is older than the strobe-unwind library: {hint}",
         so.display()
     );
     so
@@ -165,6 +180,30 @@ fn through_libc_without_frame_pointers() {
         share(&through_b, |(e, n)| *e == WalkEnd::Complete && starts(&n[1..], &["a", "main"]));
     assert!(through_b.len() >= 50, "too few samples through b ({})", through_b.len());
     assert!(good_b >= 0.99, "stacks through b with a <- main: {:.1}%", 100.0 * good_b);
+    assert!(p.complete_share() >= 0.99, "complete walks: {:.1}%", 100.0 * p.complete_share());
+}
+
+#[test]
+fn code_described_only_by_debug_frame() {
+    let mut p = run("unwind_debugframe", &["1000"], "dwarf");
+    let samples = std::mem::take(&mut p.samples);
+    let through_b: Vec<(WalkEnd, Vec<String>)> = samples
+        .iter()
+        .map(|s| (s.end, p.names(s)))
+        .filter_map(|(e, n)| n.iter().position(|f| f == "b").map(|i| (e, n[i..].to_vec())))
+        .collect();
+    p.samples = samples;
+    let good =
+        share(&through_b, |(e, n)| *e == WalkEnd::Complete && starts(&n[1..], &["a", "main"]));
+    println!(
+        "unwind_debugframe: {} samples, {:.1}% complete; {} through b, {:.1}% with a <- main",
+        p.samples.len(),
+        100.0 * p.complete_share(),
+        through_b.len(),
+        100.0 * good
+    );
+    assert!(through_b.len() >= 50, "too few samples through b ({})", through_b.len());
+    assert!(good >= 0.99, "stacks through b with a <- main: {:.1}%", 100.0 * good);
     assert!(p.complete_share() >= 0.99, "complete walks: {:.1}%", 100.0 * p.complete_share());
 }
 

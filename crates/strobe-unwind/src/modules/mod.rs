@@ -58,12 +58,14 @@
 //! holds the dynamic linker's lock and would wait for ours: lock order is
 //! always the linker's, then ours); start a thread.
 
+mod debug_frame;
 mod registry;
 mod scan;
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
+pub(crate) use debug_frame::DebugFrame;
 pub use registry::{ModuleRange, Registry, Table};
 pub use scan::Module;
 pub(crate) use scan::Tables;

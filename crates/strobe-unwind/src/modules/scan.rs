@@ -72,6 +72,8 @@ pub struct Module {
     pub(crate) end: u64,
     pub(crate) permanent: bool,
     pub(crate) cfi: Option<Tables>,
+    /// `.debug_frame` from the file, for code `.eh_frame` does not cover.
+    pub(crate) debug: Option<super::DebugFrame>,
 }
 
 impl Module {
@@ -98,9 +100,15 @@ impl Module {
         self.permanent
     }
 
-    /// True when the module has `.eh_frame` unwind tables we can search.
+    /// True when the module has unwind tables we can search (`.eh_frame`
+    /// through its header, or `.debug_frame` from the file).
     pub fn has_unwind_info(&self) -> bool {
-        self.cfi.is_some()
+        self.cfi.is_some() || self.debug.is_some()
+    }
+
+    /// True when the module's `.debug_frame` was loaded from its file.
+    pub fn has_debug_frame(&self) -> bool {
+        self.debug.is_some()
     }
 
     pub(crate) fn key(&self) -> Key {
@@ -160,7 +168,22 @@ pub(crate) fn scan(known: &[Arc<Module>], permanent: Option<&HashSet<Key>>) -> S
     // SAFETY: the callback has the signature dl_iterate_phdr expects and
     // `st` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(callback), (&mut st as *mut State<'_>).cast()) };
-    st.out
+    let mut out = st.out;
+    // New modules (the only ones not shared yet): `.debug_frame` from their
+    // files, read outside the dynamic linker's lock.
+    for (i, m) in out.modules.iter_mut().enumerate() {
+        if let Some(m) = Arc::get_mut(m) {
+            let path = if i == 0 && m.name.is_empty() {
+                std::path::PathBuf::from("/proc/self/exe")
+            } else {
+                std::path::PathBuf::from(&*m.name)
+            };
+            if path.is_absolute() || path.exists() {
+                m.debug = super::DebugFrame::load(&path);
+            }
+        }
+    }
+    out
 }
 
 unsafe extern "C" fn callback(
@@ -173,10 +196,12 @@ unsafe extern "C" fn callback(
     let (st, info) = unsafe { (&mut *data.cast::<State<'_>>(), &*info) };
     st.out.stamp = info.dlpi_adds.wrapping_add(info.dlpi_subs);
     let is_main = std::mem::take(&mut st.first);
-    // SAFETY: dl_iterate_phdr passes a NUL-terminated name (maybe empty) or null.
-    let name = (!info.dlpi_name.is_null())
-        .then(|| unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dl_iterate_phdr passes a NUL-terminated name (maybe empty).
+        unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+    };
     // SAFETY: the phdr array has dlpi_phnum entries for the duration of the call.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let bias = info.dlpi_addr;
@@ -226,6 +251,7 @@ unsafe extern "C" fn callback(
         end,
         permanent,
         cfi,
+        debug: None,
     }));
     0
 }
