@@ -376,7 +376,6 @@ mod x86 {
                 compile_debug(df, addr.wrapping_sub(m.bias), ctx)
             }
             (r, _) => r,
-            (r, _) => r,
         }
     }
 
