@@ -13,6 +13,7 @@
 //! ```text
 //! module BIAS START END PATH          (every module seen, hex)
 //! sample END IP ADDR...               (END is the WalkEnd, addresses hex)
+//! threads N                          (threads of the process at exit)
 //! time WALKS NS FRAMES                (with STROBE_UNWIND_TIME=1: walks timed,
 //!                                      their total nanoseconds and frames;
 //!                                      =warm: each timed walk repeats an
@@ -185,6 +186,9 @@ extern "C" fn dump() {
         }
         text.push('\n');
     }
+    // Nothing here may have started a thread in the (single-threaded) program.
+    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
+    text += &format!("threads {threads}\n");
     if TIME.load(Ordering::Relaxed) {
         let [w, ns, fr] = &TIMED;
         let (w, ns, fr) =

@@ -84,7 +84,7 @@ fn walk(regs: &Regs, bounds: &StackBounds, table: Option<&Table<Module>>, out: &
         if bp % FRAME_ALIGN != 0 || bp <= prev_bp {
             return end(n, WalkEnd::Implausible);
         }
-        let (Some(next_bp), Some(ra)) = (stack.read(bp), stack.read(bp + 8)) else {
+        let (Some(next_bp), Some(ra)) = (stack.read(bp), stack.read(bp.wrapping_add(8))) else {
             return end(n, WalkEnd::OutOfBounds);
         };
         #[cfg(target_arch = "aarch64")]

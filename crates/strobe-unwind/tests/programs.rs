@@ -96,6 +96,7 @@ fn run(prog: &str, args: &[&str], mode: &str) -> Profile {
     let _ = std::fs::remove_file(&out);
     let mut mods = Vec::new();
     let mut samples = Vec::new();
+    let mut threads = None;
     for line in text.lines() {
         let w: Vec<&str> = line.split(' ').collect();
         let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
@@ -107,6 +108,7 @@ fn run(prog: &str, args: &[&str], mode: &str) -> Profile {
                 path: if w[4] == "[main]" { path.clone() } else { PathBuf::from(w[4..].join(" ")) },
             }),
             "time" => {}
+            "threads" => threads = w[1].parse::<usize>().ok(),
             "sample" => samples.push(Sample {
                 end: ENDS[w[1].parse::<usize>().unwrap()],
                 ip: hex(w[2]),
@@ -116,6 +118,9 @@ fn run(prog: &str, args: &[&str], mode: &str) -> Profile {
         }
     }
     assert!(samples.len() >= 50, "{prog}: only {} samples", samples.len());
+    // The module table, the thread cache and the dlopen/dlclose protocol started no
+    // thread in the single-threaded program (strobe-rcu's reclaimer must stay off).
+    assert_eq!(threads, Some(1), "{prog}: threads at exit");
     let mut p = Profile { samples, sym: Symbolizer::new(mods) };
     if std::env::var_os("STROBE_UNWIND_DEBUG").is_some() {
         let samples = std::mem::take(&mut p.samples);
