@@ -12,7 +12,7 @@
 //! published table), then the rule for the address: a cache hit is a
 //! compare; a miss searches `.eh_frame_hdr`, parses the FDE and its CIE and
 //! runs the CFA program up to the address (gimli, no allocation: the
-//! context's storage is arrays), and compiles the row into a [`Rule`] that
+//! context's storage is arrays), and compiles the row into a `Rule` that
 //! the cache keeps. Cache entries carry the generation of the table they
 //! were computed under, so a new table (dlopen, dlclose) invalidates them.
 //! Rules are evaluated for the three registers a walk tracks (instruction,
@@ -48,7 +48,7 @@ pub const CACHE_ENTRIES: usize = 512;
 pub struct CacheStats {
     /// Frames whose rule came from the cache.
     pub hits: u64,
-    /// Frames whose rule was computed from `.eh_frame`.
+    /// Frames whose rule was computed from the unwind tables.
     pub misses: u64,
 }
 
@@ -84,7 +84,9 @@ impl ThreadCache {
 
     /// Runs `f` on the published module table inside a read section (`None`
     /// before [`modules::init`]). Async-signal-safe if `f` is; the table and
-    /// every module it lists stay valid (mapped) until `f` returns.
+    /// every module it lists stay valid until `f` returns, and the modules
+    /// stay mapped unless the program unloads one behind the interposed
+    /// `dlclose` (see [`modules`]).
     pub fn with_table<R>(&mut self, f: impl FnOnce(Option<&modules::Table<Module>>) -> R) -> R {
         let guard = self.handle.read_lock();
         f(self.registry.and_then(|r| r.load(&guard)))
@@ -112,8 +114,9 @@ impl std::fmt::Debug for ThreadCache {
 /// writing the callers' return addresses (innermost first) to `out`.
 ///
 /// Async-signal-safe on the thread that created `cache` (it never allocates,
-/// locks or makes a system call). Reads only `[regs.sp, bounds.hi)` of the
-/// stack and the unwind tables of modules in the published table.
+/// locks or makes a system call). Reads only the stack between the
+/// interrupted sp less the 128-byte red zone and `bounds.hi` (clamped to
+/// `bounds`), and the unwind tables of modules in the published table.
 pub fn walk_dwarf(
     regs: &Regs,
     bounds: &StackBounds,
@@ -174,8 +177,8 @@ mod x86 {
         Val(i32),
         /// Is the value of another register of this frame.
         Reg(u8),
-        /// Saved at the address an expression computes (offset, length in
-        /// `.eh_frame`).
+        /// Saved at the address an expression computes (offset and length
+        /// in the section the row came from).
         AtExpr(u32, u32),
         /// Is the value an expression computes.
         ValExpr(u32, u32),
