@@ -28,6 +28,15 @@
 //! 2. The agent calls the real `dlclose`.
 //! 3. [`after_dlclose`] rescans with `dl_iterate_phdr` and publishes the
 //!    modules still loaded; the old tables are freed after a grace period.
+//!    Call it whatever the real `dlclose` returned: every
+//!    [`before_dlclose`] needs its [`after_dlclose`], or removable modules
+//!    stay hidden.
+//!
+//! *Permanent* is decided once, at [`init`]: the program, the vdso, the
+//! dynamic linker, the `LD_PRELOAD` libraries and everything their
+//! `DT_NEEDED` entries reach (glibc never unloads those). A library some
+//! constructor loaded with `dlopen` before [`init`] ran, and every library
+//! loaded after it, is removable.
 //!
 //! Samples taken in the window between 1 and 3 whose stacks pass through a
 //! `dlopen`ed library end early ([`WalkEnd::NotInModule`](crate::WalkEnd)):
@@ -38,7 +47,8 @@
 //! dynamic linker's load/unload count); see `registry.rs`.
 //!
 //! Second line of defence: removable modules' `.eh_frame` tables are copies
-//! the module owns (`scan.rs`), and the walkers read no code bytes, so even an
+//! the module owns (`scan.rs`; `.debug_frame` is always one, read from the
+//! file), and the walkers read no code bytes, so even an
 //! unload that bypasses the interposed `dlclose` (glibc unloading a gconv
 //! module through its internal `__libc_dlclose`) cannot make a handler fault;
 //! the table is merely stale until the next rescan.
@@ -52,6 +62,12 @@
 //! thread in the target (strobe-rcu's global domain would: `retire`,
 //! `RcuPtr::replace` and the exit of a thread registered with it ask for its
 //! reclaimer thread).
+//!
+//! *fork.* A child inherits the table and the domain's reader records. A
+//! thread of the parent that was inside a walk when another thread forked
+//! leaves its record in a read section forever in the child, whose next
+//! grace period (its first `dlopen` or `dlclose` through the wrappers)
+//! would then never end; walks in the child are unaffected.
 //!
 //! Must never: run in a signal handler; call `dl_iterate_phdr` while holding
 //! the registry's writer lock (a library constructor that calls `dlopen`
