@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The loom models of strobe-rcu (crates/strobe-rcu/tests/loom.rs) and strobe-sampler
-# (crates/strobe-sampler/tests/loom.rs): every interleaving
+# The loom models of strobe-rcu (crates/strobe-rcu/tests/loom.rs), strobe-sampler
+# (crates/strobe-sampler/tests/loom.rs) and strobe-unwind (crates/strobe-unwind/tests/loom.rs):
+# every interleaving
 # of the real grace-period, retire hand-off, RcuPtr and multimap code, up to a
 # preemption bound. Called by ci/test.sh; takes well under a minute on 2 cores.
 #
@@ -37,3 +38,8 @@ LOOM_MAX_PREEMPTIONS=$small cargo test -p strobe-sampler --release --test loom -
 # at bound 3 (LOOM_DEEP=1) several minutes.
 if [ "${LOOM_DEEP:-0}" = 1 ]; then custody=3; else custody=2; fi
 LOOM_MAX_PREEMPTIONS=$custody cargo test -p strobe-sampler --release --test loom custody_models
+
+# strobe-unwind's module table (crates/strobe-unwind/tests/loom.rs): the dlclose protocol
+# (unpublish, grace period, unmap, rescan, publish) against a reader, and a stale dlopen
+# rescan that must not bring an unloaded module back. About a second at bound 3.
+LOOM_MAX_PREEMPTIONS=$small cargo test -p strobe-unwind --release --test loom

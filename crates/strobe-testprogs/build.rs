@@ -1,5 +1,6 @@
-//! Compiles every `tests/c/*.c` into an executable in OUT_DIR, so tests profile programs
-//! built from source in this repository, never committed binaries.
+//! Compiles every `tests/c/*.c` (with `$CC`, default `cc`) and `tests/c/*.cpp` (with `$CXX`,
+//! default `g++`) into an executable in OUT_DIR, so tests profile programs built from source
+//! in this repository, never committed binaries.
 //!
 //! A file may carry one line `// strobe-testprogs: FLAGS...` with extra compiler/linker
 //! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread -I include`, dynamically linked (the
@@ -46,7 +47,15 @@ fn main() {
     let src_dir = manifest.join("../../tests/c");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-changed={}", src_dir.display());
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let c_compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let cxx_compiler = env::var("CXX").unwrap_or_else(|_| "g++".to_string());
+    let compiler_for = |path: &Path| -> String {
+        if path.extension().is_some_and(|x| x == "cpp") {
+            cxx_compiler.clone()
+        } else {
+            c_compiler.clone()
+        }
+    };
     // Programs with probe points include strobe_probe.h from the repository's include/.
     let include_dir = manifest.join("../../include");
     println!("cargo:rerun-if-changed={}", include_dir.display());
@@ -56,7 +65,7 @@ fn main() {
         .expect("tests/c exists")
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .filter(|p| p.extension().is_some_and(|x| x == "c" || x == "cpp"))
         .collect();
     entries.sort();
     let flags_of = |path: &PathBuf| -> Vec<String> {
@@ -72,6 +81,7 @@ fn main() {
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         let extra: Vec<String> = flags_of(path).into_iter().filter(|f| f != "shared").collect();
         let so = out.join(format!("lib{name}.so"));
+        let cc = compiler_for(path);
         let status = Command::new(&cc)
             .args(["-O1", "-g", "-pthread", "-Wall", "-shared", "-fPIC"])
             .arg(format!("-I{}", include_dir.display()))
@@ -81,7 +91,9 @@ fn main() {
             .arg(path)
             .args(&extra)
             .status()
-            .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
+            .unwrap_or_else(|e| {
+                panic!("cannot run the compiler '{cc}': {e} (install gcc and g++)")
+            });
         assert!(status.success(), "compiling {} failed", path.display());
         libs.push(name);
     }
@@ -100,6 +112,7 @@ fn main() {
             local_libs.push(format!("-Wl,-rpath,{}", dir.display()));
         }
         let exe = out.join(&name);
+        let cc = compiler_for(path);
         let status = Command::new(&cc)
             .args(["-O1", "-g", "-pthread", "-Wall"])
             .arg(format!("-I{}", include_dir.display()))
@@ -109,7 +122,9 @@ fn main() {
             .args(&local_libs)
             .args(&extra)
             .status()
-            .unwrap_or_else(|e| panic!("cannot run the C compiler '{cc}': {e} (install gcc)"));
+            .unwrap_or_else(|e| {
+                panic!("cannot run the compiler '{cc}': {e} (install gcc and g++)")
+            });
         assert!(status.success(), "compiling {} failed", path.display());
         names.push(name);
     }
