@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use strobe_perf::spec::MAX_GROUP;
 use strobe_perf::sys::{self, ioctl};
-use strobe_protocol::calibration::{Baseline, Calibration, CounterBaseline, Costs};
+use strobe_protocol::calibration::{Baseline, Calibration, Costs, CounterBaseline};
 use strobe_sampler::custody::SharedSlot;
 use strobe_sampler::Kind;
 
@@ -116,7 +116,13 @@ fn stable_min(mut f: impl FnMut() -> Option<u64>) -> Option<u64> {
 }
 
 /// The handler in a calibration mode (called by `sampler::on_sigtrap`).
-pub fn on_overflow(a: &Agent, index: usize, slot: &SharedSlot, local: &Local, uc: *mut libc::c_void) {
+pub fn on_overflow(
+    a: &Agent,
+    index: usize,
+    slot: &SharedSlot,
+    local: &Local,
+    uc: *mut libc::c_void,
+) {
     match sampler::CALIB_MODE.load(Ordering::Relaxed) {
         MODE_FLOOR if index == CALIB_SLOT.load(Ordering::Relaxed) => {
             // Signal delivery and one group read, nothing else.
@@ -171,7 +177,8 @@ pub fn costs(a: &Agent) -> Option<Costs> {
     if !a.spec.leader().is_time {
         return costs_tkill(a, 300);
     }
-    let saved = (a.period.swap(CALIB_PERIOD_NS, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
+    let saved =
+        (a.period.swap(CALIB_PERIOD_NS, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
     let run = |mode: u8| -> Option<u64> {
         let idx = open_slot(a, Some(CALIB_PERIOD_NS)).ok()?;
         CALIB_SLOT.store(idx, Ordering::Relaxed);
@@ -233,11 +240,8 @@ fn costs_tkill(a: &Agent, n: u32) -> Option<Costs> {
     let full_dt = run(MODE_TKILL_FULL);
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
     let nread = read_group(local, &mut words);
-    let leader_per_ns = if nread > 0 && words[2] > 0 {
-        words[READ_HEAD] as f64 / words[2] as f64
-    } else {
-        1.0
-    };
+    let leader_per_ns =
+        if nread > 0 && words[2] > 0 { words[READ_HEAD] as f64 / words[2] as f64 } else { 1.0 };
     close_slot(idx, true);
     Some(Costs {
         sample_ns: full_dt / u64::from(n.max(1)),
@@ -378,7 +382,9 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     } else {
         match a.spec.period {
             Some(p) => p,
-            None => return Err("fixed-period sampling with no period= has nothing to calibrate".into()),
+            None => {
+                return Err("fixed-period sampling with no period= has nothing to calibrate".into())
+            }
         }
     };
     let n = a.spec.events.len();
@@ -436,7 +442,8 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
                 // Events are rare and each one counts: no trimming.
                 let nv = v.len().max(1) as f64;
                 let mean = v.iter().sum::<f64>() / nv;
-                let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (nv - 1.0).max(1.0);
+                let var =
+                    v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (nv - 1.0).max(1.0);
                 // A software event the sampler does not cause (the handler never blocks
                 // or migrates, and its own page faults happen while the group is stopped)
                 // shows here only as the scheduler's noise during the loop, which is the

@@ -77,7 +77,8 @@ static LAST_MAPS: AtomicU64 = AtomicU64::new(0);
 static MAPS_READ_AT: AtomicU64 = AtomicU64::new(0);
 
 fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    text.bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// Encodes a MAPS snapshot into `e` if the executable mappings changed since the last.

@@ -211,6 +211,10 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
     });
     let a: &'static mut Agent = Box::leak(a);
     AGENT.store(a as *mut Agent, Ordering::Release);
+    if origin != ProcessOrigin::Fork {
+        // A forked child walks with frame pointers only (see `stack::forget_in_child`).
+        stack::init(a.call_graph);
+    }
     if a.cfg.calibrate {
         calibrate::run(a);
         AGENT.store(std::ptr::null_mut(), Ordering::Release);
@@ -252,9 +256,10 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
     // SAFETY: getpid/getppid have no preconditions.
     let (pid, ppid) = unsafe { (libc::getpid(), libc::getppid()) };
     let Some(ar) = arena() else { return };
-    a.proc_index = ar
-        .claim_proc(pid as u32, ppid as u32, stream)
-        .map(|p| (p as *const ProcEntry as usize - ar.procs().as_ptr() as usize) / std::mem::size_of::<ProcEntry>());
+    a.proc_index = ar.claim_proc(pid as u32, ppid as u32, stream).map(|p| {
+        (p as *const ProcEntry as usize - ar.procs().as_ptr() as usize)
+            / std::mem::size_of::<ProcEntry>()
+    });
     if let Some(p) = a.proc_entry() {
         // Relaxed: the recorder reads them after the process ends, or as estimates.
         p.period.store(period, Ordering::Relaxed);
@@ -452,7 +457,9 @@ extern "C" fn atfork_child() {
     let high = arena().map_or(0, |ar| ar.high_water()).min(slots::MAX_SLOTS);
     for local in slots::LOCAL.iter().take(high) {
         local.close_group();
+        local.forget_walker();
     }
+    stack::forget_in_child();
     chunks::reset_in_child();
     let old = AGENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: as in `agent()`; the old agent is leaked, never freed.
@@ -632,6 +639,42 @@ pub extern "C" fn _exit(status: libc::c_int) -> ! {
         // SAFETY: exit_group ends the process; it takes a plain status and never returns.
         unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
+}
+
+/// The interposed `dlopen`, reached through the `dlopen` symbol below with the address
+/// it was called from (see `stack::dlopen_caller`).
+///
+/// # Safety
+/// As `dlopen(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn strobe_agent_dlopen(
+    file: *const libc::c_char,
+    mode: libc::c_int,
+    caller: usize,
+) -> *mut libc::c_void {
+    // SAFETY: forwarded under dlopen's contract.
+    unsafe { stack::dlopen_caller(file, mode, caller) }
+}
+
+/// `dlopen`: a naked function that passes its return address (the caller's) as a third
+/// argument and jumps, the stack untouched, to [`strobe_agent_dlopen`].
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn dlopen() {
+    #[cfg(target_arch = "x86_64")]
+    core::arch::naked_asm!("mov rdx, qword ptr [rsp]", "jmp {f}", f = sym strobe_agent_dlopen);
+    #[cfg(target_arch = "aarch64")]
+    core::arch::naked_asm!("mov x2, x30", "b {f}", f = sym strobe_agent_dlopen);
+}
+
+/// Interposes `dlclose`: the module table's protocol around the real one.
+///
+/// # Safety
+/// As `dlclose(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: forwarded under dlclose's contract.
+    unsafe { stack::dlclose(handle) }
 }
 
 /// Interposes `_Exit` (C99's name for `_exit`), as `_exit`.

@@ -53,6 +53,7 @@ use strobe_protocol::CallGraph;
 use strobe_sampler::custody::record::{Rec, FLAG_COMPLETE, FLAG_HAS_STACK, FLAG_TRUNCATED};
 use strobe_sampler::custody::{self, Append, SharedSlot};
 use strobe_sampler::{Kind, Periods};
+use strobe_unwind::WalkEnd;
 
 use crate::slots::{self, Local, LOCAL};
 use crate::stack;
@@ -168,7 +169,6 @@ pub fn install_handler() -> std::io::Result<()> {
     }
     Ok(())
 }
-
 
 extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: errno is thread-local; saving and restoring it keeps the interrupted code's
@@ -306,18 +306,20 @@ pub fn take_sample(
     let mut frames = [0u64; MAX_DEPTH];
     let mut flags = 0u16;
     let mut depth = 0;
-    if a.call_graph != CallGraph::None && step.kind != Kind::WindowEnd {
-        let lo = local.stack_lo.load(Ordering::Relaxed);
-        let hi = local.stack_hi.load(Ordering::Relaxed);
+    let walker = local.walker.load(Ordering::Relaxed);
+    if a.call_graph != CallGraph::None && step.kind != Kind::WindowEnd && !walker.is_null() {
         let limit = (a.max_depth as usize).min(MAX_DEPTH);
         let out = frames.get_mut(..limit).unwrap_or(&mut []);
-        let (d, end) = stack::walk_fp(&r, lo, hi, out);
+        // SAFETY: the owner's walker, created by this thread at setup and dropped only by
+        // it after its events are closed; the handler runs on the owner's thread.
+        let w = unsafe { &mut *walker };
+        let (d, end) = stack::walk(a.call_graph, &r, w, out);
         depth = d;
         flags |= FLAG_HAS_STACK;
         match end {
-            stack::End::Complete => flags |= FLAG_COMPLETE,
-            stack::End::DepthLimit => flags |= FLAG_TRUNCATED,
-            stack::End::Implausible => {}
+            WalkEnd::Complete => flags |= FLAG_COMPLETE,
+            WalkEnd::DepthLimit => flags |= FLAG_TRUNCATED,
+            _ => {}
         }
     }
     let rec = Rec {
@@ -412,9 +414,10 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
             return Err(SetupError::Open(e));
         }
     };
-    let (lo, hi) = slots::own_stack_bounds();
-    local.stack_lo.store(lo, Ordering::Relaxed);
-    local.stack_hi.store(hi, Ordering::Relaxed);
+    if local.walker.load(Ordering::Relaxed).is_null() {
+        let w = Box::new(stack::thread_walker(a.call_graph));
+        local.walker.store(Box::into_raw(w), Ordering::Relaxed);
+    }
     local.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
     local.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
     slot.reset_custody(a.pid as u32, sys::gettid() as u32, a.stream);
@@ -455,6 +458,7 @@ pub fn close_slot(index: usize, discard: bool) {
         return;
     }
     local.close_group();
+    local.drop_walker();
     slot.set_comm(&thread_name());
     if discard {
         slot.ctl.finish_close(true);
@@ -499,7 +503,8 @@ mod tests {
         assert!(max > 1_150_000, "the jitter's tail is reached: {max}");
         // No jitter, no window: uniform over the period.
         let plain = Periods { period: 1000, jitter: 0, window: 0 };
-        let m: f64 = (0..10_000).map(|_| first_period(&plain, uniform(&mut seed)) as f64).sum::<f64>() / 1e4;
+        let m: f64 =
+            (0..10_000).map(|_| first_period(&plain, uniform(&mut seed)) as f64).sum::<f64>() / 1e4;
         assert!((m - 500.0).abs() < 15.0, "{m}");
     }
 }

@@ -9,7 +9,7 @@
 //! The handler finds its slot without thread-local storage: the leader's `sig_data`
 //! (delivered in `si_perf_data`) carries `generation << 16 | index`.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 /// Slots this agent can use (the arena may have fewer; the table is a zeroed static).
 pub const MAX_SLOTS: usize = 16_384;
@@ -22,10 +22,9 @@ pub struct Local {
     pub leader_fd: AtomicI32,
     /// The owner's `Box<EventGroup>`, as a raw pointer (owner only).
     pub group: AtomicPtr<strobe_perf::EventGroup>,
-    /// The lowest address of the thread's stack.
-    pub stack_lo: AtomicU64,
-    /// One past the highest address of the thread's stack.
-    pub stack_hi: AtomicU64,
+    /// The owner's `Box<ThreadWalker>` (stack bounds, module-table registration), as a
+    /// raw pointer (owner only).
+    pub walker: AtomicPtr<crate::stack::ThreadWalker>,
 }
 
 impl Local {
@@ -33,8 +32,7 @@ impl Local {
     const EMPTY: Local = Local {
         leader_fd: AtomicI32::new(-1),
         group: AtomicPtr::new(std::ptr::null_mut()),
-        stack_lo: AtomicU64::new(0),
-        stack_hi: AtomicU64::new(0),
+        walker: AtomicPtr::new(std::ptr::null_mut()),
     };
 
     /// Drops the group (closing its fds), if any. The owner, or a forked child
@@ -47,6 +45,22 @@ impl Local {
             drop(unsafe { Box::from_raw(g) });
         }
         self.leader_fd.store(-1, Ordering::Relaxed);
+    }
+
+    /// Drops the owner's walker state (on the owning thread: it unregisters the thread
+    /// from the module table's read side).
+    pub fn drop_walker(&self) {
+        let w = self.walker.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !w.is_null() {
+            // SAFETY: from Box::into_raw in sampler::open_slot, swapped out: dropped once.
+            drop(unsafe { Box::from_raw(w) });
+        }
+    }
+
+    /// Forgets (leaks) the walker state of a thread that does not exist here (a forked
+    /// child's copy of its parent's threads: their read-side records are the parent's).
+    pub fn forget_walker(&self) {
+        self.walker.store(std::ptr::null_mut(), Ordering::Relaxed);
     }
 }
 
@@ -64,37 +78,13 @@ pub fn sig_data(index: usize, generation: u32) -> u64 {
     strobe_sampler::slot::sig_data(index, generation)
 }
 
-/// The calling thread's stack bounds, `(lo, hi)`. Normal context only (it may read
-/// /proc/self/maps for the main thread).
-pub fn own_stack_bounds() -> (u64, u64) {
-    // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return (0, 0);
-        }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        if rc != 0 {
-            return (0, 0);
-        }
-        (addr as u64, addr as u64 + size as u64)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sig_data_names_slot_and_generation_and_the_stack_holds_a_local() {
+    fn sig_data_names_slot_and_generation() {
         let d = sig_data(513, 9);
         assert_eq!(decode(d), (513, 9));
-        let (lo, hi) = own_stack_bounds();
-        let x = 0u64;
-        let at = &x as *const u64 as u64;
-        assert!(lo < at && at < hi, "{lo:#x} < {at:#x} < {hi:#x}");
     }
 }

@@ -1,124 +1,306 @@
-//! Walking the interrupted thread's stack inside the SIGTRAP handler.
+//! Walking the interrupted thread's stack inside the SIGTRAP handler, with crate
+//! strobe-unwind: the frame-pointer chain (`--call-graph fp`) or the modules' DWARF
+//! unwind tables (`dwarf`, the default).
 //!
-//! Owns: reading the interrupted registers from the signal's `ucontext` and the
-//! frame-pointer walk. Must never read memory outside the thread's stack bounds (taken at
-//! thread start), never fault, never allocate, lock or panic, and stop at the depth
-//! limit or at the first implausible frame.
+//! Owns: each thread's walker state (its stack bounds and its registration with the
+//! module table, made at thread start), the process's pool of rule caches (a DWARF walk
+//! borrows one for its duration, so memory does not grow with the number of threads:
+//! [`POOL`] caches of about 45 KiB per process), and the `dlopen`/`dlclose` hooks that
+//! keep the module table current. Must never read memory outside the thread's stack
+//! bounds and the published modules, never fault, allocate, lock or panic in the
+//! handler, and never change what `dlopen` finds (see [`dlopen_caller`]).
 
-/// The registers a walk starts from.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Regs {
-    /// The interrupted instruction.
-    pub ip: u64,
-    /// The stack pointer.
-    pub sp: u64,
-    /// The frame pointer (rbp on x86-64, x29 on aarch64).
-    pub fp: u64,
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use strobe_protocol::CallGraph;
+use strobe_unwind::{walk_dwarf_with, walk_fp, Regs, RuleCache, StackBounds, ThreadCache, WalkEnd};
+
+/// Rule caches in the pool: walks in progress at once (one per CPU sampling at the same
+/// instant); a walk that finds none free falls back to the frame-pointer chain.
+pub const POOL: usize = 16;
+
+static RULES: [AtomicPtr<RuleCache>; POOL] = [const { AtomicPtr::new(std::ptr::null_mut()) }; POOL];
+static BUSY: [AtomicBool; POOL] = [const { AtomicBool::new(false) }; POOL];
+/// DWARF walks are live in this process image (set at start; cleared in a forked child,
+/// whose copy of the module table's read-side state may name threads that do not exist
+/// there, so it never waits for a grace period and never walks with DWARF).
+static DWARF: AtomicBool = AtomicBool::new(false);
+
+/// One thread's walker state.
+pub struct ThreadWalker {
+    bounds: StackBounds,
+    cache: Option<ThreadCache>,
 }
 
-/// The interrupted registers from the handler's context (zeros when unknown).
+/// Prepares DWARF walks for this process: scans the loaded modules and fills the rule
+/// cache pool. Normal context (agent start).
+pub fn init(call_graph: CallGraph) {
+    if call_graph != CallGraph::Dwarf {
+        return;
+    }
+    strobe_unwind::modules::init();
+    for r in &RULES {
+        if r.load(Ordering::Relaxed).is_null() {
+            r.store(Box::into_raw(Box::new(RuleCache::new())), Ordering::Release);
+        }
+    }
+    DWARF.store(true, Ordering::Release);
+}
+
+/// A forked child: no DWARF walks and no grace periods here (see [`DWARF`]).
+pub fn forget_in_child() {
+    DWARF.store(false, Ordering::Release);
+}
+
+/// The calling thread's walker state (normal context, at thread start).
+pub fn thread_walker(call_graph: CallGraph) -> ThreadWalker {
+    let bounds = StackBounds::of_current_thread().unwrap_or(StackBounds { lo: 0, hi: 0 });
+    let cache = (call_graph == CallGraph::Dwarf && DWARF.load(Ordering::Acquire))
+        .then(ThreadCache::without_rules);
+    ThreadWalker { bounds, cache }
+}
+
+/// Walks from `regs` into `out` (callers' return addresses, innermost first): DWARF when
+/// asked for and a pooled rule cache is free, the frame-pointer chain otherwise.
+/// Async-signal-safe, on the thread that owns `w`.
 #[inline]
-pub fn regs(uc: *mut libc::c_void) -> Regs {
+pub fn walk(
+    call_graph: CallGraph,
+    regs: &Regs,
+    w: &mut ThreadWalker,
+    out: &mut [u64],
+) -> (usize, WalkEnd) {
+    if call_graph == CallGraph::Dwarf && DWARF.load(Ordering::Acquire) {
+        if let Some(cache) = w.cache.as_mut() {
+            for (i, busy) in BUSY.iter().enumerate() {
+                // Acquire: the previous borrower's writes to the cache happen before ours.
+                if busy.swap(true, Ordering::Acquire) {
+                    continue;
+                }
+                let rules = RULES[i].load(Ordering::Acquire);
+                let walked = if rules.is_null() {
+                    None
+                } else {
+                    // SAFETY: a cache leaked at init, never freed; BUSY[i] gives this walk
+                    // sole use of it until the release below.
+                    let r = unsafe { &mut *rules };
+                    Some(walk_dwarf_with(regs, &w.bounds, cache, r, out))
+                };
+                // Release: our writes to the cache happen before the next borrower's.
+                busy.store(false, Ordering::Release);
+                if let Some(x) = walked {
+                    return (x.frames, x.end);
+                }
+                break;
+            }
+        }
+    }
+    let x = walk_fp(regs, &w.bounds, out);
+    (x.frames, x.end)
+}
+
+/// The interrupted registers of a SIGTRAP handler's context.
+#[inline]
+pub fn regs(uc: *mut c_void) -> Regs {
     if uc.is_null() {
         return Regs::default();
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-        let uc = unsafe { &*(uc as *const libc::ucontext_t) };
-        let g = |r: libc::c_int| uc.uc_mcontext.gregs.get(r as usize).map_or(0, |&v| v as u64);
-        Regs { ip: g(libc::REG_RIP), sp: g(libc::REG_RSP), fp: g(libc::REG_RBP) }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-        let uc = unsafe { &*(uc as *const libc::ucontext_t) };
-        Regs { ip: uc.uc_mcontext.pc, sp: uc.uc_mcontext.sp, fp: uc.uc_mcontext.regs[29] }
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        Regs::default()
-    }
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
+    unsafe { Regs::from_ucontext(uc) }
 }
 
-/// How a walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The chain ended with a null frame pointer: the thread's outermost frame.
-    Complete,
-    /// `out` is full.
-    DepthLimit,
-    /// A frame outside the stack, misaligned, or not above the previous one.
-    Implausible,
+// ---------------------------------------------------------------------------------
+// dlopen and dlclose.
+
+type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+fn next(name: &CStr) -> *mut c_void {
+    static CACHE: [AtomicPtr<c_void>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
+    let slot = if name == c"dlopen" { &CACHE[0] } else { &CACHE[1] };
+    let mut p = slot.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        slot.store(p, Ordering::Relaxed);
+    }
+    p
 }
 
-/// Follows the frame-pointer chain from `r`, writing return addresses into `out`
-/// (innermost caller first). Reads only 16-byte frames that lie within `[lo, hi)`.
-#[inline]
-pub fn walk_fp(r: &Regs, lo: u64, hi: u64, out: &mut [u64]) -> (usize, End) {
-    let mut n = 0;
-    let mut fp = r.fp;
-    let mut prev = r.sp.saturating_sub(1);
-    loop {
-        if fp == 0 {
-            return (n, End::Complete);
-        }
-        if fp % 8 != 0 || fp <= prev || fp < lo || fp.saturating_add(16) > hi {
-            return (n, End::Implausible);
-        }
-        if n >= out.len() {
-            return (n, End::DepthLimit);
-        }
-        // SAFETY: `fp .. fp + 16` lies within the thread's stack (checked above), which
-        // is mapped for as long as the thread runs, and the thread is stopped in our
-        // handler on this very stack.
-        let (next, ret) = unsafe {
-            let p = fp as *const u64;
-            (std::ptr::read_volatile(p), std::ptr::read_volatile(p.add(1)))
-        };
-        if ret == 0 {
-            return (n, End::Complete);
-        }
-        out[n] = ret;
-        n += 1;
-        prev = fp;
-        fp = next;
+/// The search path a `dlopen` of a bare name from the object containing `caller` uses
+/// before the default search: its `DT_RUNPATH`, or its `DT_RPATH`, with `$ORIGIN`
+/// expanded. Empty when it has neither.
+fn caller_search_path(caller: usize) -> Vec<std::path::PathBuf> {
+    // SAFETY: dladdr fills `info` for an address in a loaded object, or returns 0.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(caller as *const c_void, &mut info) } == 0 || info.dli_fbase.is_null()
+    {
+        return Vec::new();
     }
+    let base = info.dli_fbase as usize;
+    // SAFETY: dli_fname is a NUL-terminated string owned by the dynamic linker.
+    let fname = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let origin = if fname.is_empty() {
+        std::fs::read_link("/proc/self/exe").ok().and_then(|p| p.parent().map(|d| d.to_path_buf()))
+    } else {
+        std::path::Path::new(&fname).parent().map(|d| d.to_path_buf())
+    };
+    struct Found {
+        base: usize,
+        dynamic: usize,
+        load_bias: usize,
+    }
+    extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the dynamic linker passes a valid info; `data` is our `Option<Found>`.
+        let (info, found) = unsafe { (&*info, &mut *data.cast::<Option<Found>>()) };
+        let want = found.as_ref().map_or(0, |f| f.base);
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr has dlpi_phnum entries.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD && ph.p_offset == 0 {
+                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                if start != want {
+                    return 0;
+                }
+            }
+        }
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: as above.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_DYNAMIC {
+                if let Some(f) = found.as_mut() {
+                    f.dynamic = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                    f.load_bias = info.dlpi_addr as usize;
+                }
+                return 1;
+            }
+        }
+        0
+    }
+    let mut found = Some(Found { base, dynamic: 0, load_bias: 0 });
+    // SAFETY: a callback of the right type and a pointer to our local for its data.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut found as *mut Option<Found>).cast()) };
+    let Some(f) = found.filter(|f| f.dynamic != 0) else { return Vec::new() };
+    let (mut strtab, mut runpath, mut rpath) = (0usize, None, None);
+    /// One entry of a `PT_DYNAMIC` segment (ELF64).
+    #[repr(C)]
+    struct Dyn {
+        d_tag: i64,
+        d_un: u64,
+    }
+    let mut d = f.dynamic as *const Dyn;
+    // SAFETY: the PT_DYNAMIC segment of a loaded object: Elf64_Dyn entries up to
+    // DT_NULL; the dynamic linker relocated d_ptr values to run-time addresses.
+    unsafe {
+        loop {
+            let e = &*d;
+            match e.d_tag as u32 {
+                0 => break,                            // DT_NULL
+                5 => strtab = e.d_un as usize,         // DT_STRTAB
+                29 => runpath = Some(e.d_un as usize), // DT_RUNPATH
+                15 => rpath = Some(e.d_un as usize),   // DT_RPATH
+                _ => {}
+            }
+            d = d.add(1);
+        }
+    }
+    if strtab == 0 {
+        return Vec::new();
+    }
+    // Some objects keep DT_STRTAB unrelocated (the vDSO); a value below the bias is an
+    // offset.
+    if strtab < f.load_bias {
+        strtab += f.load_bias;
+    }
+    let Some(off) = runpath.or(rpath) else { return Vec::new() };
+    // SAFETY: a NUL-terminated string in the object's loaded string table.
+    let text =
+        unsafe { CStr::from_ptr((strtab + off) as *const c_char) }.to_string_lossy().into_owned();
+    text.split(':')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let o = origin.as_ref().map_or_else(String::new, |o| o.display().to_string());
+            std::path::PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
+        })
+        .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_chain_on_a_fake_stack_is_followed_and_bad_links_stop_it() {
-        // A fake stack: three frames at rising addresses, then a null frame pointer.
-        let mut stack = [0u64; 32];
-        let p = stack.as_mut_ptr();
-        let base = p as u64;
-        let at = |i: usize| base + 8 * i as u64;
-        // SAFETY: every index is within the 32-word array `p` points into; all accesses go
-        // through `p`, so the walk's reads through addresses derived from it are valid.
-        let set = |i: usize, v: u64| unsafe { p.add(i).write_volatile(v) };
-        set(4, at(10)); // frame 1 -> frame 2
-        set(5, 0x1111);
-        set(10, at(20));
-        set(11, 0x2222);
-        set(20, 0); // outermost
-        set(21, 0x3333);
-        let (lo, hi) = (base, base + 8 * 32);
-        let r = Regs { ip: 1, sp: at(2), fp: at(4) };
-        let mut out = [0u64; 8];
-        assert_eq!(walk_fp(&r, lo, hi, &mut out), (3, End::Complete));
-        assert_eq!(out[..3], [0x1111, 0x2222, 0x3333]);
-        let mut two = [0u64; 2];
-        assert_eq!(walk_fp(&r, lo, hi, &mut two), (2, End::DepthLimit));
-        // A link pointing below the current frame, or off the stack, stops the walk.
-        set(10, at(6));
-        assert_eq!(walk_fp(&r, lo, hi, &mut out), (2, End::Implausible));
-        set(10, u64::MAX - 8);
-        assert_eq!(walk_fp(&r, lo, hi, &mut out), (2, End::Implausible));
-        let outside = Regs { fp: base + 8 * 40, ..r };
-        assert_eq!(walk_fp(&outside, lo, hi, &mut out), (0, End::Implausible));
+/// The interposed `dlopen`'s work: `caller` is the address `dlopen` was called from.
+///
+/// glibc's `dlopen` searches a bare name (no `/`) through the *calling object's*
+/// `DT_RUNPATH`/`DT_RPATH`, which it finds from the return address; called from here,
+/// that would be the agent's (it has none). So a bare name is first looked for in the
+/// real caller's search path, as the loader would, then handed to the default search
+/// (`LD_LIBRARY_PATH`, the cache, the default directories). Then the module table is
+/// rescanned for the DWARF walker, and the mappings written for the report.
+///
+/// # Safety
+/// As `dlopen(3)`.
+pub unsafe fn dlopen_caller(file: *const c_char, mode: c_int, caller: usize) -> *mut c_void {
+    let real = next(c"dlopen");
+    if real.is_null() {
+        return std::ptr::null_mut();
     }
+    // SAFETY: libc's dlopen has this signature.
+    let real = unsafe { std::mem::transmute::<*mut c_void, DlopenFn>(real) };
+    let mut handle = std::ptr::null_mut();
+    if !file.is_null() {
+        // SAFETY: the caller passes a NUL-terminated name.
+        let name = unsafe { CStr::from_ptr(file) }.to_bytes();
+        if !name.contains(&b'/') && !name.is_empty() {
+            for dir in caller_search_path(caller) {
+                let p = dir.join(std::ffi::OsStr::new(std::str::from_utf8(name).unwrap_or("")));
+                if !p.is_file() {
+                    continue;
+                }
+                let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+                    continue;
+                };
+                // SAFETY: a NUL-terminated path and the caller's mode.
+                handle = unsafe { real(c.as_ptr(), mode) };
+                if !handle.is_null() {
+                    break;
+                }
+            }
+        }
+    }
+    if handle.is_null() {
+        // SAFETY: the caller's own arguments.
+        handle = unsafe { real(file, mode) };
+    }
+    if DWARF.load(Ordering::Acquire) {
+        strobe_unwind::modules::after_dlopen();
+    }
+    if let Some(a) = crate::own_agent() {
+        crate::chunks::write_maps(a);
+    }
+    handle
+}
+
+/// The interposed `dlclose`: the module table's protocol around the real one, so no
+/// handler reads a module the real `dlclose` unmaps.
+///
+/// # Safety
+/// As `dlclose(3)`.
+pub unsafe fn dlclose(handle: *mut c_void) -> c_int {
+    let real = next(c"dlclose");
+    if real.is_null() {
+        return -1;
+    }
+    let dwarf = DWARF.load(Ordering::Acquire);
+    if dwarf {
+        strobe_unwind::modules::before_dlclose();
+    }
+    // SAFETY: libc's dlclose has this signature; the handle is the caller's.
+    let rc = unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(real)(handle) };
+    if dwarf {
+        strobe_unwind::modules::after_dlclose();
+    }
+    rc
 }

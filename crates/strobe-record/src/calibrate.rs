@@ -19,7 +19,11 @@ pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Runs `command` with `agent` preloaded and a calibration arena for `config`; returns
 /// what the agent measured, or why nothing was measured.
-pub fn run(command: &[OsString], agent: &Path, config: &RecordConfig) -> Result<Calibration, String> {
+pub fn run(
+    command: &[OsString],
+    agent: &Path,
+    config: &RecordConfig,
+) -> Result<Calibration, String> {
     let Some((program, args)) = command.split_first() else {
         return Err("no calibration command".into());
     };

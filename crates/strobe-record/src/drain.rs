@@ -157,8 +157,13 @@ impl<'a> Drainer<'a> {
         let pool = self.arena.pool();
         let slots = self.arena.slots();
         let high = self.arena.high_water();
-        let (pending, lost, threads, streams, tids) =
-            (&mut self.pending, &mut self.lost, &mut self.threads, &mut self.streams, &mut self.tids);
+        let (pending, lost, threads, streams, tids) = (
+            &mut self.pending,
+            &mut self.lost,
+            &mut self.threads,
+            &mut self.streams,
+            &mut self.tids,
+        );
         let ncounters = self.ncounters;
         // SAFETY: this drainer is the arena's only recorder, and `gone` holds only streams
         // whose processes are dead or replaced their image (see `procs`).
@@ -172,7 +177,9 @@ impl<'a> Drainer<'a> {
                     let stream = slot.stream.load(std::sync::atomic::Ordering::Relaxed);
                     let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
                     let st = streams.entry(stream).or_default();
-                    if tids.insert((stream, tid)) || (matches!(ev, SlotEvent::Freed) && st.named.contains(&tid)) {
+                    if tids.insert((stream, tid))
+                        || (matches!(ev, SlotEvent::Freed) && st.named.contains(&tid))
+                    {
                         st.named.insert(tid);
                         threads.push((stream, ThreadInfo { tid, name: comm_name(slot.comm()) }));
                     }
@@ -254,10 +261,7 @@ impl<'a> Drainer<'a> {
                 // The first poll of a stream finds what the agent wrote at start; writing
                 // it again is harmless and keeps this simple.
                 st.maps_hash = h;
-                let snap = strobe_format::MapsSnapshot {
-                    time_mono_ns: mono_ns(),
-                    maps,
-                };
+                let snap = strobe_format::MapsSnapshot { time_mono_ns: mono_ns(), maps };
                 self.enc.maps(stream, &snap);
             }
         }
@@ -323,7 +327,10 @@ impl<'a> Drainer<'a> {
     /// The last pass, once every process ended (or the recording stops): reads every
     /// thread's blocks to their end, then writes each stream's END. `launched` is the
     /// launched command's pid and how it ended.
-    pub fn finish(mut self, launched: Option<(u32, strobe_target::Exit)>) -> std::io::Result<Totals> {
+    pub fn finish(
+        mut self,
+        launched: Option<(u32, strobe_target::Exit)>,
+    ) -> std::io::Result<Totals> {
         if let Some((pid, _)) = launched {
             self.procs.reaped(pid);
         }
@@ -346,10 +353,15 @@ impl<'a> Drainer<'a> {
         for p in &procs {
             let st = self.streams.entry(p.stream).or_default();
             let (reason, status) = match (p.state, launched) {
-                (_, Some((pid, exit))) if pid == p.pid && !procs.iter().any(|q| q.pid == p.pid && q.index > p.index) => {
+                (_, Some((pid, exit)))
+                    if pid == p.pid
+                        && !procs.iter().any(|q| q.pid == p.pid && q.index > p.index) =>
+                {
                     match exit {
                         strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
-                        strobe_target::Exit::Signal { signal, .. } => (EndReason::Killed, Some(signal as u64)),
+                        strobe_target::Exit::Signal { signal, .. } => {
+                            (EndReason::Killed, Some(signal as u64))
+                        }
                     }
                 }
                 (ProcState::Exited, _) => (EndReason::Exit, None),

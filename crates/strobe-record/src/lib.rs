@@ -25,10 +25,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use strobe_format::{Baseline, BaselineCounter, CallGraph as FileCallGraph, EventDesc, Header, RecordMode};
+use strobe_format::{
+    Baseline, BaselineCounter, CallGraph as FileCallGraph, EventDesc, Header, RecordMode,
+};
 use strobe_perf::names::EventKind;
 use strobe_perf::spec::{self, GroupSpec};
-use strobe_protocol::{env, Arena, ArenaSizes, CallGraph, Calibration, RecordConfig};
+use strobe_protocol::{env, Arena, ArenaSizes, Calibration, CallGraph, RecordConfig};
 use strobe_target::launch::{Command, HeldChild};
 use strobe_target::Exit;
 
@@ -190,8 +192,10 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         0,
         kernel,
     )?;
-    let (program, args) =
-        opts.command.split_first().ok_or_else(|| RecordError::Options("no command to record".into()))?;
+    let (program, args) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RecordError::Options("no command to record".into()))?;
     let mut cmd = Command::new(program.clone(), args.iter().cloned());
     let exe = cmd.resolve_program()?;
     if let Some(why) = strobe_target::inject::check_injectable(&exe)? {
@@ -258,22 +262,24 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
                 requested: b.requested,
                 intervals: b.intervals,
                 work_ns: b.work_ns,
-                counters: b.counters.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect(),
+                counters: b
+                    .counters
+                    .iter()
+                    .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
+                    .collect(),
             });
             file.write_all(enc.as_bytes()).map_err(out_err)?;
             enc.clear();
         }
     }
-    let config = RecordConfig {
-        costs: calibration.as_ref().ok().and_then(|c| c.costs),
-        ..config
-    };
+    let config = RecordConfig { costs: calibration.as_ref().ok().and_then(|c| c.costs), ..config };
 
     // The arena and the target.
     let block_bytes = if opts.call_graph == CallGraph::None { 4096 } else { 8192 };
     let sizes = ArenaSizes::for_pool(opts.buffer_bytes, block_bytes, opts.wakeup);
     let arena = Arena::create(sizes, &config)?;
-    let arena_path = arena.child_path().ok_or_else(|| RecordError::Options("the arena has no path".into()))?;
+    let arena_path =
+        arena.child_path().ok_or_else(|| RecordError::Options("the arena has no path".into()))?;
     cmd.env.push((
         env::LD_PRELOAD.into(),
         env::preload_with(opts.agent.as_os_str(), std::env::var_os(env::LD_PRELOAD).as_deref()),
@@ -296,7 +302,10 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
             drainer.reaped(pid);
         }
         if let Err(e) = drainer.pass() {
-            warnings.push(format!("writing {} failed: {e}; the recording is incomplete", opts.output.display()));
+            warnings.push(format!(
+                "writing {} failed: {e}; the recording is incomplete",
+                opts.output.display()
+            ));
             break;
         }
         if exit.is_some() {
@@ -307,7 +316,9 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
                 break;
             }
             if !waiting_note {
-                warnings.push(format!("the command ended; waited for {live} followed process(es) that outlived it"));
+                warnings.push(format!(
+                    "the command ended; waited for {live} followed process(es) that outlived it"
+                ));
                 waiting_note = true;
             }
         }

@@ -66,7 +66,8 @@ impl Procs {
             // Relaxed: set before the agent published Running (Release, read above).
             let pid = e.pid.load(std::sync::atomic::Ordering::Relaxed);
             let stream = e.stream.load(std::sync::atomic::Ordering::Relaxed);
-            let p = self.procs.entry(index).or_insert(Proc { index, pid, stream, state, dead: false });
+            let p =
+                self.procs.entry(index).or_insert(Proc { index, pid, stream, state, dead: false });
             p.state = state;
             if !p.dead {
                 p.dead = self.reaped.contains(&pid) || pid_dead(pid);

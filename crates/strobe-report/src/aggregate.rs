@@ -199,7 +199,8 @@ impl Aggregator {
         if closes {
             let mut deltas = [0u64; MAX_COUNTERS];
             let mut backwards = false;
-            for ((d, &end), &start) in deltas.iter_mut().zip(&s.values[..n]).zip(&slot.start_values) {
+            for ((d, &end), &start) in deltas.iter_mut().zip(&s.values[..n]).zip(&slot.start_values)
+            {
                 match end.checked_sub(start) {
                     Some(v) => *d = v,
                     None => backwards = true,

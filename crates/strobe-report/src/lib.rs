@@ -20,6 +20,7 @@
 //! This crate must never touch perf or the target: it reads what was recorded.
 
 mod aggregate;
+pub mod calltree;
 mod error;
 pub mod input;
 pub mod lookup;

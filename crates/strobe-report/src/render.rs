@@ -397,10 +397,20 @@ pub(crate) fn csv_field(s: &str) -> String {
 
 fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
     let metrics = report.metrics();
-    let mut cols: Vec<String> = ["function", "module", "samples", "time_pct", "time_pct_low", "time_pct_high", "total_samples", "total_pct", "windows"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut cols: Vec<String> = [
+        "function",
+        "module",
+        "samples",
+        "time_pct",
+        "time_pct_low",
+        "time_pct_high",
+        "total_samples",
+        "total_pct",
+        "windows",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     for m in &metrics {
         cols.push(m.key.to_string());
         cols.push(format!("{}_low", m.key));
@@ -428,7 +438,11 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
                     let prec = m.decimals + 2;
                     r.push(format!("{:.prec$}", e.value));
                     r.push(format!("{:.prec$}", e.low));
-                    r.push(if e.high.is_finite() { format!("{:.prec$}", e.high) } else { String::new() });
+                    r.push(if e.high.is_finite() {
+                        format!("{:.prec$}", e.high)
+                    } else {
+                        String::new()
+                    });
                 }
                 None => r.extend([String::new(), String::new(), String::new()]),
             }

@@ -163,7 +163,9 @@ impl Report {
                 !b.windows,
             ),
         };
-        let applies = |plain: bool| matches!(baseline, BaselineUse::Applied { .. }) && plain == baseline_plain;
+        let applies = |plain: bool| {
+            matches!(baseline, BaselineUse::Applied { .. }) && plain == baseline_plain
+        };
 
         // Every unique address once: sampled IPs, both ends of every window bucket, and
         // the frames of every stack used (return addresses, symbolized one byte back so
@@ -176,8 +178,10 @@ impl Report {
                 addrs.len() - 1
             })
         };
-        let sample_keys: Vec<((u32, u64, u32), u64)> = t.samples.iter().map(|(&k, &c)| (k, c)).collect();
-        let sample_addrs: Vec<usize> = sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
+        let sample_keys: Vec<((u32, u64, u32), u64)> =
+            t.samples.iter().map(|(&k, &c)| (k, c)).collect();
+        let sample_addrs: Vec<usize> =
+            sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
         let window_addrs: Vec<(usize, usize)> = t
             .windows
             .iter()
@@ -206,19 +210,21 @@ impl Report {
         let func_of: Vec<usize> = frames
             .iter()
             .map(|f: &Frame| {
-                *func_index.entry((f.module_path.as_str(), f.function.as_str())).or_insert_with(|| {
-                    functions.push(FunctionStats {
-                        function: f.function.clone(),
-                        module: f.module.clone(),
-                        source: None,
-                        samples: 0,
-                        total_samples: 0,
-                        windows: 0,
-                        sums: WindowSums::new(width),
-                    });
-                    hottest.push(0);
-                    functions.len() - 1
-                })
+                *func_index.entry((f.module_path.as_str(), f.function.as_str())).or_insert_with(
+                    || {
+                        functions.push(FunctionStats {
+                            function: f.function.clone(),
+                            module: f.module.clone(),
+                            source: None,
+                            samples: 0,
+                            total_samples: 0,
+                            windows: 0,
+                            sums: WindowSums::new(width),
+                        });
+                        hottest.push(0);
+                        functions.len() - 1
+                    },
+                )
             })
             .collect();
 
@@ -300,8 +306,10 @@ impl Report {
         }
 
         // Renumber without functions met only as the end of discarded windows.
-        let keep: Vec<bool> =
-            functions.iter().map(|f| f.samples > 0 || f.windows > 0 || f.total_samples > 0).collect();
+        let keep: Vec<bool> = functions
+            .iter()
+            .map(|f| f.samples > 0 || f.windows > 0 || f.total_samples > 0)
+            .collect();
         let mut new_index = vec![usize::MAX; functions.len()];
         let mut kept = Vec::new();
         for (i, f) in functions.into_iter().enumerate() {
@@ -391,9 +399,9 @@ impl Report {
         // The baseline's own variance per counter: sd² over its windows.
         let beta_var = |i: usize| -> f64 {
             match &self.baseline {
-                BaselineUse::Applied { counters, intervals } => counters
-                    .get(i)
-                    .map_or(0.0, |c| c.sd * c.sd / (*intervals).max(1) as f64),
+                BaselineUse::Applied { counters, intervals } => {
+                    counters.get(i).map_or(0.0, |c| c.sd * c.sd / (*intervals).max(1) as f64)
+                }
                 _ => 0.0,
             }
         };

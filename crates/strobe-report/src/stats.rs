@@ -129,7 +129,11 @@ impl WindowSums {
         let (sq_in, sq_all) = (self.prod(c, c), all.prod(c, c));
         let sq_out = (sq_all - sq_in).max(0.0);
         let resid = (1.0 - p) * (1.0 - p) * sq_in + p * p * sq_out;
-        let var = if all.n > 1 { resid / (t * t) * all.n as f64 / (all.n - 1) as f64 } else { f64::INFINITY };
+        let var = if all.n > 1 {
+            resid / (t * t) * all.n as f64 / (all.n - 1) as f64
+        } else {
+            f64::INFINITY
+        };
         Some((p, var))
     }
 }

@@ -155,7 +155,14 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
         *slot = unknown_in(&m.path);
     }
 
-    let symbolizer = Symbolizer::builder().enable_code_info(true).enable_inlined_fns(false).build();
+    // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
+    // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
+    // `_Z` (C++) and `_R`/legacy Rust names are demangled.
+    let symbolizer = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(false)
+        .enable_demangling(false)
+        .build();
     for (path, mut offs) in by_file {
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
@@ -182,7 +189,7 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
             .into_iter()
             .map(|s| match s {
                 Symbolized::Sym(sym) => Some(Frame {
-                    function: sym.name.into_owned(),
+                    function: demangled(&sym.name),
                     module: module.clone(),
                     module_path: path.to_string(),
                     source: sym.code_info.as_ref().map(|ci| match ci.line {
@@ -201,6 +208,14 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
         }
     }
     out
+}
+
+/// A symbol's demangled name (Rust, C++), or the name itself.
+fn demangled(name: &str) -> String {
+    match strobe_target::elf::demangle(name) {
+        (Some(full), _) => full,
+        (None, _) => name.to_string(),
+    }
 }
 
 /// A module image written to a private temporary file, removed on drop.

@@ -126,7 +126,15 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
         agg.add_mapping(pid, m);
     }
     for (i, (tid, ip, kind, values)) in syn.stream.iter().enumerate() {
-        agg.push(&Sample { pid, tid: *tid, time: i as u64, ip: *ip, kind: *kind, stack: 0, values });
+        agg.push(&Sample {
+            pid,
+            tid: *tid,
+            time: i as u64,
+            ip: *ip,
+            kind: *kind,
+            stack: 0,
+            values,
+        });
     }
     let aggregate_seconds = t0.elapsed().as_secs_f64();
     let report = agg.finish(WindowPolicy::Discard);

@@ -411,15 +411,21 @@ mod custody_models {
     ) {
         // SAFETY: one recorder per model.
         unsafe {
-            d.pass(&pool.pool(), slots, slots.len(), |_| false, |s, _, ev| match ev {
-                SlotEvent::Record(r) => {
-                    assert_eq!(r.ip, u64::from(s), "a record under the wrong slot");
-                    assert_eq!(r.frames, rec_words(r.time), "a torn record");
-                    seen.push((s, r.time));
-                }
-                SlotEvent::Lost(n) => *lost += n,
-                SlotEvent::Freed => freed.push(s),
-            })
+            d.pass(
+                &pool.pool(),
+                slots,
+                slots.len(),
+                |_| false,
+                |s, _, ev| match ev {
+                    SlotEvent::Record(r) => {
+                        assert_eq!(r.ip, u64::from(s), "a record under the wrong slot");
+                        assert_eq!(r.frames, rec_words(r.time), "a torn record");
+                        seen.push((s, r.time));
+                    }
+                    SlotEvent::Lost(n) => *lost += n,
+                    SlotEvent::Freed => freed.push(s),
+                },
+            )
         };
     }
 

@@ -52,34 +52,73 @@ pub struct CacheStats {
     pub misses: u64,
 }
 
-/// Per-thread state of the walkers: create it on the thread that will walk,
-/// at thread start, outside signal handlers (it registers the thread with the
-/// module table's RCU domain and allocates about 45 KiB: a 512-entry rule
-/// cache and gimli's unwind context). Not `Send`: the
-/// read-side registration belongs to the creating thread.
-pub struct ThreadCache {
-    pub(crate) handle: LocalHandle,
-    pub(crate) registry: Option<&'static Registry<Module>>,
+/// The compiled-rule cache and gimli's unwind context a DWARF walk works in: about
+/// 45 KiB. It is not tied to a thread: a [`ThreadCache`] owns one, or a program
+/// with many threads keeps a few in a pool and lends one to each walk in
+/// progress ([`walk_dwarf_with`]), so memory does not grow with the number of
+/// threads. Allocate it outside signal handlers.
+pub struct RuleCache {
     #[cfg(target_arch = "x86_64")]
     x86: x86::Cache,
     stats: CacheStats,
 }
 
-impl ThreadCache {
-    /// Registers the calling thread and allocates its caches; initialises the
-    /// module table first if [`modules::init`] has not run. Not
-    /// async-signal-safe.
-    pub fn new() -> ThreadCache {
-        modules::init();
-        let registry = modules::registry();
-        let domain = registry.map_or_else(strobe_rcu::Domain::new, |r| r.domain());
-        ThreadCache {
-            handle: domain.register(),
-            registry,
+impl RuleCache {
+    /// An empty cache (allocates; not async-signal-safe).
+    pub fn new() -> RuleCache {
+        RuleCache {
             #[cfg(target_arch = "x86_64")]
             x86: x86::Cache::new(),
             stats: CacheStats::default(),
         }
+    }
+
+    /// Hits and misses of the rule cache so far.
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+}
+
+impl Default for RuleCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for RuleCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleCache").field("stats", &self.stats).finish_non_exhaustive()
+    }
+}
+
+/// Per-thread state of the walkers: create it on the thread that will walk,
+/// at thread start, outside signal handlers (it registers the thread with the
+/// module table's RCU domain and, with [`ThreadCache::new`], allocates a
+/// [`RuleCache`] of about 45 KiB; [`ThreadCache::without_rules`] allocates
+/// none, for walks that borrow a pooled one). Not `Send`: the read-side
+/// registration belongs to the creating thread.
+pub struct ThreadCache {
+    pub(crate) handle: LocalHandle,
+    pub(crate) registry: Option<&'static Registry<Module>>,
+    rules: Option<RuleCache>,
+}
+
+impl ThreadCache {
+    /// Registers the calling thread and allocates its rule cache; initialises
+    /// the module table first if [`modules::init`] has not run. Not
+    /// async-signal-safe.
+    pub fn new() -> ThreadCache {
+        ThreadCache { rules: Some(RuleCache::new()), ..ThreadCache::without_rules() }
+    }
+
+    /// Registers the calling thread, with no rule cache of its own: its DWARF
+    /// walks go through [`walk_dwarf_with`] and a borrowed [`RuleCache`]. Not
+    /// async-signal-safe.
+    pub fn without_rules() -> ThreadCache {
+        modules::init();
+        let registry = modules::registry();
+        let domain = registry.map_or_else(strobe_rcu::Domain::new, |r| r.domain());
+        ThreadCache { handle: domain.register(), registry, rules: None }
     }
 
     /// Runs `f` on the published module table inside a read section (`None`
@@ -92,9 +131,9 @@ impl ThreadCache {
         f(self.registry.and_then(|r| r.load(&guard)))
     }
 
-    /// Hits and misses of the rule cache so far.
+    /// Hits and misses of the thread's own rule cache so far (zeros without one).
     pub fn stats(&self) -> CacheStats {
-        self.stats
+        self.rules.as_ref().map(RuleCache::stats).unwrap_or_default()
     }
 }
 
@@ -106,12 +145,15 @@ impl Default for ThreadCache {
 
 impl std::fmt::Debug for ThreadCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadCache").field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("ThreadCache").field("stats", &self.stats()).finish_non_exhaustive()
     }
 }
 
 /// Walks the stack from `regs` with the modules' DWARF unwind tables,
-/// writing the callers' return addresses (innermost first) to `out`.
+/// writing the callers' return addresses (innermost first) to `out`, with the
+/// thread's own rule cache (a [`ThreadCache`] made by
+/// [`ThreadCache::without_rules`] ends the walk at once with
+/// [`WalkEnd::Unsupported`]: use [`walk_dwarf_with`]).
 ///
 /// Async-signal-safe on the thread that created `cache` (it never allocates,
 /// locks or makes a system call). Reads only the stack between the
@@ -123,17 +165,35 @@ pub fn walk_dwarf(
     cache: &mut ThreadCache,
     out: &mut [u64],
 ) -> Walk {
+    let Some(mut rules) = cache.rules.take() else {
+        return Walk { frames: 0, end: WalkEnd::Unsupported };
+    };
+    let w = walk_dwarf_with(regs, bounds, cache, &mut rules, out);
+    cache.rules = Some(rules);
+    w
+}
+
+/// [`walk_dwarf`] with a borrowed rule cache (one a pool lends to this walk;
+/// no other walk may use it meanwhile). Async-signal-safe on the thread that
+/// created `thread`.
+pub fn walk_dwarf_with(
+    regs: &Regs,
+    bounds: &StackBounds,
+    thread: &mut ThreadCache,
+    rules: &mut RuleCache,
+    out: &mut [u64],
+) -> Walk {
     #[cfg(target_arch = "x86_64")]
     {
-        let guard = cache.handle.read_lock();
-        let Some(table) = cache.registry.and_then(|r| r.load(&guard)) else {
+        let guard = thread.handle.read_lock();
+        let Some(table) = thread.registry.and_then(|r| r.load(&guard)) else {
             return Walk { frames: 0, end: WalkEnd::NotInModule };
         };
-        x86::walk(regs, bounds, table, &mut cache.x86, &mut cache.stats, out)
+        x86::walk(regs, bounds, table, &mut rules.x86, &mut rules.stats, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (regs, bounds, cache, out);
+        let _ = (regs, bounds, thread, rules, out);
         Walk { frames: 0, end: WalkEnd::Unsupported }
     }
 }

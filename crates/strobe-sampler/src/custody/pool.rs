@@ -592,11 +592,17 @@ mod tests {
         let (mut times, mut lost, mut freed) = (Vec::new(), 0, 0);
         // SAFETY: one recorder.
         unsafe {
-            d.pass(pool, slots, slots.len(), |_| false, |_, _, ev| match ev {
-                SlotEvent::Record(r) => times.push(r.time),
-                SlotEvent::Lost(n) => lost += n,
-                SlotEvent::Freed => freed += 1,
-            })
+            d.pass(
+                pool,
+                slots,
+                slots.len(),
+                |_| false,
+                |_, _, ev| match ev {
+                    SlotEvent::Record(r) => times.push(r.time),
+                    SlotEvent::Lost(n) => lost += n,
+                    SlotEvent::Freed => freed += 1,
+                },
+            )
         };
         (times, lost, freed)
     }
@@ -668,11 +674,17 @@ mod tests {
         let (mut times, mut freed) = (Vec::new(), Vec::new());
         // SAFETY: one recorder; slot 0's owner can no longer write.
         unsafe {
-            d.pass(&pool, &slots, 2, |s| std::ptr::eq(s, &slots[0]), |i, _, ev| match ev {
-                SlotEvent::Record(r) => times.push(r.time),
-                SlotEvent::Freed => freed.push(i),
-                SlotEvent::Lost(_) => {}
-            })
+            d.pass(
+                &pool,
+                &slots,
+                2,
+                |s| std::ptr::eq(s, &slots[0]),
+                |i, _, ev| match ev {
+                    SlotEvent::Record(r) => times.push(r.time),
+                    SlotEvent::Freed => freed.push(i),
+                    SlotEvent::Lost(_) => {}
+                },
+            )
         };
         assert_eq!(times, [0, 1, 2, 100, 101, 102]);
         assert_eq!(freed, [0]);

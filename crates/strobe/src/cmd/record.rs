@@ -108,7 +108,8 @@ fn parse_overhead(s: &str) -> anyhow::Result<u64> {
 
 /// Parses `64M`, `1G`, `512K` or a plain number of bytes.
 fn parse_bytes(s: &str) -> anyhow::Result<u64> {
-    let bad = || anyhow::anyhow!("--buffer {s}: expected a size such as 64M, 1G or 512K (at least 64K)");
+    let bad =
+        || anyhow::anyhow!("--buffer {s}: expected a size such as 64M, 1G or 512K (at least 64K)");
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, c @ ('K' | 'k' | 'M' | 'm' | 'G' | 'g'))) => (
@@ -210,7 +211,13 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
         path.display()
     );
     if let Some(s) = r.sampling {
-        let unit = |v: u64| if r.leader_is_time { format!("{:.1} us", v as f64 / 1e3) } else { v.to_string() };
+        let unit = |v: u64| {
+            if r.leader_is_time {
+                format!("{:.1} us", v as f64 / 1e3)
+            } else {
+                v.to_string()
+            }
+        };
         line.push_str(&format!("; period {}, window {}", unit(s.period), unit(s.window)));
     }
     if let Ok(c) = &r.calibration {

@@ -17,6 +17,9 @@ enum FormatArg {
     Csv,
     /// A JSON object with a `functions` array and the totals.
     Json,
+    /// One `outermost;...;function N` line per call path: the input of flame graph tools
+    /// (N: samples, or the --metric counter's window total).
+    Folded,
 }
 
 /// What to do with a window whose start and end fall in different functions.
@@ -74,6 +77,20 @@ pub struct Args {
     /// processed.
     #[arg(long)]
     stats: bool,
+    /// Show who called FUNC: the tree of its call paths, each with its share of FUNC's
+    /// samples and the window metrics measured on that path.
+    #[arg(long, value_name = "FUNC", conflicts_with = "callees")]
+    callers: Option<String>,
+    /// Show what FUNC called: the tree of its callees with their shares and metrics.
+    #[arg(long, value_name = "FUNC")]
+    callees: Option<String>,
+    /// In --callers/--callees trees, hide paths below this share of FUNC's samples.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.5)]
+    min_share: f64,
+    /// With --format folded: weight each line by this counter's total over the path's
+    /// windows (e.g. page-faults) instead of by samples.
+    #[arg(long, value_name = "COUNTER")]
+    metric: Option<String>,
 }
 
 /// Runs `strobe report`.
@@ -83,10 +100,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         PolicyArg::Fold => WindowPolicy::Fold,
     };
     let format = match args.format {
-        FormatArg::Table => Format::Table,
+        FormatArg::Table | FormatArg::Folded => Format::Table,
         FormatArg::Csv => Format::Csv,
         FormatArg::Json => Format::Json,
     };
+    if args.metric.is_some() && args.format != FormatArg::Folded {
+        anyhow::bail!("--metric weights folded stacks: use it with --format folded");
+    }
     let started = Instant::now();
     let loaded = strobe_report::recording::read(&args.file, policy)?;
     let read_s = started.elapsed().as_secs_f64();
@@ -110,6 +130,55 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(err, "strobe: {note}")?;
     }
 
+    if args.format == FormatArg::Folded {
+        let counter = match &args.metric {
+            None => None,
+            Some(m) => Some(report.info.events.iter().position(|e| e == m).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--metric {m}: the recording's counters are {}",
+                    report.info.events.join(", ")
+                )
+            })?),
+        };
+        let text = strobe_report::calltree::folded(report, counter);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (name, dir) in [
+        (&args.callers, strobe_report::calltree::Direction::Callers),
+        (&args.callees, strobe_report::calltree::Direction::Callees),
+    ] {
+        let Some(name) = name else { continue };
+        if !report.has_stacks {
+            anyhow::bail!(
+                "{} has no call stacks: record with --call-graph dwarf (the default) or fp",
+                args.file.display()
+            );
+        }
+        let Some(i) = report.function_index(name) else {
+            let mut close: Vec<&str> = report
+                .functions
+                .iter()
+                .map(|f| f.function.as_str())
+                .filter(|f| f.contains(name.as_str()))
+                .take(5)
+                .collect();
+            close.sort();
+            anyhow::bail!(
+                "no function named '{name}' in {}{}",
+                args.file.display(),
+                if close.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (similar: {})", close.join(", "))
+                }
+            );
+        };
+        let tree = strobe_report::calltree::tree(report, i, dir);
+        let text = strobe_report::calltree::render_tree(report, &tree, dir, args.min_share);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let opts = RenderOptions {
         format,
         sort: args.sort,
