@@ -156,7 +156,11 @@ pub fn install_handler() -> std::io::Result<()> {
         sa.sa_sigaction = on_sigtrap
             as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
             as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // No SA_ONSTACK: a thread's alternate signal stack (Rust's std gives every thread
+        // one of a few KiB, for its overflow message) is too small for a DWARF walk, which
+        // overflowed it (SIGSEGV in gimli's row copies). The handler runs on the
+        // interrupted stack, and walks only with room to spare (`stack::walk`).
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         let real = real_sigaction().ok_or_else(|| std::io::Error::other("no sigaction"))?;
         let mut old: libc::sigaction = std::mem::zeroed();

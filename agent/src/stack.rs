@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use strobe_protocol::CallGraph;
 use strobe_unwind::{walk_dwarf_with, walk_fp, Regs, RuleCache, StackBounds, ThreadCache, WalkEnd};
 
+/// Stack room the handler needs below its own frame to walk (it skips the walk with
+/// less, rather than overflow a nearly full thread stack).
+const STACK_HEADROOM: u64 = 32 << 10;
+
 /// Rule caches in the pool: walks in progress at once (one per CPU sampling at the same
 /// instant); a walk that finds none free falls back to the frame-pointer chain.
 pub const POOL: usize = 16;
@@ -71,6 +75,12 @@ pub fn walk(
     w: &mut ThreadWalker,
     out: &mut [u64],
 ) -> (usize, WalkEnd) {
+    // The handler runs on the interrupted stack: walk only with room to spare below
+    // our own frame (a DWARF walk takes a few KiB), else record no stack.
+    let here = std::ptr::addr_of!(w) as u64;
+    if w.bounds.hi != 0 && (here < w.bounds.lo || here - w.bounds.lo < STACK_HEADROOM) {
+        return (0, WalkEnd::OutOfBounds);
+    }
     if call_graph == CallGraph::Dwarf && DWARF.load(Ordering::Acquire) {
         if let Some(cache) = w.cache.as_mut() {
             for (i, busy) in BUSY.iter().enumerate() {

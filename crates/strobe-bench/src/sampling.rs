@@ -1096,9 +1096,13 @@ mod tests {
             window: Some(20_000),
             jitter: None,
             wakeup: 512,
-            buffer_capacity: 4096,
+            buffer_bytes: 64 << 20,
             overhead_ppm: 20_000,
             follow_fork: false,
+            mode: f::RecordMode::Agent,
+            mode_reason: "test".into(),
+            call_graph: f::CallGraph::None,
+            max_depth: 0,
         });
         e.process(
             7,
@@ -1119,8 +1123,8 @@ mod tests {
         );
         let mut b = e.samples(7, 11, 2);
         for i in 0..10u64 {
-            b.push(f::SampleKind::WindowStart, i * 10, 0x1000, &[i * 100, 0]);
-            b.push(f::SampleKind::WindowEnd, i * 10 + 1, 0x1000, &[i * 100 + 20, 0]);
+            b.push(f::SampleKind::WindowStart, i * 10, 0x1000, 0, &[i * 100, 0]);
+            b.push(f::SampleKind::WindowEnd, i * 10 + 1, 0x1000, 0, &[i * 100 + 20, 0]);
         }
         b.finish();
         let end = |wakeups| f::ProcessEnd {
@@ -1128,9 +1132,10 @@ mod tests {
             time_mono_ns: 3_000_000_000,
             samples: 20,
             lost: 1,
-            writer_wakeups: wakeups,
+            wakeups,
             windows: 10,
             window_sum: 200,
+            status: Some(0),
         };
         // A later END of a stream replaces an earlier one.
         e.end_process(7, &end(3));

@@ -68,11 +68,10 @@ impl Forwarder {
                     // Sent by a process (kill, timeout), not by the terminal: pass it on.
                     // SAFETY: reading the sender of a signal sigtimedwait filled in.
                     let from = unsafe { info.si_pid() };
-                    if info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE {
-                        if from != child {
-                            // SAFETY: kill on our own child (not reaped before `stop`).
-                            unsafe { libc::kill(child, sig) };
-                        }
+                    let sent = info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE;
+                    if sent && from != child {
+                        // SAFETY: kill on our own child (not reaped before `stop`).
+                        unsafe { libc::kill(child, sig) };
                     }
                 }
             })

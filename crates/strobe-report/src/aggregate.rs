@@ -129,6 +129,11 @@ impl Aggregator {
         }
     }
 
+    /// The recording's facts as set so far.
+    pub fn info(&self) -> &RecordInfo {
+        &self.t.info
+    }
+
     /// Time samples seen so far (window starts and plain samples).
     pub fn samples_seen(&self) -> u64 {
         self.t.sample_count

@@ -232,7 +232,8 @@ pub fn baseline_line(report: &Report) -> String {
         BaselineUse::Applied { counters, intervals } => {
             let lead = counters.first().map_or(0.0, |c| c.mean);
             let mut line = format!(
-                "baseline: {} of each window is the sampler's (measured on {intervals} windows                  before the start) and is subtracted",
+                "baseline: {} of each window is the sampler's (measured on {intervals} windows \
+                 before the start) and is subtracted",
                 leader_amount(report, lead)
             );
             if let Some(net) = report.net_window {
@@ -251,7 +252,9 @@ pub fn baseline_line(report: &Report) -> String {
             line
         }
         BaselineUse::NotApplied(why) => format!("baseline: not subtracted ({why})"),
-        BaselineUse::Absent => "baseline: none recorded: window metrics include the sampler's own counts (about 28 us of task-clock per window on a VM)".into(),
+        BaselineUse::Absent => "baseline: none recorded: window metrics include the sampler's \
+                                own counts (about 28 us of task-clock per window on a VM)"
+            .into(),
     }
 }
 

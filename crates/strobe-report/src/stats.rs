@@ -56,12 +56,13 @@ impl WindowSums {
     #[inline]
     pub fn add(&mut self, d: &[u64]) {
         let w = self.width();
+        let d = &d[..w.min(d.len())];
         self.n += 1;
-        for i in 0..w.min(d.len()) {
-            let x = d[i] as f64;
+        for (i, &xi) in d.iter().enumerate() {
+            let x = xi as f64;
             self.sums[i] += x;
-            for j in i..w.min(d.len()) {
-                self.prods[tri(w, i, j)] += x * d[j] as f64;
+            for (j, &xj) in d.iter().enumerate().skip(i) {
+                self.prods[tri(w, i, j)] += x * xj as f64;
             }
         }
     }

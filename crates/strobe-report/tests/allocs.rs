@@ -56,6 +56,7 @@ fn pushing_samples_of_known_keys_does_not_allocate() {
                     time: r,
                     ip,
                     kind: SampleKind::WindowStart,
+                    stack: 0,
                     values: &start,
                 };
                 agg.push(&s);

@@ -61,13 +61,12 @@ fn every_record_arrives_once_in_order_or_is_counted_lost() {
                         counters: &[i, !i],
                         frames: &frames[..nframes],
                     };
-                    // SAFETY: this thread is the slot's only producer.
                     // Real handlers take a few thousand samples a second; these take them in
                     // bursts and yield now and then (always after a loss), so the pool is
                     // sometimes dry and mostly not.
-                    if let Append::Lost { .. } =
-                        unsafe { custody::append(&pool, slot, s as u32, &rec) }
-                    {
+                    // SAFETY: this thread is the slot's only producer.
+                    let appended = unsafe { custody::append(&pool, slot, s as u32, &rec) };
+                    if let Append::Lost { .. } = appended {
                         std::thread::yield_now();
                     } else if i % 16 == 0 {
                         std::thread::yield_now();

@@ -47,11 +47,15 @@ pub struct Options {
     /// ([`FIXED_UNITS`]), and `seconds` is ignored. The same work every run, so a
     /// profiler's slowdown shows as more time taken.
     pub rounds: Option<u64>,
+    /// Run only these functions (names from [`FUNCTIONS`]); empty runs them all. A run of
+    /// `workload_sleep` alone gives a sleeping function enough windows to measure its
+    /// context switches per ms.
+    pub only: Vec<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { seconds: 5.0, threads: 2, rounds: None }
+        Options { seconds: 5.0, threads: 2, rounds: None, only: Vec::new() }
     }
 }
 
@@ -404,7 +408,7 @@ struct Acc {
 
 /// One worker thread: returns per-function accumulators (FUNCTIONS order, then SETUP).
 /// Runs until `deadline`, or exactly `rounds` rounds of fixed sizes when given.
-fn worker(index: usize, deadline: Instant, rounds: Option<u64>) -> [Acc; 7] {
+fn worker(index: usize, deadline: Instant, rounds: Option<u64>, run: [bool; 6]) -> [Acc; 7] {
     let mut acc = [Acc::default(); 7];
     let mut rng: u64 =
         0x9e37_79b9_7f4a_7c15 ^ ((index as u64 + 1) << 32) ^ u64::from(std::process::id());
@@ -448,6 +452,9 @@ fn worker(index: usize, deadline: Instant, rounds: Option<u64>) -> [Acc; 7] {
             order.swap(i, (rng % (i as u64 + 1)) as usize);
         }
         for &f in &order {
+            if !run[f] {
+                continue;
+            }
             let u = units[f];
             let ns = measure(&mut acc[f], &mut || match f {
                 0 => workload_fp_math(u),
@@ -487,13 +494,23 @@ pub fn run(opts: &Options) -> Result<Truth, WorkloadError> {
         return Err(WorkloadError::Options("--rounds must be at least 1".into()));
     }
     let rounds = opts.rounds;
+    let mut run = [opts.only.is_empty(); 6];
+    for name in &opts.only {
+        let i = FUNCTIONS.iter().position(|f| f == name).ok_or_else(|| {
+            WorkloadError::Options(format!(
+                "--only {name}: the workload's functions are {}",
+                FUNCTIONS.join(", ")
+            ))
+        })?;
+        run[i] = true;
+    }
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(opts.seconds);
     let handles = (0..opts.threads)
         .map(|i| {
             std::thread::Builder::new()
                 .name(format!("workload-{i}"))
-                .spawn(move || worker(i, deadline, rounds))
+                .spawn(move || worker(i, deadline, rounds, run))
                 .map_err(|e| WorkloadError::Thread(e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -558,7 +575,7 @@ mod tests {
 
     #[test]
     fn truth_shares_are_comparable_and_faults_belong_to_the_faulting_function() {
-        let t = run(&Options { seconds: 1.5, threads: 2, rounds: None }).unwrap();
+        let t = run(&Options { seconds: 1.5, threads: 2, ..Options::default() }).unwrap();
         assert_eq!(t.functions.len(), 7);
         // Other tests share this process's CPU time, so only an upper bound holds here.
         let sum: f64 = t.functions.iter().map(|f| f.cpu_pct).sum();
@@ -585,14 +602,17 @@ mod tests {
 
     #[test]
     fn bad_options_are_rejected() {
-        assert!(run(&Options { seconds: 0.0, threads: 2, rounds: None }).is_err());
-        assert!(run(&Options { seconds: 1.0, threads: 0, rounds: None }).is_err());
-        assert!(run(&Options { seconds: 1.0, threads: 1, rounds: Some(0) }).is_err());
+        let o = Options::default();
+        assert!(run(&Options { seconds: 0.0, ..o.clone() }).is_err());
+        assert!(run(&Options { threads: 0, ..o.clone() }).is_err());
+        assert!(run(&Options { rounds: Some(0), ..o.clone() }).is_err());
+        let e = run(&Options { only: vec!["nope".into()], ..o }).unwrap_err().to_string();
+        assert!(e.contains("--only nope") && e.contains("workload_sleep"), "{e}");
     }
 
     #[test]
     fn fixed_rounds_make_the_same_calls_every_run() {
-        let opts = Options { seconds: 1000.0, threads: 2, rounds: Some(3) };
+        let opts = Options { seconds: 1000.0, threads: 2, rounds: Some(3), only: Vec::new() };
         for _ in 0..2 {
             let t = run(&opts).unwrap();
             for name in FUNCTIONS {

@@ -640,10 +640,8 @@ mod tests {
         // not fit, before the pool turned out dry.
         assert_eq!(pool.free_count(), 2);
         // SAFETY: one producer.
-        assert_eq!(
-            unsafe { append(&pool, &slots[0], 0, &rec(9, &[])) },
-            Append::Stored { wake: false }
-        );
+        let again = unsafe { append(&pool, &slots[0], 0, &rec(9, &[])) };
+        assert_eq!(again, Append::Stored { wake: false });
         assert!(slots[0].ctl.begin_close());
         // SAFETY: the owner, done.
         unsafe { close(&pool, &slots[0]) };

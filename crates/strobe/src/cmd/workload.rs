@@ -34,9 +34,13 @@ pub struct Args {
     /// run. `strobe bench sampling` measures slowdown this way.
     #[arg(long, value_name = "N", conflicts_with = "seconds")]
     rounds: Option<u64>,
-    /// Write the ground truth (CPU time and page faults per function) as JSON to FILE.
+    /// Write the ground truth (CPU time, page faults and context switches per function)
+    /// as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     truth: Option<PathBuf>,
+    /// Run only these functions (comma-separated), e.g. workload_sleep.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// Runs `strobe workload`.
@@ -45,6 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seconds: args.seconds,
         threads: args.threads,
         rounds: args.rounds,
+        only: args.only.clone(),
     };
     let truth = strobe_workload::run(&opts)?;
     if let Some(path) = &args.truth {

@@ -194,7 +194,7 @@ fn target_pid(recorder: u32) -> Option<u32> {
 fn a_target_killed_halfway_leaves_a_file_report_reads() {
     let dir = Scratch::new("record-sigkill");
     let file = dir.path("k.strobe");
-    // A small wakeup threshold so the writer has saved samples before the kill.
+    // A small wakeup threshold so the recorder has saved samples before the kill.
     let child = record_to(&file)
         .args(["--wakeup", "16", "--"])
         .arg(env!("CARGO_BIN_EXE_strobe"))
@@ -220,7 +220,11 @@ fn a_target_killed_halfway_leaves_a_file_report_reads() {
     assert!(killed, "no samples reached the file in 20 s: {}", show(&out));
     assert_eq!(out.status.code(), Some(128 + 9), "{}", show(&out));
     let rec = read(&file);
-    assert!(rec.processes.iter().all(|p| p.end.is_none()), "no END after SIGKILL");
+    // The recorder saw the target die and said how: every stream of the process has its
+    // END, the launched image's with the signal.
+    let end = rec.processes.iter().find_map(|p| p.end).expect("an END after SIGKILL");
+    assert_eq!((end.reason, end.status), (strobe_format::EndReason::Killed, Some(9)), "{end:?}");
+    assert!(rec.total_samples() >= 100, "the samples taken before the kill are kept");
     let out = run(strobe().arg("report").arg(&file));
     assert!(out.status.success(), "{}", show(&out));
     let table = String::from_utf8_lossy(&out.stdout);
@@ -249,23 +253,24 @@ fn the_workload_at_the_defaults_loses_no_sample() {
     assert!(end.samples > 100, "{end:?}");
     assert_eq!(end.lost, 0, "{end:?}");
     assert_eq!(rec.total_lost(), 0);
-    // The writer is woken when a buffer reaches the (large) threshold or a thread exits,
+    // The recorder is woken when the (large) threshold of undrained samples is reached,
     // never per sample.
-    assert!(end.writer_wakeups * 100 < end.samples, "{end:?}");
+    assert!(end.wakeups * 100 < end.samples, "{end:?}");
     let tids: BTreeSet<u32> = p.samples.iter().map(|s| s.tid).collect();
     assert!(tids.len() >= 2, "both workload threads sampled: {tids:?}");
 }
 
 #[test]
-fn a_small_wakeup_threshold_wakes_the_writer_and_keeps_every_sample() {
+fn a_small_wakeup_threshold_wakes_the_recorder_and_keeps_every_sample() {
     let dir = Scratch::new("record-wakeup");
     let file = dir.path("w.strobe");
-    let out =
-        run(record_to(&file).args(["--wakeup", "8", "--buffer", "64", "--"]).arg(prog("threads8")));
+    let out = run(record_to(&file)
+        .args(["--wakeup", "8", "--buffer", "64K", "--"])
+        .arg(prog("threads8")));
     assert!(out.status.success(), "{}", show(&out));
     let rec = read(&file);
     let end = rec.processes[0].end.expect("END");
-    assert!(end.writer_wakeups > 0, "{end:?}");
+    assert!(end.wakeups > 0, "{end:?}");
     // Every sample taken is either in the file or counted as lost: nothing vanishes.
     assert_eq!(end.samples as usize, rec.total_samples());
     assert_eq!(end.lost, rec.total_lost());
@@ -316,7 +321,7 @@ fn clear_errors_for_unknown_events_static_binaries_missing_targets_and_bad_outpu
     );
     expect_error(
         &[&o("-o"), out.as_os_str(), &o("--"), &o("/no/such/program")],
-        &["target not found", "/no/such/program"],
+        &["cannot run '/no/such/program'", "no such file"],
     );
     expect_error(
         &[&o("-o"), &o("/no/such/dir/x.strobe"), &o("--"), &hello],

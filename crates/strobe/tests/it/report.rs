@@ -86,9 +86,13 @@ fn write_recording(path: &Path, lost: u64) -> Vec<u8> {
         window: Some(20_000),
         jitter: None,
         wakeup: 512,
-        buffer_capacity: 4096,
+        buffer_bytes: 64 << 20,
         overhead_ppm: 20_000,
         follow_fork: false,
+        mode: strobe_format::RecordMode::Agent,
+        mode_reason: "built by a test".into(),
+        call_graph: strobe_format::CallGraph::None,
+        max_depth: 0,
     });
     e.process(
         STREAM,
@@ -116,11 +120,11 @@ fn write_recording(path: &Path, lost: u64) -> Vec<u8> {
     let mut window = |b: &mut strobe_format::SampleBatchEncoder<'_>, s, e, faults| {
         t += 2_500_000;
         c[0] += 2_500_000;
-        b.push(SampleKind::WindowStart, t, s, &c);
+        b.push(SampleKind::WindowStart, t, s, 0, &c);
         t += 25_000;
         c[0] += 25_000;
         c[1] += faults;
-        b.push(SampleKind::WindowEnd, t, e, &c);
+        b.push(SampleKind::WindowEnd, t, e, 0, &c);
     };
     for i in 0..100 {
         match i % 10 {
@@ -203,10 +207,15 @@ fn table_names_the_functions_of_a_real_binary_with_their_metrics() {
     // Rows in sample order, with faults/ms only where faults happened.
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("it_report_")).collect();
     assert_eq!(rows.len(), 3, "{text}");
-    let cols = |row: &str| row.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    // Values without their ± half-widths (the intervals have their own tests).
+    let cols = |row: &str| {
+        row.split_whitespace().map(|c| c.split('±').next().unwrap().to_string()).collect::<Vec<_>>()
+    };
     assert_eq!(cols(rows[0])[..4], ["it_report_compute", "60", "60.0", "60"]);
     assert_eq!(cols(rows[1])[..5], ["it_report_faulting", "30", "30.0", "30", "160.00"]);
     assert_eq!(cols(rows[2])[..4], ["it_report_tiny", "10", "10.0", "0"]);
+    // The time share's interval: Wilson's for 60 of 100 samples.
+    assert!(rows[0].contains("60.0±9.8"), "{text}");
     assert!(text.contains("faults/ms") && text.contains("cs/ms"), "{text}");
     assert!(!text.contains("CPI"), "no hardware counters recorded, no CPI: {text}");
 }
@@ -257,7 +266,9 @@ fn sort_top_and_csv() {
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
-    assert!(lines.next().unwrap().starts_with("function,module,samples,time_pct,windows,"));
+    assert!(lines.next().unwrap().starts_with(
+        "function,module,samples,time_pct,time_pct_low,time_pct_high,total_samples,total_pct,windows,"
+    ));
     let first: Vec<&str> = lines.map(|l| l.split(',').next().unwrap()).collect();
     assert_eq!(first, ["it_report_compute", "it_report_faulting", "it_report_tiny"]);
 
@@ -293,7 +304,7 @@ fn a_truncated_file_reports_everything_before_the_cut() {
     let whole = bytes.len();
     let mut e = strobe_format::Encoder::new();
     let mut b = e.samples(STREAM, TID, 3);
-    b.push(SampleKind::WindowStart, u64::MAX >> 3, addr(it_report_tiny), &[u64::MAX >> 2, 0, 0]);
+    b.push(SampleKind::WindowStart, u64::MAX >> 3, addr(it_report_tiny), 0, &[u64::MAX >> 2, 0, 0]);
     b.finish();
     let partial = &e.as_bytes()[..e.len() - 3];
     let mut cut = bytes.clone();
