@@ -315,25 +315,34 @@ fn baseline_overflow(a: &Agent, slot: &SharedSlot, local: &Local) {
     }
 }
 
+/// Iterations of the loop so far (the mean iteration time corrects its timestamps).
+static ITERATIONS: AtomicU64 = AtomicU64::new(0);
+
 /// The loop whose progress the handler reads, until `intervals` intervals are kept or
-/// `deadline` (mono ns) passes.
+/// `deadline` (thread CPU ns) passes. It time-stamps itself with the thread's CPU clock,
+/// the very clock task-clock counts: a window in which the thread was preempted still
+/// measures exactly what ran (a wall clock would count the time away as work).
 #[inline(never)]
 fn timestamp_loop(intervals: usize, deadline: u64) {
+    let mut n = 0u64;
     loop {
         if WANT_FIRST.load(Ordering::Relaxed) {
             WANT_FIRST.store(false, Ordering::Relaxed);
-            FIRST.store(mono_ns(), Ordering::Relaxed);
+            FIRST.store(thread_cpu_ns(), Ordering::Relaxed);
         }
-        let now = mono_ns();
+        let now = thread_cpu_ns();
         LAST.store(now, Ordering::Relaxed);
+        n += 1;
+        ITERATIONS.store(n, Ordering::Relaxed);
         if now > deadline || COUNT.load(Ordering::Relaxed) >= intervals {
             return;
         }
     }
 }
 
-/// Each counter's count per ns of the loop running unsampled (1 for task-clock).
-fn loop_rates(a: &Agent, n_expected: usize) -> Option<Vec<f64>> {
+/// Each counter's count per ns of the loop running unsampled (1 for task-clock), and the
+/// loop's mean iteration time (ns).
+fn loop_rates(a: &Agent, n_expected: usize) -> Option<(Vec<f64>, f64)> {
     let idx = open_slot(a, Some(u64::MAX >> 2)).ok()?;
     let local = LOCAL.get(idx)?;
     let fd = local.leader_fd.load(Ordering::Relaxed);
@@ -343,16 +352,20 @@ fn loop_rates(a: &Agent, n_expected: usize) -> Option<Vec<f64>> {
     let mut w0 = [0u64; READ_HEAD + MAX_GROUP];
     let mut w1 = [0u64; READ_HEAD + MAX_GROUP];
     let n0 = read_group(local, &mut w0);
-    let t0 = mono_ns();
+    let t0 = thread_cpu_ns();
+    ITERATIONS.store(0, Ordering::Relaxed);
     timestamp_loop(usize::MAX, t0 + 5_000_000);
-    let t1 = mono_ns();
+    let t1 = thread_cpu_ns();
+    let iters = ITERATIONS.load(Ordering::Relaxed).max(1);
     let n1 = read_group(local, &mut w1);
     close_slot(idx, true);
     if n0 != n_expected || n1 != n_expected || t1 <= t0 {
         return None;
     }
     let dt = (t1 - t0) as f64;
-    Some((0..n0).map(|k| w1[READ_HEAD + k].wrapping_sub(w0[READ_HEAD + k]) as f64 / dt).collect())
+    let rates =
+        (0..n0).map(|k| w1[READ_HEAD + k].wrapping_sub(w0[READ_HEAD + k]) as f64 / dt).collect();
+    Some((rates, dt / iters as f64))
 }
 
 /// Mean and standard deviation of `v` without its lowest and highest 5%.
@@ -388,7 +401,8 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
         }
     };
     let n = a.spec.events.len();
-    let rates = loop_rates(a, n).ok_or("could not read the group over an unsampled loop")?;
+    let (rates, iteration_ns) =
+        loop_rates(a, n).ok_or("could not read the group over an unsampled loop")?;
     // Windows: long periods of 1 ms (the dead time does not depend on them) and 200
     // windows; fixed-period sampling: 400 intervals at the recording's own period.
     let (want, long) = if windows { (200, 1_000_000) } else { (MAX_INTERVALS, requested) };
@@ -400,7 +414,7 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
         CALIB_SLOT.store(idx, Ordering::Relaxed);
         sampler::CALIB_MODE.store(MODE_BASELINE, Ordering::SeqCst);
         sampler::arm(idx);
-        timestamp_loop(want, mono_ns() + 2_000_000_000);
+        timestamp_loop(want, thread_cpu_ns() + 2_000_000_000);
         close_slot(idx, true);
         sampler::CALIB_MODE.store(0, Ordering::SeqCst);
         Ok::<(), &str>(())
@@ -412,8 +426,11 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     if count < 20 {
         return Err(format!("only {count} intervals were measured"));
     }
-    let work: Vec<f64> =
-        (0..count).map(|i| INTERVALS[i * STRIDE].load(Ordering::Relaxed) as f64).collect();
+    // The loop's timestamps miss about one iteration per window: half of the one the
+    // overflow cut short, half of the first one after the handler returned.
+    let work: Vec<f64> = (0..count)
+        .map(|i| INTERVALS[i * STRIDE].load(Ordering::Relaxed) as f64 + iteration_ns)
+        .collect();
     let counters = (0..n.min(NCOUNTERS.load(Ordering::Relaxed)))
         .map(|k| {
             let e = &a.spec.events[k];
@@ -428,16 +445,20 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
             } else {
                 rates.get(k).copied().unwrap_or(0.0)
             };
-            let mut v: Vec<f64> = (0..count)
+            let v: Vec<f64> = (0..count)
                 .map(|i| {
                     INTERVALS[i * STRIDE + 1 + k].load(Ordering::Relaxed) as f64 - rate * work[i]
                 })
                 .collect();
             if e.is_time {
-                // A window in which the loop was preempted has wall time the clock did not
-                // count (work too large): the tails go, the rest is the dead time.
-                let (mean, sd) = trimmed(&mut v);
-                CounterBaseline { mean, sd }
+                // The dead time's whole distribution, tail included: an overflow path
+                // slowed by an interrupt happens in the target's windows too. (The loop's
+                // CPU clock makes preemption harmless.)
+                let nv = v.len().max(1) as f64;
+                let mean = v.iter().sum::<f64>() / nv;
+                let var =
+                    v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (nv - 1.0).max(1.0);
+                CounterBaseline { mean, sd: var.sqrt() }
             } else {
                 // Events are rare and each one counts: no trimming.
                 let nv = v.len().max(1) as f64;

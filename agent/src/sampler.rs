@@ -441,8 +441,27 @@ pub fn thread_name() -> [u8; 16] {
     buf
 }
 
-/// Arms slot `index`'s leader one-shot (its period was set at open).
+/// The calling thread's CPU time, ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Arms slot `index`'s leader one-shot (its period was set at open), noting the CPU time
+/// the thread ran before it could be sampled.
 pub fn arm(index: usize) {
+    if let Some(slot) = arena().and_then(|ar| ar.slots().get(index)) {
+        // Relaxed: read by the recorder after the slot is freed or the process ended. Only
+        // the first arming counts (a failed exec re-arms).
+        let _ = slot.cpu_before_ns.compare_exchange(
+            0,
+            thread_cpu_ns().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
     if let Some(local) = LOCAL.get(index) {
         let fd = local.leader_fd.load(Ordering::Relaxed);
         // SAFETY: REFRESH takes an integer; `fd` is the slot's live leader.

@@ -1136,6 +1136,8 @@ mod tests {
             windows: 10,
             window_sum: 200,
             status: Some(0),
+            unsampled_ns: 0,
+            cpu_ns: None,
         };
         // A later END of a stream replaces an earlier one.
         e.end_process(7, &end(3));

@@ -208,6 +208,8 @@ impl Encoder {
         put(b, e.windows);
         put(b, e.window_sum);
         put_opt(b, e.status);
+        put(b, e.unsampled_ns);
+        put_opt(b, e.cpu_ns);
         self.end(s);
     }
 

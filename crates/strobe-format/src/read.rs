@@ -577,6 +577,8 @@ impl<R: Read> Reader<R> {
                     windows: v!("window count"),
                     window_sum: v!("window sum"),
                     status: v!("exit status").checked_sub(1),
+                    unsampled_ns: v!("unsampled time"),
+                    cpu_ns: v!("process CPU time").checked_sub(1),
                 };
                 Record::End { stream, end }
             }

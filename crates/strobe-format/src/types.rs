@@ -269,6 +269,12 @@ pub struct ProcessEnd {
     pub window_sum: u64,
     /// The exit code (reason Exit) or signal number (reason Killed), when known.
     pub status: Option<u64>,
+    /// CPU time (ns) the process's threads ran before their sampling was armed (thread
+    /// start-up and the agent's set-up): time no sample could land in.
+    pub unsampled_ns: u64,
+    /// The process's own CPU time (ns, all its threads, not its children) as the kernel
+    /// counted it, when the recorder could read it (the launched command).
+    pub cpu_ns: Option<u64>,
 }
 
 impl ProcessEnd {

@@ -154,6 +154,8 @@ fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
             windows: 3,
             window_sum: 81_000,
             status: Some(3),
+            unsampled_ns: 1234,
+            cpu_ns: Some(99_000_000),
         },
     );
     starts.push(e.len());

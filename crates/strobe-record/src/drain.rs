@@ -36,6 +36,7 @@ struct StreamStats {
     lost: u64,
     windows: u64,
     window_sum: u64,
+    unsampled_ns: u64,
     /// Threads named in the file already.
     named: FxHashSet<u32>,
     /// A hash of the last mappings written for it.
@@ -217,6 +218,8 @@ impl<'a> Drainer<'a> {
                             let (w, sum) = slot.alt.windows();
                             st.windows += w;
                             st.window_sum = st.window_sum.wrapping_add(sum);
+                            st.unsampled_ns +=
+                                slot.cpu_before_ns.load(std::sync::atomic::Ordering::Relaxed);
                         }
                     }
                 },
@@ -329,9 +332,9 @@ impl<'a> Drainer<'a> {
     /// launched command's pid and how it ended.
     pub fn finish(
         mut self,
-        launched: Option<(u32, strobe_target::Exit)>,
+        launched: Option<(u32, strobe_target::Exit, Option<u64>)>,
     ) -> std::io::Result<Totals> {
-        if let Some((pid, _)) = launched {
+        if let Some((pid, _, _)) = launched {
             self.procs.reaped(pid);
         }
         self.pass()?;
@@ -346,24 +349,22 @@ impl<'a> Drainer<'a> {
                 let (w, sum) = s.alt.windows();
                 st.windows += w;
                 st.window_sum = st.window_sum.wrapping_add(sum);
+                st.unsampled_ns += s.cpu_before_ns.load(std::sync::atomic::Ordering::Relaxed);
             }
         }
         let now = mono_ns();
         let procs: Vec<_> = self.procs.all().cloned().collect();
         for p in &procs {
             let st = self.streams.entry(p.stream).or_default();
+            let last_image = !procs.iter().any(|q| q.pid == p.pid && q.index > p.index);
+            let cpu_ns = launched.filter(|l| l.0 == p.pid && last_image).and_then(|l| l.2);
             let (reason, status) = match (p.state, launched) {
-                (_, Some((pid, exit)))
-                    if pid == p.pid
-                        && !procs.iter().any(|q| q.pid == p.pid && q.index > p.index) =>
-                {
-                    match exit {
-                        strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
-                        strobe_target::Exit::Signal { signal, .. } => {
-                            (EndReason::Killed, Some(signal as u64))
-                        }
+                (_, Some((pid, exit, _))) if pid == p.pid && last_image => match exit {
+                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
+                    strobe_target::Exit::Signal { signal, .. } => {
+                        (EndReason::Killed, Some(signal as u64))
                     }
-                }
+                },
                 (ProcState::Exited, _) => (EndReason::Exit, None),
                 (ProcState::Execed, _) => (EndReason::Exec, None),
                 _ if p.dead => (EndReason::Vanished, None),
@@ -380,6 +381,8 @@ impl<'a> Drainer<'a> {
                     windows: st.windows,
                     window_sum: st.window_sum,
                     status,
+                    unsampled_ns: st.unsampled_ns,
+                    cpu_ns,
                 },
             );
         }

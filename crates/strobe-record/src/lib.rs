@@ -293,11 +293,14 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
 
     let mut drainer = drain::Drainer::new(&arena, &mut file, spec.events.len());
     let mut exit = None;
+    let mut cpu_ns = None;
     let mut waiting_note = false;
     let mut warnings = Vec::new();
     loop {
         drainer.wait(IDLE_PASS);
         if exit.is_none() && signals::exited(&child) {
+            // A zombie still shows its threads' CPU time: read it before reaping.
+            cpu_ns = procs::process_cpu_ns(pid);
             exit = Some(child.wait()?);
             drainer.reaped(pid);
         }
@@ -327,7 +330,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     let exit = exit.unwrap_or(Exit::Code(0));
     let processes = drainer.procs().len();
     let first = drainer.procs().all().next().map(|p| p.index);
-    let totals = drainer.finish(Some((pid, exit))).map_err(out_err)?;
+    let totals = drainer.finish(Some((pid, exit, cpu_ns))).map_err(out_err)?;
     let sampling = first.and_then(|i| arena.procs().get(i)).map(|p| Sampling {
         period: p.period.load(std::sync::atomic::Ordering::Relaxed),
         window: p.window.load(std::sync::atomic::Ordering::Relaxed),
@@ -339,6 +342,21 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
              reset LD_PRELOAD or its environment, or is it setuid?)"
                 .into(),
         );
+    }
+    // CPU time the samples do not account for: threads the agent could not follow (raw
+    // clone, Go without cgo) show here, instead of an empty profile with no word.
+    if let (Some(cpu), Some(s)) = (cpu_ns, sampling) {
+        let cycle = s.period as f64 + s.jitter as f64 / 2.0 + s.window as f64;
+        let sampled = totals.samples as f64 * cycle;
+        if spec.leader().is_time && cpu as f64 > 2.0 * sampled + 50e6 {
+            warnings.push(format!(
+                "the samples account for {:.2} s of the {:.2} s of CPU time the program used: \
+                 threads it made without pthread_create (raw clone, Go without cgo) are not \
+                 profiled in this mode (the report shows the rest as [not sampled])",
+                sampled / 1e9,
+                cpu as f64 / 1e9
+            ));
+        }
     }
     let no_slot = arena.threads_without_slot();
     if no_slot > 0 {

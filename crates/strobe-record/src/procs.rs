@@ -49,6 +49,21 @@ pub fn pid_dead(pid: u32) -> bool {
     }
 }
 
+/// The CPU time (ns) of `pid`'s own threads, live or dead, from `/proc/PID/stat`
+/// (utime + stime, in clock ticks): readable until the process is reaped, so a zombie
+/// still gives its whole life's.
+pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.iter().rposition(|&b| b == b')')?;
+    let text = std::str::from_utf8(stat.get(after + 2..)?).ok()?;
+    // Fields from 3 (state) on: utime and stime are fields 14 and 15.
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let (u, s): (u64, u64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some((u + s) * 1_000_000_000 / hz)
+}
+
 impl Procs {
     /// Reads the process table again and checks the liveness of every process that
     /// could still write.
@@ -122,6 +137,18 @@ impl Procs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_cpu_time_is_read_from_proc() {
+        let t0 = process_cpu_ns(std::process::id()).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let mut x = 1u64;
+        while std::time::Instant::now() < end {
+            x = std::hint::black_box(x.wrapping_mul(3));
+        }
+        let t1 = process_cpu_ns(std::process::id()).unwrap();
+        assert!(t1 >= t0 + 50_000_000, "{t0} -> {t1}");
+    }
 
     #[test]
     fn our_own_process_is_alive_and_a_reaped_child_is_dead() {

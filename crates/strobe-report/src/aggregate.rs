@@ -119,6 +119,15 @@ impl Aggregator {
         self.t.baseline = Some(b);
     }
 
+    /// Adds CPU time no sample could land in (threads before their sampling was armed),
+    /// as samples' worth: the time over the mean sampling cycle. The report shows it as
+    /// its own row, so every share is of all CPU time.
+    pub fn add_unsampled(&mut self, samples: f64) {
+        if samples.is_finite() && samples > 0.0 {
+            self.t.unsampled += samples;
+        }
+    }
+
     /// Adds `n` samples the recorder had to drop from thread `tid` of process `pid`
     /// (the buffer was full). Counts for the same thread add up.
     pub fn add_lost(&mut self, pid: u32, tid: u32, n: u64) {

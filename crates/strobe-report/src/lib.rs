@@ -38,7 +38,7 @@ pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
 pub use input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
 pub use render::{render, Format, RenderOptions};
-pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy};
+pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy, UNSAMPLED};
 pub use stats::{Estimate, WindowSums};
 pub use tally::LostThread;
 

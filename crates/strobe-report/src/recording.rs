@@ -52,14 +52,23 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
         jitter: header.jitter.unwrap_or(0),
         command: header.command.clone(),
     };
+    let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
     let mut agg = Aggregator::new(info)?;
+    // Each stream's mean sampling cycle (ns), to turn unsampled time into samples' worth,
+    // and its time samples.
+    let mut cycle: Vec<(u32, f64)> = Vec::new();
+    let mut per_stream: rustc_hash::FxHashMap<u32, u64> = rustc_hash::FxHashMap::default();
     let mut params_from: Option<ProcessOrigin> = None;
     let mut truncated_at = None;
     let mut notes = Vec::new();
     let mut samples_read = 0u64;
     for record in reader.by_ref() {
         match record? {
-            Record::Process { info, .. } => {
+            Record::Process { stream, info } => {
+                cycle.push((
+                    stream,
+                    info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64,
+                ));
                 // The launched command's parameters; a child's only if it has none.
                 let take = match params_from {
                     None => true,
@@ -84,9 +93,13 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                 }
             }
             Record::Samples(batch) => {
+                let mut time_samples = 0u64;
                 for s in batch.iter() {
                     let s = s?;
                     samples_read += 1;
+                    if s.kind != strobe_format::SampleKind::WindowEnd {
+                        time_samples += 1;
+                    }
                     agg.push(&Sample {
                         pid: batch.stream,
                         tid: s.tid,
@@ -97,6 +110,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                         values: s.counters.as_slice(),
                     });
                 }
+                *per_stream.entry(batch.stream).or_insert(0) += time_samples;
             }
             Record::Lost { stream, lost } => {
                 for l in lost {
@@ -128,7 +142,20 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                     .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
                     .collect(),
             }),
-            Record::Threads { .. } | Record::End { .. } => {}
+            Record::End { stream, end } => {
+                let c = cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
+                if let (true, Some(c)) = (leader_is_time, c.filter(|c| *c > 0.0)) {
+                    // What the threads ran before sampling was armed; and, when the
+                    // process's own CPU time is known, everything the samples do not
+                    // account for (thread exits, the sampler's own handler).
+                    let before = end.unsampled_ns as f64 / c;
+                    let residual = end.cpu_ns.map_or(0.0, |cpu| {
+                        cpu as f64 / c - per_stream.get(&stream).copied().unwrap_or(0) as f64
+                    });
+                    agg.add_unsampled(before.max(residual));
+                }
+            }
+            Record::Threads { .. } => {}
         }
     }
     Ok(Loaded { report: agg.finish(policy), truncated_at, notes, samples_read })

@@ -35,6 +35,12 @@ use crate::stats::{wilson, Estimate, WindowSums, FEW_WINDOWS};
 use crate::symbolize::{symbolize, Frame};
 use crate::tally::{LostThread, Tally};
 
+/// The row of CPU time no sample could land in: threads before their sampling was armed
+/// (thread start-up, the agent's per-thread set-up) and, when the process's own CPU time
+/// is known, after it stopped (thread exit) and in the sampler's own handler. With it,
+/// every share is of the process's whole CPU time, as a program measuring itself sees it.
+pub const UNSAMPLED: &str = "[not sampled]";
+
 /// What to do with a window whose start and end samples fall in different functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WindowPolicy {
@@ -305,6 +311,25 @@ impl Report {
             }
         }
 
+        // CPU time before sampling was armed: its own row, so shares are of all CPU time.
+        let unsampled = t.unsampled.round() as u64;
+        if unsampled > 0 {
+            functions.push(FunctionStats {
+                function: UNSAMPLED.to_string(),
+                module: "[strobe]".to_string(),
+                source: None,
+                samples: unsampled,
+                total_samples: unsampled,
+                windows: 0,
+                sums: WindowSums::new(width),
+            });
+            paths.push(PathStats {
+                frames: vec![functions.len() - 1],
+                samples: unsampled,
+                sums: WindowSums::new(width),
+            });
+        }
+
         // Renumber without functions met only as the end of discarded windows.
         let keep: Vec<bool> = functions
             .iter()
@@ -334,7 +359,7 @@ impl Report {
             info: t.info,
             functions: kept,
             paths,
-            samples: t.sample_count,
+            samples: t.sample_count + unsampled,
             lost_samples: t.lost,
             lost_by_thread: t.lost_by_thread,
             windows_used: used,

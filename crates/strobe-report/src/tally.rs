@@ -66,6 +66,9 @@ pub struct Tally {
     pub sample_count: u64,
     /// The empty-window baseline, if the recording has one.
     pub baseline: Option<Baseline>,
+    /// CPU time no sample could land in (threads before their sampling was armed), in
+    /// samples' worth (time over the mean sampling cycle).
+    pub unsampled: f64,
 }
 
 impl Tally {
@@ -83,6 +86,7 @@ impl Tally {
             lost_by_thread: Vec::new(),
             sample_count: 0,
             baseline: None,
+            unsampled: 0.0,
         }
     }
 

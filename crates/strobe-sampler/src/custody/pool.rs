@@ -120,6 +120,10 @@ pub struct SharedSlot {
     pub alt: AltCell,
     /// The thread's name (`comm`, NUL-padded), written by the owner in normal context.
     pub comm: [AtomicU64; 2],
+    /// The thread's CPU time (ns) when its sampling was armed: what it ran before it could
+    /// be sampled (thread start-up, the agent's set-up). The recorder reports it, so shares
+    /// are of all CPU time and not only of the sampled part.
+    pub cpu_before_ns: AtomicU64,
 }
 
 impl SharedSlot {
@@ -137,6 +141,7 @@ impl SharedSlot {
                 lost: AtomicU64::new(0),
                 alt: AltCell::new(),
                 comm: [AtomicU64::new(0), AtomicU64::new(0)],
+                cpu_before_ns: AtomicU64::new(0),
             }
         }
     }
@@ -154,6 +159,7 @@ impl SharedSlot {
         for w in &self.comm {
             w.store(0, Ordering::Relaxed);
         }
+        self.cpu_before_ns.store(0, Ordering::Relaxed);
     }
 
     /// Stores the thread's name (up to 16 bytes).

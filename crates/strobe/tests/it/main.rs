@@ -7,4 +7,5 @@ mod cli;
 mod probe;
 mod record;
 mod report;
+mod trust;
 mod watch;
