@@ -186,6 +186,10 @@ pub const CONTEXT_GUEST_USER: u64 = b::PERF_CONTEXT_GUEST_USER as u64;
 pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX as u64;
 
 // perf.data feature sections (tools/perf/util/header.h, `HEADER_*`).
+/// `HEADER_BUILD_ID`: the build ids of the files with samples.
+pub const FEAT_BUILD_ID: u32 = 2;
+/// `PERF_RECORD_MISC_BUILD_ID_SIZE`: a build-id entry carries its size.
+pub const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
 /// `HEADER_HOSTNAME`.
 pub const FEAT_HOSTNAME: u32 = 3;
 /// `HEADER_OSRELEASE`.

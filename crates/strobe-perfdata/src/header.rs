@@ -11,7 +11,7 @@
 
 use crate::abi::*;
 use crate::attr::Attr;
-use crate::bytes::{u32_at, u64_at, until_nul, words, Cursor};
+use crate::bytes::{u16_at, u32_at, u64_at, until_nul, words, Cursor};
 use crate::Error;
 
 /// An attr of the file with what perf knows about it.
@@ -37,6 +37,25 @@ pub struct GroupDesc {
     pub members: usize,
 }
 
+/// A file's build id, from the BUILD_ID feature (perf records those of the files that
+/// have samples, and keeps a copy of each in its build-id cache, `~/.debug`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildId {
+    /// The process (-1 for the kernel's files).
+    pub pid: i32,
+    /// The build id bytes (usually 20).
+    pub id: Vec<u8>,
+    /// The file's path (or pseudo name, `[vdso]`, `[kernel.kallsyms]`).
+    pub path: String,
+}
+
+impl BuildId {
+    /// The id in lowercase hex, as perf's cache names it.
+    pub fn hex(&self) -> String {
+        self.id.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// What the feature sections tell about the recording.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileInfo {
@@ -52,6 +71,8 @@ pub struct FileInfo {
     pub arch: Option<String>,
     /// The event groups (GROUP_DESC).
     pub groups: Vec<GroupDesc>,
+    /// Build ids of the files with samples (BUILD_ID).
+    pub build_ids: Vec<BuildId>,
 }
 
 /// A `perf_header_string`: a u32 length, then that many bytes, NUL-padded.
@@ -109,6 +130,30 @@ fn group_desc(b: &[u8]) -> Vec<GroupDesc> {
         .collect()
 }
 
+/// Parses BUILD_ID: entries of a record header (whose size frames the entry), a pid, 24
+/// bytes of build id (20 of id, then its size when `MISC_BUILD_ID_SIZE`), a path.
+fn build_ids(b: &[u8]) -> Vec<BuildId> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while let (Some(misc), Some(size)) = (u16_at(b, pos + 4), u16_at(b, pos + 6)) {
+        let size = usize::from(size);
+        let Some(entry) = b.get(pos..pos + size).filter(|_| size >= 36) else { break };
+        let id = entry.get(12..32).unwrap_or(&[]);
+        let len = if misc & MISC_BUILD_ID_SIZE != 0 {
+            entry.get(32).map_or(20, |&n| usize::from(n).min(20))
+        } else {
+            20
+        };
+        out.push(BuildId {
+            pid: u32_at(entry, 8).unwrap_or(0) as i32,
+            id: id.get(..len).unwrap_or(id).to_vec(),
+            path: String::from_utf8_lossy(until_nul(entry.get(36..).unwrap_or(&[]))).into_owned(),
+        });
+        pos += size;
+    }
+    out
+}
+
 /// Collects feature sections into `info` and `descs`.
 #[derive(Debug, Default)]
 pub(crate) struct Features {
@@ -129,6 +174,7 @@ impl Features {
             FEAT_CMDLINE => self.info.command = cmdline(b),
             FEAT_EVENT_DESC => self.descs = event_desc(b),
             FEAT_GROUP_DESC => self.info.groups = group_desc(b),
+            FEAT_BUILD_ID => self.info.build_ids = build_ids(b),
             FEAT_COMPRESSED => self.compressed_at = Some(offset),
             _ => {}
         }

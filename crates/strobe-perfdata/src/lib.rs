@@ -36,7 +36,7 @@ use std::path::Path;
 
 pub use attr::Attr;
 pub use error::Error;
-pub use header::{EventAttr, FileInfo, GroupDesc};
+pub use header::{BuildId, EventAttr, FileInfo, GroupDesc};
 pub use reader::{Ordered, PerfData, Records};
 pub use record::{
     Comm, CpuMode, Event, Mmap, Mmap2Extra, Record, SampleId, Switch, Task, Throttle,

@@ -14,7 +14,7 @@
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
-//! engine. [`throughput`] measures the engine's samples per second.
+//! engine; [`perfdata`] feeds a Linux perf perf.data file (crate strobe-perfdata). [`throughput`] measures the engine's samples per second.
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
 
@@ -22,6 +22,7 @@ mod aggregate;
 mod error;
 pub mod input;
 pub mod metrics;
+pub mod perfdata;
 pub mod recording;
 pub mod render;
 mod report;

@@ -51,6 +51,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
         window: header.window.unwrap_or(0),
         jitter: header.jitter.unwrap_or(0),
         command: header.command.clone(),
+        source: None,
     };
     let mut agg = Aggregator::new(info)?;
     let mut params_from: Option<ProcessOrigin> = None;

@@ -184,6 +184,9 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     if let Some(f) = file {
         lines.push(format!("file:     {f}"));
     }
+    if let Some(source) = &report.info.source {
+        lines.push(format!("source:   {source}"));
+    }
     if !report.info.command.is_empty() {
         lines.push(format!("command:  {}", report.info.command.join(" ")));
     }
@@ -391,6 +394,8 @@ impl Serialize for JsonFunction<'_> {
 struct JsonReport<'r> {
     file: Option<&'r str>,
     command: &'r [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'r str>,
     events: &'r [String],
     unit: &'static str,
     period: u64,
@@ -411,6 +416,7 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
     let doc = JsonReport {
         file,
         command: &report.info.command,
+        source: report.info.source.as_deref(),
         events: &report.info.events,
         unit: if report.leader_is_time() { "ns" } else { "events" },
         period: report.info.period,
