@@ -16,8 +16,8 @@
 //! the previous round, never older than the round before that). Records without a time
 //! (perf's own records, and records of attrs without `sample_id_all`) are delivered as
 //! they are read. [`Ordered`] does the same, so mappings and execs take effect before the
-//! samples that follow them in time. Its queue holds at most two rounds of 24-byte
-//! entries (the whole data section for a file without round markers: 24 bytes per
+//! samples that follow them in time. Its queue holds at most two rounds of 16-byte
+//! entries (the whole data section for a file without round markers: 16 bytes per
 //! record of at least 16, bounded by the input's size).
 //!
 //! This module must never panic or allocate from a size the input claims.
@@ -29,12 +29,13 @@ use crate::attr::Attr;
 use crate::bytes::{u16_at, u32_at, u64_at};
 use crate::header::{self, EventAttr, FileInfo, PipeHeader};
 use crate::record::{decode_other, Event, Record, SampleId};
-use crate::sample::Sample;
+use crate::sample::{Sample, SamplePlan};
 use crate::Error;
 
 /// Facts about one attr's record layout, computed once.
 #[derive(Debug, Clone, Copy)]
 struct Layout {
+    plan: SamplePlan,
     trailer_len: usize,
     sample_time_pos: Option<usize>,
     trailer_time_from_end: Option<usize>,
@@ -217,6 +218,7 @@ impl<'a> PerfData<'a> {
         let layouts = attrs
             .iter()
             .map(|a| Layout {
+                plan: SamplePlan::new(&a.attr),
                 trailer_len: a.attr.trailer_len(),
                 sample_time_pos: a.attr.sample_time_pos(),
                 trailer_time_from_end: a.attr.trailer_time_from_end(),
@@ -294,7 +296,6 @@ impl<'a> PerfData<'a> {
             ready: VecDeque::new(),
             next_flush: 0,
             max_time: 0,
-            seq: 0,
             error: None,
             finished: false,
         }
@@ -342,6 +343,7 @@ impl<'a> PerfData<'a> {
     }
 
     /// Decodes the record framed by `f`.
+    #[inline]
     fn decode(&self, f: &Frame) -> Result<Record<'a>, Error> {
         let rec = self.bytes.get(f.offset..f.end).unwrap_or(&[]);
         let body = rec.get(8..).unwrap_or(&[]);
@@ -363,10 +365,14 @@ impl<'a> PerfData<'a> {
             return Ok(r);
         }
         r.attr = self.attr_of(f.kind, rec);
-        let Some(ea) = r.attr.and_then(|i| self.attrs.get(i)) else { return Ok(r) };
+        let (Some(ea), Some(layout)) =
+            (r.attr.and_then(|i| self.attrs.get(i)), r.attr.and_then(|i| self.layouts.get(i)))
+        else {
+            return Ok(r);
+        };
         let attr: &Attr = &ea.attr;
         if f.kind == RECORD_SAMPLE {
-            let s = Sample::decode(body, attr).ok_or_else(|| {
+            let s = Sample::decode_planned(body, &layout.plan).ok_or_else(|| {
                 Error::corrupt(
                     offset,
                     format!(
@@ -377,11 +383,10 @@ impl<'a> PerfData<'a> {
                     ),
                 )
             })?;
-            r.sample_id = SampleId::of_sample(&s);
             r.event = Event::Sample(s);
             return Ok(r);
         }
-        let tlen = self.layouts.get(r.attr.unwrap_or(0)).map_or(0, |l| l.trailer_len);
+        let tlen = layout.trailer_len;
         let Some(split) = body.len().checked_sub(tlen) else {
             return Err(Error::corrupt(
                 offset,
@@ -403,6 +408,7 @@ impl<'a> PerfData<'a> {
 }
 
 /// Frames the record at `pos` (None at the end of the data).
+#[inline]
 fn frame(bytes: &[u8], pos: usize, end: usize, open_ended: bool) -> Result<Option<Frame>, Error> {
     if pos >= end {
         return Ok(None);
@@ -499,12 +505,12 @@ impl<'a> Iterator for Records<'_, 'a> {
     }
 }
 
-/// A queued record: its time, arrival number and frame.
+/// A queued record: its time and where it is. Offsets grow in arrival order, so
+/// (time, offset) orders equal times by arrival, as perf does.
 #[derive(Debug, Clone, Copy)]
 struct Queued {
     time: u64,
-    seq: u64,
-    frame: Frame,
+    offset: usize,
 }
 
 /// The records of a [`PerfData`] in `perf report`'s order (see the module notes). An
@@ -513,21 +519,23 @@ struct Queued {
 pub struct Ordered<'d, 'a> {
     inner: Records<'d, 'a>,
     queue: Vec<Queued>,
-    ready: VecDeque<Frame>,
+    /// Offsets of records to deliver, in order.
+    ready: VecDeque<usize>,
     next_flush: u64,
     max_time: u64,
-    seq: u64,
     error: Option<Error>,
     finished: bool,
 }
 
 impl Ordered<'_, '_> {
-    /// Moves queued records not later than `limit` to `ready`, in time order (arrival
-    /// order among equal times).
+    /// Moves queued records not later than `limit` to `ready`, in time order.
     fn flush(&mut self, limit: u64) {
-        self.queue.sort_unstable_by_key(|q| (q.time, q.seq));
+        // The queue is the sorted rest of earlier rounds followed by this round's
+        // records, each CPU's already in time order: a run-adaptive (stable) sort
+        // merges those runs in near-linear time.
+        self.queue.sort_by_key(|q| (q.time, q.offset));
         let n = self.queue.partition_point(|q| q.time <= limit);
-        self.ready.extend(self.queue.drain(..n).map(|q| q.frame));
+        self.ready.extend(self.queue.drain(..n).map(|q| q.offset));
     }
 }
 
@@ -536,15 +544,20 @@ impl<'a> Iterator for Ordered<'_, 'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(f) = self.ready.pop_front() {
-                let r = self.inner.data.decode(&f);
-                if let Err(e) = r {
+            if let Some(offset) = self.ready.pop_front() {
+                let d = self.inner.data;
+                let r = match frame(d.bytes, offset, d.data_end, d.data_open_ended) {
+                    Ok(Some(f)) => d.decode(&f),
+                    // Framed once already; cannot fail the second time.
+                    Ok(None) => Err(Error::corrupt(offset as u64, "a record vanished")),
+                    Err(e) => Err(e),
+                };
+                if r.is_err() {
                     // Undecodable: end here, as the file-order iterator would.
                     self.ready.clear();
                     self.queue.clear();
                     self.finished = true;
                     self.error = None;
-                    return Some(Err(e));
                 }
                 return Some(r);
             }
@@ -564,15 +577,14 @@ impl<'a> Iterator for Ordered<'_, 'a> {
                 Some(Ok(f)) if f.kind == RECORD_FINISHED_ROUND => {
                     self.flush(self.next_flush);
                     self.next_flush = self.max_time;
-                    self.ready.push_back(f);
+                    self.ready.push_back(f.offset);
                 }
                 Some(Ok(f)) => match self.inner.data.time_of(&f) {
                     Some(time) => {
                         self.max_time = self.max_time.max(time);
-                        self.queue.push(Queued { time, seq: self.seq, frame: f });
-                        self.seq += 1;
+                        self.queue.push(Queued { time, offset: f.offset });
                     }
-                    None => self.ready.push_back(f),
+                    None => self.ready.push_back(f.offset),
                 },
             }
         }

@@ -59,14 +59,15 @@ impl SampleId {
         Some(s)
     }
 
-    pub(crate) fn of_sample(s: &Sample<'_>) -> SampleId {
+    /// The same fields of a sample.
+    pub fn of_sample(s: &Sample<'_>) -> SampleId {
         SampleId {
-            pid: s.pid,
-            tid: s.tid,
-            time: s.time,
-            id: s.identifier.or(s.id),
-            stream_id: s.stream_id,
-            cpu: s.cpu,
+            pid: s.pid(),
+            tid: s.tid(),
+            time: s.time(),
+            id: s.identifier().or_else(|| s.id()),
+            stream_id: s.stream_id(),
+            cpu: s.cpu(),
         }
     }
 }
@@ -254,7 +255,8 @@ pub struct Record<'a> {
     /// The attr the record belongs to (index into [`crate::PerfData::attrs`]), when
     /// known: always for samples; for other kernel records, from their trailer's id.
     pub attr: Option<usize>,
-    /// Where and when: the sample's fields or the trailer.
+    /// Where and when a non-sample record was written: its sample-id trailer (empty
+    /// for samples, whose own fields say it: [`Record::id_fields`] gives either).
     pub sample_id: SampleId,
     /// The decoded record.
     pub event: Event<'a>,
@@ -264,6 +266,15 @@ impl Record<'_> {
     /// The privilege level from `misc`.
     pub fn cpumode(&self) -> CpuMode {
         CpuMode::of_misc(self.misc)
+    }
+
+    /// Where and when the record was written: a sample's own fields, another record's
+    /// trailer.
+    pub fn id_fields(&self) -> SampleId {
+        match &self.event {
+            Event::Sample(s) => SampleId::of_sample(s),
+            _ => self.sample_id,
+        }
     }
 }
 

@@ -1,176 +1,413 @@
-//! PERF_RECORD_SAMPLE bodies, decoded field by field in the order the kernel writes them
+//! PERF_RECORD_SAMPLE bodies, decoded in the order the kernel writes them
 //! (`perf_output_sample`), as the attr's `sample_type` says: every field perf can ask
 //! for, read values in every `read_format` combination, callchains with their context
 //! markers, branch stacks, and register and stack dumps kept as raw bytes.
 //!
-//! Decoding borrows from the record: variable-length parts (read values, callchain,
-//! raw data, registers, user stack, branches, AUX data) are views over the file's bytes
-//! with iterators on top, so decoding a sample never allocates.
+//! [`Sample::decode`] walks the body once, checking every length against the bytes the
+//! record holds and noting where each field starts; the accessors then read a field
+//! where it is. A sample is a small view (about 100 bytes) over the file's bytes:
+//! decoding never allocates and moving a sample copies little, which matters at tens of
+//! millions of samples per file. Variable-length parts (read values, callchain, raw data,
+//! registers, user stack, branches, AUX data) are views with iterators on top.
 //!
 //! This module must never trust a length in the data: every count is checked against
 //! the bytes the record actually holds.
 
 use crate::abi::*;
 use crate::attr::Attr;
-use crate::bytes::{words, Cursor};
+use crate::bytes::{u32_at, u64_at, words, Cursor};
 
-/// A decoded sample. Fields the attr's `sample_type` does not ask for are `None`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The fields of a sample in the kernel's order, with their `sample_type` bits.
+const FIELDS: [u64; 24] = [
+    SAMPLE_IDENTIFIER,
+    SAMPLE_IP,
+    SAMPLE_TID,
+    SAMPLE_TIME,
+    SAMPLE_ADDR,
+    SAMPLE_ID,
+    SAMPLE_STREAM_ID,
+    SAMPLE_CPU,
+    SAMPLE_PERIOD,
+    SAMPLE_READ,
+    SAMPLE_CALLCHAIN,
+    SAMPLE_RAW,
+    SAMPLE_BRANCH_STACK,
+    SAMPLE_REGS_USER,
+    SAMPLE_STACK_USER,
+    SAMPLE_WEIGHT | SAMPLE_WEIGHT_STRUCT,
+    SAMPLE_DATA_SRC,
+    SAMPLE_TRANSACTION,
+    SAMPLE_REGS_INTR,
+    SAMPLE_PHYS_ADDR,
+    SAMPLE_CGROUP,
+    SAMPLE_DATA_PAGE_SIZE,
+    SAMPLE_CODE_PAGE_SIZE,
+    SAMPLE_AUX,
+];
+
+// Indices into FIELDS.
+const F_IDENTIFIER: usize = 0;
+const F_IP: usize = 1;
+const F_TID: usize = 2;
+const F_TIME: usize = 3;
+const F_ADDR: usize = 4;
+const F_ID: usize = 5;
+const F_STREAM_ID: usize = 6;
+const F_CPU: usize = 7;
+const F_PERIOD: usize = 8;
+const F_READ: usize = 9;
+const F_CALLCHAIN: usize = 10;
+const F_RAW: usize = 11;
+const F_BRANCH_STACK: usize = 12;
+const F_REGS_USER: usize = 13;
+const F_STACK_USER: usize = 14;
+const F_WEIGHT: usize = 15;
+const F_DATA_SRC: usize = 16;
+const F_TRANSACTION: usize = 17;
+const F_REGS_INTR: usize = 18;
+const F_PHYS_ADDR: usize = 19;
+const F_CGROUP: usize = 20;
+const F_DATA_PAGE_SIZE: usize = 21;
+const F_CODE_PAGE_SIZE: usize = 22;
+const F_AUX: usize = 23;
+
+/// A decoded sample: a view of its record's body. Fields the attr's `sample_type` does
+/// not ask for read as `None`.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Sample<'a> {
-    /// `PERF_SAMPLE_IDENTIFIER`.
-    pub identifier: Option<u64>,
-    /// `PERF_SAMPLE_IP`: the interrupted instruction pointer.
-    pub ip: Option<u64>,
-    /// `PERF_SAMPLE_TID`: process id.
-    pub pid: Option<u32>,
-    /// `PERF_SAMPLE_TID`: thread id.
-    pub tid: Option<u32>,
-    /// `PERF_SAMPLE_TIME`.
-    pub time: Option<u64>,
-    /// `PERF_SAMPLE_ADDR`.
-    pub addr: Option<u64>,
-    /// `PERF_SAMPLE_ID`.
-    pub id: Option<u64>,
-    /// `PERF_SAMPLE_STREAM_ID`.
-    pub stream_id: Option<u64>,
-    /// `PERF_SAMPLE_CPU`.
-    pub cpu: Option<u32>,
-    /// `PERF_SAMPLE_PERIOD`.
-    pub period: Option<u64>,
-    /// `PERF_SAMPLE_READ`: counter values.
-    pub read: Option<ReadValues<'a>>,
-    /// `PERF_SAMPLE_CALLCHAIN`.
-    pub callchain: Option<Callchain<'a>>,
-    /// `PERF_SAMPLE_RAW`: the raw data (padding included, as the kernel sizes it).
-    pub raw: Option<&'a [u8]>,
-    /// `PERF_SAMPLE_BRANCH_STACK`.
-    pub branch_stack: Option<BranchStack<'a>>,
-    /// `PERF_SAMPLE_REGS_USER`.
-    pub regs_user: Option<Regs<'a>>,
-    /// `PERF_SAMPLE_STACK_USER`.
-    pub stack_user: Option<StackUser<'a>>,
-    /// `PERF_SAMPLE_WEIGHT` or `PERF_SAMPLE_WEIGHT_STRUCT` (one word for either).
-    pub weight: Option<u64>,
-    /// `PERF_SAMPLE_DATA_SRC`.
-    pub data_src: Option<u64>,
-    /// `PERF_SAMPLE_TRANSACTION`.
-    pub transaction: Option<u64>,
-    /// `PERF_SAMPLE_REGS_INTR`.
-    pub regs_intr: Option<Regs<'a>>,
-    /// `PERF_SAMPLE_PHYS_ADDR`.
-    pub phys_addr: Option<u64>,
-    /// `PERF_SAMPLE_CGROUP`.
-    pub cgroup: Option<u64>,
-    /// `PERF_SAMPLE_DATA_PAGE_SIZE`.
-    pub data_page_size: Option<u64>,
-    /// `PERF_SAMPLE_CODE_PAGE_SIZE`.
-    pub code_page_size: Option<u64>,
-    /// `PERF_SAMPLE_AUX`: the AUX snapshot.
-    pub aux: Option<&'a [u8]>,
+    body: &'a [u8],
+    sample_type: u64,
+    read_format: u64,
+    branch_sample_type: u64,
+    regs_user_mask: u64,
+    regs_intr_mask: u64,
+    /// Where each field of FIELDS starts in `body` (meaningful when present).
+    at: [u16; 24],
+}
+
+/// How samples of one attr are laid out: where the fields before the first
+/// variable-length one sit (the same in every sample), computed once per attr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SamplePlan {
+    sample_type: u64,
+    read_format: u64,
+    branch_sample_type: u64,
+    regs_user_mask: u64,
+    regs_intr_mask: u64,
+    /// Offsets of the fixed-position fields (0 for the others).
+    fixed_at: [u16; 24],
+    /// Bytes of the fixed-position prefix.
+    fixed_len: usize,
+    /// Index in FIELDS of the first variable-length field (24 if none).
+    first_var: usize,
+}
+
+impl SamplePlan {
+    pub(crate) fn new(attr: &Attr) -> SamplePlan {
+        let t = attr.sample_type;
+        let mut plan = SamplePlan {
+            sample_type: t,
+            read_format: attr.read_format,
+            branch_sample_type: attr.branch_sample_type,
+            regs_user_mask: attr.sample_regs_user,
+            regs_intr_mask: attr.sample_regs_intr,
+            fixed_at: [0; 24],
+            fixed_len: 0,
+            first_var: FIELDS.len(),
+        };
+        let variable = [
+            F_READ,
+            F_CALLCHAIN,
+            F_RAW,
+            F_BRANCH_STACK,
+            F_REGS_USER,
+            F_STACK_USER,
+            F_REGS_INTR,
+            F_AUX,
+        ];
+        for (i, &bit) in FIELDS.iter().enumerate() {
+            if t & bit == 0 {
+                continue;
+            }
+            if variable.contains(&i) {
+                plan.first_var = i;
+                break;
+            }
+            if let Some(a) = plan.fixed_at.get_mut(i) {
+                *a = plan.fixed_len as u16;
+            }
+            plan.fixed_len += 8;
+        }
+        plan
+    }
 }
 
 impl<'a> Sample<'a> {
     /// Decodes a SAMPLE body (the bytes after the record header) written for `attr`.
-    /// `None` when the body is shorter than its `sample_type` needs; bytes beyond
-    /// the last field are ignored.
+    /// `None` when the body is shorter than its `sample_type` needs (or longer than a
+    /// record can be, 64 KiB); bytes beyond the last field are ignored.
     pub fn decode(body: &'a [u8], attr: &Attr) -> Option<Sample<'a>> {
-        let t = attr.sample_type;
+        Sample::decode_planned(body, &SamplePlan::new(attr))
+    }
+
+    #[inline]
+    pub(crate) fn decode_planned(body: &'a [u8], plan: &SamplePlan) -> Option<Sample<'a>> {
+        if body.len() > usize::from(u16::MAX) || body.len() < plan.fixed_len {
+            return None;
+        }
+        let t = plan.sample_type;
+        let mut s = Sample {
+            body,
+            sample_type: t,
+            read_format: plan.read_format,
+            branch_sample_type: plan.branch_sample_type,
+            regs_user_mask: plan.regs_user_mask,
+            regs_intr_mask: plan.regs_intr_mask,
+            at: plan.fixed_at,
+        };
+        if plan.first_var == FIELDS.len() {
+            return Some(s);
+        }
         let mut c = Cursor::new(body);
-        let mut s = Sample::default();
-        let has = |bit: u64| t & bit != 0;
-        if has(SAMPLE_IDENTIFIER) {
-            s.identifier = Some(c.u64()?);
-        }
-        if has(SAMPLE_IP) {
-            s.ip = Some(c.u64()?);
-        }
-        if has(SAMPLE_TID) {
-            let (pid, tid) = c.u32_pair()?;
-            s.pid = Some(pid);
-            s.tid = Some(tid);
-        }
-        if has(SAMPLE_TIME) {
-            s.time = Some(c.u64()?);
-        }
-        if has(SAMPLE_ADDR) {
-            s.addr = Some(c.u64()?);
-        }
-        if has(SAMPLE_ID) {
-            s.id = Some(c.u64()?);
-        }
-        if has(SAMPLE_STREAM_ID) {
-            s.stream_id = Some(c.u64()?);
-        }
-        if has(SAMPLE_CPU) {
-            s.cpu = Some(c.u32_pair()?.0);
-        }
-        if has(SAMPLE_PERIOD) {
-            s.period = Some(c.u64()?);
-        }
-        if has(SAMPLE_READ) {
-            s.read = Some(ReadValues::decode(&mut c, attr.read_format)?);
-        }
-        if has(SAMPLE_CALLCHAIN) {
-            let nr = c.u64()?;
-            s.callchain = Some(Callchain { words: c.take_words(nr)? });
-        }
-        if has(SAMPLE_RAW) {
-            let size = c.u32()?;
-            s.raw = Some(c.take(usize::try_from(size).ok()?)?);
-        }
-        if has(SAMPLE_BRANCH_STACK) {
-            let nr = c.u64()?;
-            let hw_idx =
-                if attr.branch_sample_type & BRANCH_HW_INDEX != 0 { Some(c.u64()?) } else { None };
-            let entries = c.take_words(nr.checked_mul(3)?)?;
-            let counters = if attr.branch_sample_type & BRANCH_COUNTERS != 0 {
-                Some(c.take_words(nr)?)
-            } else {
-                None
-            };
-            s.branch_stack = Some(BranchStack { hw_idx, entries, counters });
-        }
-        if has(SAMPLE_REGS_USER) {
-            s.regs_user = Some(Regs::decode(&mut c, attr.sample_regs_user)?);
-        }
-        if has(SAMPLE_STACK_USER) {
-            let size = c.u64()?;
-            s.stack_user = Some(if size == 0 {
-                StackUser { data: &[], dyn_size: 0 }
-            } else {
-                let data = c.take(usize::try_from(size).ok()?)?;
-                StackUser { data, dyn_size: c.u64()? }
-            });
-        }
-        if t & (SAMPLE_WEIGHT | SAMPLE_WEIGHT_STRUCT) != 0 {
-            s.weight = Some(c.u64()?);
-        }
-        if has(SAMPLE_DATA_SRC) {
-            s.data_src = Some(c.u64()?);
-        }
-        if has(SAMPLE_TRANSACTION) {
-            s.transaction = Some(c.u64()?);
-        }
-        if has(SAMPLE_REGS_INTR) {
-            s.regs_intr = Some(Regs::decode(&mut c, attr.sample_regs_intr)?);
-        }
-        if has(SAMPLE_PHYS_ADDR) {
-            s.phys_addr = Some(c.u64()?);
-        }
-        if has(SAMPLE_CGROUP) {
-            s.cgroup = Some(c.u64()?);
-        }
-        if has(SAMPLE_DATA_PAGE_SIZE) {
-            s.data_page_size = Some(c.u64()?);
-        }
-        if has(SAMPLE_CODE_PAGE_SIZE) {
-            s.code_page_size = Some(c.u64()?);
-        }
-        if has(SAMPLE_AUX) {
-            let size = c.u64()?;
-            s.aux = Some(c.take(usize::try_from(size).ok()?)?);
+        c.take(plan.fixed_len)?;
+        for (i, &bit) in FIELDS.iter().enumerate().skip(plan.first_var) {
+            if t & bit == 0 {
+                continue;
+            }
+            // Fits: body.len() <= u16::MAX was checked.
+            if let Some(a) = s.at.get_mut(i) {
+                *a = (body.len() - c.rest().len()) as u16;
+            }
+            match i {
+                F_READ => {
+                    ReadValues::decode(&mut c, plan.read_format)?;
+                }
+                F_CALLCHAIN => {
+                    let nr = c.u64()?;
+                    c.take_words(nr)?;
+                }
+                F_RAW => {
+                    let size = c.u32()?;
+                    c.take(usize::try_from(size).ok()?)?;
+                }
+                F_BRANCH_STACK => {
+                    BranchStack::decode(&mut c, plan.branch_sample_type)?;
+                }
+                F_REGS_USER => {
+                    Regs::decode(&mut c, plan.regs_user_mask)?;
+                }
+                F_REGS_INTR => {
+                    Regs::decode(&mut c, plan.regs_intr_mask)?;
+                }
+                F_STACK_USER => {
+                    StackUser::decode(&mut c)?;
+                }
+                F_AUX => {
+                    let size = c.u64()?;
+                    c.take(usize::try_from(size).ok()?)?;
+                }
+                _ => {
+                    c.u64()?;
+                }
+            }
         }
         Some(s)
+    }
+
+    /// Where field `i` starts, if the sample has it.
+    #[inline]
+    fn at(&self, i: usize) -> Option<usize> {
+        let bit = FIELDS.get(i).copied().unwrap_or(0);
+        (self.sample_type & bit != 0).then(|| self.at.get(i).map(|&a| usize::from(a))).flatten()
+    }
+
+    #[inline]
+    fn word(&self, i: usize) -> Option<u64> {
+        u64_at(self.body, self.at(i)?)
+    }
+
+    /// A cursor at field `i`, if the sample has it.
+    fn cursor(&self, i: usize) -> Option<Cursor<'a>> {
+        Some(Cursor::new(self.body.get(self.at(i)?..)?))
+    }
+
+    /// The record body the sample was decoded from.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// `PERF_SAMPLE_IDENTIFIER`.
+    pub fn identifier(&self) -> Option<u64> {
+        self.word(F_IDENTIFIER)
+    }
+
+    /// `PERF_SAMPLE_IP`: the interrupted instruction pointer.
+    #[inline]
+    pub fn ip(&self) -> Option<u64> {
+        self.word(F_IP)
+    }
+
+    /// `PERF_SAMPLE_TID`: the process id.
+    #[inline]
+    pub fn pid(&self) -> Option<u32> {
+        u32_at(self.body, self.at(F_TID)?)
+    }
+
+    /// `PERF_SAMPLE_TID`: the thread id.
+    #[inline]
+    pub fn tid(&self) -> Option<u32> {
+        u32_at(self.body, self.at(F_TID)? + 4)
+    }
+
+    /// `PERF_SAMPLE_TIME`.
+    #[inline]
+    pub fn time(&self) -> Option<u64> {
+        self.word(F_TIME)
+    }
+
+    /// `PERF_SAMPLE_ADDR`.
+    pub fn addr(&self) -> Option<u64> {
+        self.word(F_ADDR)
+    }
+
+    /// `PERF_SAMPLE_ID`.
+    pub fn id(&self) -> Option<u64> {
+        self.word(F_ID)
+    }
+
+    /// `PERF_SAMPLE_STREAM_ID`.
+    pub fn stream_id(&self) -> Option<u64> {
+        self.word(F_STREAM_ID)
+    }
+
+    /// `PERF_SAMPLE_CPU`.
+    pub fn cpu(&self) -> Option<u32> {
+        u32_at(self.body, self.at(F_CPU)?)
+    }
+
+    /// `PERF_SAMPLE_PERIOD`.
+    #[inline]
+    pub fn period(&self) -> Option<u64> {
+        self.word(F_PERIOD)
+    }
+
+    /// `PERF_SAMPLE_READ`: counter values.
+    #[inline]
+    pub fn read(&self) -> Option<ReadValues<'a>> {
+        ReadValues::decode(&mut self.cursor(F_READ)?, self.read_format)
+    }
+
+    /// `PERF_SAMPLE_CALLCHAIN`.
+    pub fn callchain(&self) -> Option<Callchain<'a>> {
+        let mut c = self.cursor(F_CALLCHAIN)?;
+        let nr = c.u64()?;
+        Some(Callchain { words: c.take_words(nr)? })
+    }
+
+    /// `PERF_SAMPLE_RAW`: the raw data (padding included, as the kernel sizes it).
+    pub fn raw(&self) -> Option<&'a [u8]> {
+        let mut c = self.cursor(F_RAW)?;
+        let size = c.u32()?;
+        c.take(usize::try_from(size).ok()?)
+    }
+
+    /// `PERF_SAMPLE_BRANCH_STACK`.
+    pub fn branch_stack(&self) -> Option<BranchStack<'a>> {
+        BranchStack::decode(&mut self.cursor(F_BRANCH_STACK)?, self.branch_sample_type)
+    }
+
+    /// `PERF_SAMPLE_REGS_USER`.
+    pub fn regs_user(&self) -> Option<Regs<'a>> {
+        Regs::decode(&mut self.cursor(F_REGS_USER)?, self.regs_user_mask)
+    }
+
+    /// `PERF_SAMPLE_STACK_USER`.
+    pub fn stack_user(&self) -> Option<StackUser<'a>> {
+        StackUser::decode(&mut self.cursor(F_STACK_USER)?)
+    }
+
+    /// `PERF_SAMPLE_WEIGHT` or `PERF_SAMPLE_WEIGHT_STRUCT` (one word for either).
+    pub fn weight(&self) -> Option<u64> {
+        self.word(F_WEIGHT)
+    }
+
+    /// `PERF_SAMPLE_DATA_SRC`.
+    pub fn data_src(&self) -> Option<u64> {
+        self.word(F_DATA_SRC)
+    }
+
+    /// `PERF_SAMPLE_TRANSACTION`.
+    pub fn transaction(&self) -> Option<u64> {
+        self.word(F_TRANSACTION)
+    }
+
+    /// `PERF_SAMPLE_REGS_INTR`.
+    pub fn regs_intr(&self) -> Option<Regs<'a>> {
+        Regs::decode(&mut self.cursor(F_REGS_INTR)?, self.regs_intr_mask)
+    }
+
+    /// `PERF_SAMPLE_PHYS_ADDR`.
+    pub fn phys_addr(&self) -> Option<u64> {
+        self.word(F_PHYS_ADDR)
+    }
+
+    /// `PERF_SAMPLE_CGROUP`.
+    pub fn cgroup(&self) -> Option<u64> {
+        self.word(F_CGROUP)
+    }
+
+    /// `PERF_SAMPLE_DATA_PAGE_SIZE`.
+    pub fn data_page_size(&self) -> Option<u64> {
+        self.word(F_DATA_PAGE_SIZE)
+    }
+
+    /// `PERF_SAMPLE_CODE_PAGE_SIZE`.
+    pub fn code_page_size(&self) -> Option<u64> {
+        self.word(F_CODE_PAGE_SIZE)
+    }
+
+    /// `PERF_SAMPLE_AUX`: the AUX snapshot.
+    pub fn aux(&self) -> Option<&'a [u8]> {
+        let mut c = self.cursor(F_AUX)?;
+        let size = c.u64()?;
+        c.take(usize::try_from(size).ok()?)
+    }
+}
+
+impl std::fmt::Debug for Sample<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Sample");
+        let mut opt = |name: &str, v: Option<&dyn std::fmt::Debug>| {
+            if let Some(v) = v {
+                d.field(name, v);
+            }
+        };
+        opt("identifier", self.identifier().as_ref().map(|v| v as _));
+        opt("ip", self.ip().map(|v| format!("{v:#x}")).as_ref().map(|v| v as _));
+        opt("pid", self.pid().as_ref().map(|v| v as _));
+        opt("tid", self.tid().as_ref().map(|v| v as _));
+        opt("time", self.time().as_ref().map(|v| v as _));
+        opt("addr", self.addr().as_ref().map(|v| v as _));
+        opt("id", self.id().as_ref().map(|v| v as _));
+        opt("stream_id", self.stream_id().as_ref().map(|v| v as _));
+        opt("cpu", self.cpu().as_ref().map(|v| v as _));
+        opt("period", self.period().as_ref().map(|v| v as _));
+        opt("read", self.read().as_ref().map(|v| v as _));
+        opt("callchain", self.callchain().as_ref().map(|v| v as _));
+        opt("raw", self.raw().map(<[u8]>::len).as_ref().map(|v| v as _));
+        opt("branch_stack", self.branch_stack().as_ref().map(|v| v as _));
+        opt("regs_user", self.regs_user().as_ref().map(|v| v as _));
+        opt("stack_user", self.stack_user().as_ref().map(|v| v as _));
+        opt("weight", self.weight().as_ref().map(|v| v as _));
+        opt("data_src", self.data_src().as_ref().map(|v| v as _));
+        opt("transaction", self.transaction().as_ref().map(|v| v as _));
+        opt("regs_intr", self.regs_intr().as_ref().map(|v| v as _));
+        opt("phys_addr", self.phys_addr().as_ref().map(|v| v as _));
+        opt("cgroup", self.cgroup().as_ref().map(|v| v as _));
+        opt("data_page_size", self.data_page_size().as_ref().map(|v| v as _));
+        opt("code_page_size", self.code_page_size().as_ref().map(|v| v as _));
+        opt("aux", self.aux().map(<[u8]>::len).as_ref().map(|v| v as _));
+        d.finish()
     }
 }
 
@@ -186,66 +423,64 @@ pub struct ReadValue {
 }
 
 /// The counter values of a sample: one value, or a whole group (leader first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ReadValues<'a> {
-    /// `PERF_FORMAT_TOTAL_TIME_ENABLED`.
-    pub time_enabled: Option<u64>,
-    /// `PERF_FORMAT_TOTAL_TIME_RUNNING`.
-    pub time_running: Option<u64>,
-    layout: ReadLayout<'a>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadLayout<'a> {
-    /// Without `PERF_FORMAT_GROUP`: value, [enabled], [running], [id], [lost].
-    Single(ReadValue),
-    /// With it: nr, [enabled], [running], then nr times value, [id], [lost].
-    Group { entries: &'a [u8], has_id: bool, has_lost: bool },
+    format: u64,
+    /// The whole read block: `value, [enabled], [running], [id], [lost]` without
+    /// `PERF_FORMAT_GROUP`; `nr, [enabled], [running], nr x (value, [id], [lost])` with.
+    words: &'a [u8],
 }
 
 impl<'a> ReadValues<'a> {
     fn decode(c: &mut Cursor<'a>, format: u64) -> Option<ReadValues<'a>> {
-        let has_id = format & FORMAT_ID != 0;
-        let has_lost = format & FORMAT_LOST != 0;
-        let enabled = format & FORMAT_TOTAL_TIME_ENABLED != 0;
-        let running = format & FORMAT_TOTAL_TIME_RUNNING != 0;
-        if format & FORMAT_GROUP != 0 {
+        let start = *c;
+        let flag = |bit: u64| u64::from(format & bit != 0);
+        let times = flag(FORMAT_TOTAL_TIME_ENABLED) + flag(FORMAT_TOTAL_TIME_RUNNING);
+        let n = if format & FORMAT_GROUP != 0 {
             let nr = c.u64()?;
-            let time_enabled = if enabled { Some(c.u64()?) } else { None };
-            let time_running = if running { Some(c.u64()?) } else { None };
-            let stride = 1 + u64::from(has_id) + u64::from(has_lost);
-            let entries = c.take_words(nr.checked_mul(stride)?)?;
-            Some(ReadValues {
-                time_enabled,
-                time_running,
-                layout: ReadLayout::Group { entries, has_id, has_lost },
-            })
+            let stride = 1 + flag(FORMAT_ID) + flag(FORMAT_LOST);
+            c.take_words(times.checked_add(nr.checked_mul(stride)?)?)?;
+            1 + times + nr * stride
         } else {
-            let value = c.u64()?;
-            let time_enabled = if enabled { Some(c.u64()?) } else { None };
-            let time_running = if running { Some(c.u64()?) } else { None };
-            let id = if has_id { Some(c.u64()?) } else { None };
-            let lost = if has_lost { Some(c.u64()?) } else { None };
-            Some(ReadValues {
-                time_enabled,
-                time_running,
-                layout: ReadLayout::Single(ReadValue { value, id, lost }),
-            })
-        }
+            let n = 1 + times + flag(FORMAT_ID) + flag(FORMAT_LOST);
+            c.take_words(n)?;
+            n
+        };
+        Some(ReadValues { format, words: start.rest().get(..usize::try_from(n * 8).ok()?)? })
+    }
+
+    fn word(&self, i: u64) -> Option<u64> {
+        u64_at(self.words, usize::try_from(i).ok()?.checked_mul(8)?)
+    }
+
+    fn flag(&self, bit: u64) -> u64 {
+        u64::from(self.format & bit != 0)
     }
 
     /// True when the values are a group's (`PERF_FORMAT_GROUP`).
     pub fn is_group(&self) -> bool {
-        matches!(self.layout, ReadLayout::Group { .. })
+        self.format & FORMAT_GROUP != 0
+    }
+
+    /// `PERF_FORMAT_TOTAL_TIME_ENABLED`.
+    pub fn time_enabled(&self) -> Option<u64> {
+        (self.flag(FORMAT_TOTAL_TIME_ENABLED) == 1).then(|| self.word(1)).flatten()
+    }
+
+    /// `PERF_FORMAT_TOTAL_TIME_RUNNING`.
+    pub fn time_running(&self) -> Option<u64> {
+        let at = 1 + self.flag(FORMAT_TOTAL_TIME_ENABLED);
+        (self.flag(FORMAT_TOTAL_TIME_RUNNING) == 1).then(|| self.word(at)).flatten()
     }
 
     /// Number of counters.
     pub fn len(&self) -> usize {
-        match self.layout {
-            ReadLayout::Single(_) => 1,
-            ReadLayout::Group { entries, has_id, has_lost } => {
-                entries.len() / (8 * (1 + usize::from(has_id) + usize::from(has_lost)))
-            }
+        if self.is_group() {
+            let stride = 1 + self.flag(FORMAT_ID) + self.flag(FORMAT_LOST);
+            usize::try_from(self.word(0).unwrap_or(0).min(self.words.len() as u64 / (8 * stride)))
+                .unwrap_or(0)
+        } else {
+            1
         }
     }
 
@@ -256,19 +491,31 @@ impl<'a> ReadValues<'a> {
 
     /// The counters, leader first for a group.
     pub fn iter(&self) -> impl Iterator<Item = ReadValue> + 'a {
-        let (single, entries, has_id, has_lost) = match self.layout {
-            ReadLayout::Single(v) => (Some(v), &[][..], false, false),
-            ReadLayout::Group { entries, has_id, has_lost } => (None, entries, has_id, has_lost),
-        };
-        let stride = 8 * (1 + usize::from(has_id) + usize::from(has_lost));
-        let group = entries.chunks_exact(stride.max(8)).map(move |e| {
-            let mut w = words(e);
-            let value = w.next().unwrap_or(0);
-            let id = if has_id { w.next() } else { None };
-            let lost = if has_lost { w.next() } else { None };
-            ReadValue { value, id, lost }
-        });
-        single.into_iter().chain(group)
+        let this = *self;
+        let (has_id, has_lost) = (self.flag(FORMAT_ID), self.flag(FORMAT_LOST));
+        let times = self.flag(FORMAT_TOTAL_TIME_ENABLED) + self.flag(FORMAT_TOTAL_TIME_RUNNING);
+        let (first, stride) =
+            if self.is_group() { (1 + times, 1 + has_id + has_lost) } else { (0, 0) };
+        (0..self.len() as u64).map(move |k| {
+            let at = first + k * stride;
+            // A single value has the times between the value and its id.
+            let after = if this.is_group() { at + 1 } else { 1 + times };
+            ReadValue {
+                value: this.word(at).unwrap_or(0),
+                id: (has_id == 1).then(|| this.word(after)).flatten(),
+                lost: (has_lost == 1).then(|| this.word(after + has_id)).flatten(),
+            }
+        })
+    }
+}
+
+impl std::fmt::Debug for ReadValues<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadValues")
+            .field("time_enabled", &self.time_enabled())
+            .field("time_running", &self.time_running())
+            .field("values", &self.iter().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -314,9 +561,15 @@ impl Context {
 
 /// A sample's callchain (`PERF_SAMPLE_CALLCHAIN`): addresses, innermost first, with
 /// context markers between the kernel and user parts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Callchain<'a> {
     words: &'a [u8],
+}
+
+impl std::fmt::Debug for Callchain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.raw().map(|w| format!("{w:#x}"))).finish()
+    }
 }
 
 impl<'a> Callchain<'a> {
@@ -370,6 +623,15 @@ pub struct BranchStack<'a> {
 }
 
 impl<'a> BranchStack<'a> {
+    fn decode(c: &mut Cursor<'a>, branch_sample_type: u64) -> Option<BranchStack<'a>> {
+        let nr = c.u64()?;
+        let hw_idx = if branch_sample_type & BRANCH_HW_INDEX != 0 { Some(c.u64()?) } else { None };
+        let entries = c.take_words(nr.checked_mul(3)?)?;
+        let counters =
+            if branch_sample_type & BRANCH_COUNTERS != 0 { Some(c.take_words(nr)?) } else { None };
+        Some(BranchStack { hw_idx, entries, counters })
+    }
+
     /// The branches, most recent first.
     pub fn entries(&self) -> impl Iterator<Item = BranchEntry> + 'a {
         self.entries.chunks_exact(24).map(|e| {
@@ -437,6 +699,17 @@ pub struct StackUser<'a> {
     pub dyn_size: u64,
 }
 
+impl<'a> StackUser<'a> {
+    fn decode(c: &mut Cursor<'a>) -> Option<StackUser<'a>> {
+        let size = c.u64()?;
+        if size == 0 {
+            return Some(StackUser { data: &[], dyn_size: 0 });
+        }
+        let data = c.take(usize::try_from(size).ok()?)?;
+        Some(StackUser { data, dyn_size: c.u64()? })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,10 +731,10 @@ mod tests {
         let pid_tid = 7u64 | (8 << 32);
         let b = body(&[0x401000, pid_tid, 2, 555, 1000, 11, 0, 3, 12, 1]);
         let s = Sample::decode(&b, &a).unwrap();
-        assert_eq!((s.ip, s.pid, s.tid), (Some(0x401000), Some(7), Some(8)));
-        let r = s.read.unwrap();
+        assert_eq!((s.ip(), s.pid(), s.tid()), (Some(0x401000), Some(7), Some(8)));
+        let r = s.read().unwrap();
         assert!(r.is_group());
-        assert_eq!((r.time_enabled, r.time_running, r.len()), (Some(555), None, 2));
+        assert_eq!((r.time_enabled(), r.time_running(), r.len()), (Some(555), None, 2));
         let v: Vec<ReadValue> = r.iter().collect();
         assert_eq!(
             v,
@@ -478,10 +751,10 @@ mod tests {
         let a = attr(SAMPLE_READ | SAMPLE_PERIOD, all);
         let b = body(&[100, 42, 5, 6, 77, 9]);
         let s = Sample::decode(&b, &a).unwrap();
-        assert_eq!(s.period, Some(100));
-        let r = s.read.unwrap();
+        assert_eq!(s.period(), Some(100));
+        let r = s.read().unwrap();
         assert!(!r.is_group());
-        assert_eq!((r.time_enabled, r.time_running), (Some(5), Some(6)));
+        assert_eq!((r.time_enabled(), r.time_running()), (Some(5), Some(6)));
         assert_eq!(
             r.iter().collect::<Vec<_>>(),
             [ReadValue { value: 42, id: Some(77), lost: Some(9) }]
@@ -505,8 +778,8 @@ mod tests {
             w.extend((0..n_words).map(|i| 100 + i));
             let b = body(&w);
             let s = Sample::decode(&b, &a).unwrap();
-            assert_eq!(s.cpu, Some(9));
-            let r = s.read.unwrap();
+            assert_eq!(s.cpu(), Some(9));
+            let r = s.read().unwrap();
             assert_eq!(r.len(), nr, "format {format:#x}");
             // One word short fails.
             w.pop();
@@ -519,7 +792,7 @@ mod tests {
         let a = attr(SAMPLE_CALLCHAIN, 0);
         let b = body(&[5, CONTEXT_KERNEL, 0xffffffff81000000, CONTEXT_USER, 0x401000, 0x401100]);
         let s = Sample::decode(&b, &a).unwrap();
-        let cc = s.callchain.unwrap();
+        let cc = s.callchain().unwrap();
         assert_eq!(cc.len(), 5);
         assert_eq!(
             cc.frames().collect::<Vec<_>>(),
@@ -560,19 +833,19 @@ mod tests {
         w.extend([99, 4096, 8, 0x0102030405060708]); // cgroup, code page, aux of 8 bytes
         let b = body(&w);
         let s = Sample::decode(&b, &a).unwrap();
-        let br = s.branch_stack.unwrap();
+        let br = s.branch_stack().unwrap();
         assert_eq!(br.hw_idx, Some(77));
         assert_eq!(
             br.entries().collect::<Vec<_>>(),
             [BranchEntry { from: 0x10, to: 0x20, flags: 0x30 }]
         );
-        let regs = s.regs_user.unwrap();
+        let regs = s.regs_user().unwrap();
         assert_eq!(regs.iter().collect::<Vec<_>>(), [(0, 1), (1, 2), (3, 3)]);
-        let st = s.stack_user.unwrap();
+        let st = s.stack_user().unwrap();
         assert_eq!((st.data.len(), st.dyn_size), (16, 12));
-        assert_eq!((s.weight, s.data_src), (Some(500), Some(0x42)));
-        assert_eq!(s.regs_intr.unwrap().bytes.len(), 0);
-        assert_eq!((s.cgroup, s.code_page_size), (Some(99), Some(4096)));
-        assert_eq!(s.aux.map(<[u8]>::len), Some(8));
+        assert_eq!((s.weight(), s.data_src()), (Some(500), Some(0x42)));
+        assert_eq!(s.regs_intr().unwrap().bytes.len(), 0);
+        assert_eq!((s.cgroup(), s.code_page_size()), (Some(99), Some(4096)));
+        assert_eq!(s.aux().map(<[u8]>::len), Some(8));
     }
 }

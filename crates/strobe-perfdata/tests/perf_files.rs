@@ -152,19 +152,19 @@ fn assert_matches_dump(file: &Path) -> usize {
                 let mut w = after.split_whitespace();
                 let (pid, tid) = w.next().unwrap().trim_end_matches(':').split_once('/').unwrap();
                 assert_eq!(
-                    (s.pid, s.tid),
+                    (s.pid(), s.tid()),
                     (Some(pid.parse().unwrap()), Some(tid.parse().unwrap())),
                     "{ctx}"
                 );
-                assert_eq!(s.ip, Some(hex(w.next().unwrap())), "{ctx}");
+                assert_eq!(s.ip(), Some(hex(w.next().unwrap())), "{ctx}");
                 assert_eq!(w.next(), Some("period:"));
                 let period: u64 = w.next().unwrap().parse().unwrap();
-                assert_eq!(s.period.unwrap_or(attr.sample_period_or_freq), period, "{ctx}");
-                assert_eq!(s.time.unwrap_or(0), d.time, "{ctx}");
-                let chain: Vec<u64> = s.callchain.map(|c| c.raw().collect()).unwrap_or_default();
+                assert_eq!(s.period().unwrap_or(attr.sample_period_or_freq), period, "{ctx}");
+                assert_eq!(s.time().unwrap_or(0), d.time, "{ctx}");
+                let chain: Vec<u64> = s.callchain().map(|c| c.raw().collect()).unwrap_or_default();
                 assert_eq!(chain, d.chain, "{ctx}");
                 let read: Vec<(u64, u64, Option<u64>)> = s
-                    .read
+                    .read()
                     .map(|rv| rv.iter().map(|v| (v.id.unwrap_or(0), v.value, v.lost)).collect())
                     .unwrap_or_default();
                 assert_eq!(read, d.read, "{ctx}");
@@ -249,7 +249,7 @@ fn group_reads_match_perf_record_by_record() {
     let mut last = [0u64; 2];
     for r in data.ordered() {
         if let Event::Sample(s) = r.unwrap().event {
-            let read: Vec<_> = s.read.unwrap().iter().collect();
+            let read: Vec<_> = s.read().unwrap().iter().collect();
             assert_eq!(read.len(), 2);
             assert_eq!(data.attr_of_id(read[0].id.unwrap()), Some(0));
             assert_eq!(data.attr_of_id(read[1].id.unwrap()), Some(1));
@@ -275,7 +275,7 @@ fn callchains_match_perf_record_by_record() {
     let deep = data
         .records()
         .filter_map(|r| match r.unwrap().event {
-            Event::Sample(s) => s.callchain,
+            Event::Sample(s) => s.callchain(),
             _ => None,
         })
         .filter(|c| c.frames().count() >= 4)
@@ -339,7 +339,7 @@ fn ordered_records_come_in_perf_script_order() {
     let ours: Vec<(u32, u64, u64)> = data
         .ordered()
         .filter_map(|r| match r.unwrap().event {
-            Event::Sample(s) => Some((s.tid.unwrap(), s.time.unwrap(), s.ip.unwrap())),
+            Event::Sample(s) => Some((s.tid().unwrap(), s.time().unwrap(), s.ip().unwrap())),
             _ => None,
         })
         .collect();
@@ -363,7 +363,7 @@ fn ordered_records_come_in_perf_script_order() {
     let file_order: Vec<u64> = data
         .records()
         .filter_map(|r| match r.unwrap().event {
-            Event::Sample(s) => s.time,
+            Event::Sample(s) => s.time(),
             _ => None,
         })
         .collect();

@@ -35,7 +35,7 @@ use std::time::Instant;
 use rustc_hash::FxHashMap;
 use strobe_perfdata::abi::{FORMAT_GROUP, FORMAT_ID, SAMPLE_READ};
 use strobe_perfdata::{
-    Callchain, CpuMode, Error as PerfError, Event, PerfData, PerfFile, Sample as PerfSample,
+    CpuMode, Error as PerfError, Event, PerfData, PerfFile, Sample as PerfSample,
 };
 
 use crate::input::{Mapping, RecordInfo, Sample, SampleKind};
@@ -112,11 +112,11 @@ pub fn load(
             }
             Err(e) => return Err(ReportError::PerfData { file: String::new(), error: e }),
         };
-        match r.event {
+        match &r.event {
             Event::Sample(s) => {
                 feed.samples_read += 1;
                 if r.attr == Some(chosen) {
-                    feed.sample(&s, r.cpumode());
+                    feed.sample(s, r.cpumode());
                 } else if r.attr.is_none() {
                     feed.unknown_id += 1;
                 }
@@ -134,7 +134,7 @@ pub fn load(
             Event::Fork(t) if t.pid != t.ppid => feed.fork(t.ppid, t.pid),
             Event::Lost { lost, .. } | Event::LostSamples { lost } => {
                 let pid = r.sample_id.pid.unwrap_or(0);
-                feed.agg.add_lost(pid, r.sample_id.tid.unwrap_or(pid), lost);
+                feed.agg.add_lost(pid, r.sample_id.tid.unwrap_or(pid), *lost);
             }
             _ => {}
         }
@@ -213,14 +213,14 @@ impl Feed {
 
     /// One sample of the chosen event.
     ///
-    /// The seam for stacks: `s.callchain` ([`Callchain::frames`] gives each address with
-    /// its PERF_CONTEXT_*) is decoded here and dropped, as the engine has no stack model
-    /// yet; when it has, this is where the frames are handed over.
+    /// The seam for stacks: `s.callchain()` ([`strobe_perfdata::Callchain::frames`] gives each address
+    /// with its PERF_CONTEXT_*) is available here and not passed on, as the engine has
+    /// no stack model yet; when it has, this is where the frames are handed over.
     fn sample(&mut self, s: &PerfSample<'_>, mode: CpuMode) {
-        let _stack: Option<Callchain<'_>> = s.callchain; // not used yet: see above
-        let pid = s.pid.unwrap_or(0);
+        // Seam: `s.callchain()` goes to the engine here once it models stacks.
+        let pid = s.pid().unwrap_or(0);
         let mut values = [0u64; MAX_COUNTERS];
-        let n = match (self.group, s.read) {
+        let n = match (self.group, s.read()) {
             (true, Some(read)) => {
                 let mut n = 0;
                 for (slot, v) in values.iter_mut().zip(read.iter()) {
@@ -230,10 +230,11 @@ impl Feed {
                 n
             }
             _ => {
-                let period = s.period.unwrap_or(0);
-                values[0] = period;
-                if s.period.is_some() {
-                    self.period_sum += u128::from(period);
+                let period = s.period();
+                let period_value = period.unwrap_or(0);
+                values[0] = period_value;
+                if period.is_some() {
+                    self.period_sum += u128::from(period_value);
                     self.period_count += 1;
                 }
                 1
@@ -244,9 +245,9 @@ impl Feed {
         }
         self.agg.push(&Sample {
             pid,
-            tid: s.tid.unwrap_or(pid),
-            time: s.time.unwrap_or(0),
-            ip: s.ip.unwrap_or(0),
+            tid: s.tid().unwrap_or(pid),
+            time: s.time().unwrap_or(0),
+            ip: s.ip().unwrap_or(0),
             kind: SampleKind::Plain,
             values: values.get(..n).unwrap_or(&values),
         });
@@ -312,7 +313,7 @@ fn counter_names(data: &PerfData<'_>, chosen: usize, group: bool) -> Vec<String>
     // The first sample's read ids name the members, in the order the kernel reads them.
     let ids_of_first = data.records().find_map(|r| match r {
         Ok(r) if r.attr == Some(chosen) => match r.event {
-            Event::Sample(s) => s.read,
+            Event::Sample(s) => s.read(),
             _ => None,
         },
         Ok(_) => None,

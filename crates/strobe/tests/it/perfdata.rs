@@ -9,8 +9,9 @@
 //! (`__mmap` / `__GI___mmap64`), so each (module, name) is keyed by the symbol's address
 //! in the module's ELF when the name is found there. Kernel samples are one row in
 //! strobe (`[kernel]`, no kernel symbols yet) and are compared with the sum of perf's
-//! `[k]` rows. PLT stubs, which perf names and blazesym does not, are one bucket per
-//! module on both sides (a startup sample lands in one now and then).
+//! `[k]` rows. PLT stubs, which perf names and blazesym does not, and addresses no
+//! symbol covers are one bucket per module on both sides (a startup sample lands in one
+//! now and then).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -175,9 +176,11 @@ impl Canon {
 
     fn key(&mut self, (module, name): &(String, String)) -> (String, String) {
         // PLT stubs: perf names them `f@plt` (or `@plt`); blazesym has no PLT symbols and
-        // gives the preceding `_init` or nothing. One bucket per module, still compared
-        // exactly.
-        if name.ends_with("@plt") || name == "_init" || name.starts_with("[unknown in ") {
+        // gives the preceding `_init` or nothing. Addresses no symbol covers: perf shows
+        // the address, strobe `[unknown in MODULE]`. One bucket per module, still
+        // compared exactly.
+        let unnamed = name.starts_with("0x") || name.starts_with("[unknown in ");
+        if unnamed || name.ends_with("@plt") || name == "_init" {
             return (module.clone(), "[PLT or unnamed]".into());
         }
         let syms = self.symbols(module);
