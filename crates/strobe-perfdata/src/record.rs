@@ -252,8 +252,10 @@ pub struct Record<'a> {
     pub kind: u32,
     /// `header.misc`.
     pub misc: u16,
-    /// The attr the record belongs to (index into [`crate::PerfData::attrs`]), when
-    /// known: always for samples; for other kernel records, from their trailer's id.
+    /// The attr the record belongs to (index into [`crate::PerfData::attrs`]), from the
+    /// record's event id (or the only attr). `None` for perf's own records, and for a
+    /// record whose id names no attr: a sample is then [`Event::Other`], as it cannot
+    /// be decoded without its attr.
     pub attr: Option<usize>,
     /// Where and when a non-sample record was written: its sample-id trailer (empty
     /// for samples, whose own fields say it: [`Record::id_fields`] gives either).

@@ -309,6 +309,8 @@ fn leader_sampling_group_counts_as_perf_report_with_its_counters() {
         "a group without :u samples the kernel too"
     );
     assert_same_counts(&file, &perf, &strobe_counts(&json));
+    // A member stands for its group: the report is the leader's.
+    assert_eq!(strobe_json(&file, &["--event", "page-faults"]), json);
     // Kernel samples are named as one row, and the user is told.
     let out = run(strobe().arg("report").arg(&file));
     let err = String::from_utf8_lossy(&out.stderr);
