@@ -20,7 +20,7 @@
 //! - **The vDSO** has no file: perf keeps a copy of it in its build-id cache
 //!   (`$PERF_BUILDID_DIR`, else `~/.debug`, as `[vdso]/BUILD_ID/vdso`), which names its
 //!   functions here as it does for `perf report`.
-//! - **Callchains** are decoded (strobe-perfdata) and reach [`Feed::sample`], which does
+//! - **Callchains** are decoded (strobe-perfdata) and reach `Feed::sample`, which does
 //!   not pass them on yet: the engine has no stack model. That function is the seam.
 //! - **Lost** records (LOST, LOST_SAMPLES) are counted per thread of their trailer.
 //! - A file cut short reports everything before the cut, with the cut's byte offset;
