@@ -26,7 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             pos += size;
         }
         let s = t.elapsed().as_secs_f64();
-        println!("round {round}: header walk {n} records in {s:.3} s: {:.1} M/s ({sum})", n as f64 / s / 1e6);
+        println!(
+            "round {round}: header walk {n} records in {s:.3} s: {:.1} M/s ({sum})",
+            n as f64 / s / 1e6
+        );
         for ordered in [false, true] {
             let t = Instant::now();
             let (mut n, mut ips) = (0u64, 0u64);
@@ -40,7 +43,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let s = t.elapsed().as_secs_f64();
             let name = if ordered { "ordered" } else { "file order" };
-            println!("round {round}: {name} {n} samples in {s:.3} s: {:.1} M/s ({ips:x})", n as f64 / s / 1e6);
+            println!(
+                "round {round}: {name} {n} samples in {s:.3} s: {:.1} M/s ({ips:x})",
+                n as f64 / s / 1e6
+            );
         }
     }
     Ok(())

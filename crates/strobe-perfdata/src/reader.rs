@@ -342,11 +342,48 @@ impl<'a> PerfData<'a> {
         (t != 0 && t != u64::MAX).then_some(t)
     }
 
-    /// Decodes the record framed by `f`.
+    /// Decodes the record framed by `f`. Samples take the short path.
     #[inline]
     fn decode(&self, f: &Frame) -> Result<Record<'a>, Error> {
         let rec = self.bytes.get(f.offset..f.end).unwrap_or(&[]);
         let body = rec.get(8..).unwrap_or(&[]);
+        if f.kind != RECORD_SAMPLE {
+            return self.decode_other(f, rec, body);
+        }
+        let attr = self.attr_of(f.kind, rec);
+        let event = match attr.and_then(|i| self.layouts.get(i)) {
+            Some(layout) => match Sample::decode_planned(body, &layout.plan) {
+                Some(s) => Event::Sample(s),
+                None => return Err(self.short_sample(f, attr)),
+            },
+            None => Event::Other(body),
+        };
+        Ok(Record {
+            offset: f.offset as u64,
+            kind: f.kind,
+            misc: f.misc,
+            attr,
+            sample_id: SampleId::default(),
+            event,
+        })
+    }
+
+    #[cold]
+    fn short_sample(&self, f: &Frame, attr: Option<usize>) -> Error {
+        let ea = attr.and_then(|i| self.attrs.get(i));
+        Error::corrupt(
+            f.offset as u64,
+            format!(
+                "a SAMPLE record of {} bytes is too short for the sample_type {:#x} of event '{}'",
+                f.end - f.offset,
+                ea.map_or(0, |a| a.attr.sample_type),
+                ea.map_or("?", |a| a.name.as_str())
+            ),
+        )
+    }
+
+    /// Decodes a record other than a sample.
+    fn decode_other(&self, f: &Frame, rec: &'a [u8], body: &'a [u8]) -> Result<Record<'a>, Error> {
         let offset = f.offset as u64;
         let mut r = Record {
             offset,
@@ -371,21 +408,6 @@ impl<'a> PerfData<'a> {
             return Ok(r);
         };
         let attr: &Attr = &ea.attr;
-        if f.kind == RECORD_SAMPLE {
-            let s = Sample::decode_planned(body, &layout.plan).ok_or_else(|| {
-                Error::corrupt(
-                    offset,
-                    format!(
-                        "a SAMPLE record of {} bytes is too short for the sample_type {:#x} of event '{}'",
-                        rec.len(),
-                        attr.sample_type,
-                        ea.name
-                    ),
-                )
-            })?;
-            r.event = Event::Sample(s);
-            return Ok(r);
-        }
         let tlen = layout.trailer_len;
         let Some(split) = body.len().checked_sub(tlen) else {
             return Err(Error::corrupt(
@@ -492,6 +514,7 @@ impl<'a> Records<'_, 'a> {
 impl<'a> Iterator for Records<'_, 'a> {
     type Item = Result<Record<'a>, Error>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let f = match self.next_frame()? {
             Ok(f) => f,
@@ -542,6 +565,7 @@ impl Ordered<'_, '_> {
 impl<'a> Iterator for Ordered<'_, 'a> {
     type Item = Result<Record<'a>, Error>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some(offset) = self.ready.pop_front() {

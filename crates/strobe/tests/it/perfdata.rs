@@ -7,7 +7,9 @@
 //! which perf keeps apart per file, with the file named) and strobe's JSON. Two names
 //! of one address are one function: perf and blazesym pick different aliases
 //! (`__mmap` / `__GI___mmap64`), so each (module, name) is keyed by the symbol's address
-//! in the module's ELF when the name is found there. Kernel samples are one row in
+//! in the module's ELF when the name is found there; a function's split-off parts
+//! (`f.cold`, `f.constprop.0`) count as the function when it exists, as blazesym names
+//! them by it. Kernel samples are one row in
 //! strobe (`[kernel]`, no kernel symbols yet) and are compared with the sum of perf's
 //! `[k]` rows. PLT stubs, which perf names and blazesym does not, and addresses no
 //! symbol covers are one bucket per module on both sides (a startup sample lands in one
@@ -136,8 +138,30 @@ fn plain_name(name: &str) -> &str {
 struct Canon {
     /// Module file name -> its path, from the recording's mappings.
     paths: HashMap<String, PathBuf>,
-    /// Module file name -> (symbol name -> address).
-    symbols: HashMap<String, HashMap<String, u64>>,
+    /// Module file name -> its symbols.
+    symbols: HashMap<String, Symbols>,
+}
+
+/// A module's symbols: exact names, and names without a clone suffix or version.
+#[derive(Default)]
+struct Symbols {
+    exact: HashMap<String, u64>,
+    plain: HashMap<String, u64>,
+}
+
+impl Symbols {
+    /// The address of `name`, a function's part (`f.cold`, `f.constprop.0`) counting as
+    /// the function when the function exists: blazesym names such parts by the function.
+    fn addr(&self, name: &str) -> Option<u64> {
+        let plain = plain_name(name);
+        // A versioned name (`memcpy@@GLIBC_2.14`) picks among same-named symbols.
+        let versioned = name.contains('@').then(|| self.exact.get(name)).flatten();
+        versioned
+            .or_else(|| self.exact.get(plain))
+            .or_else(|| self.exact.get(name))
+            .or_else(|| self.plain.get(plain))
+            .copied()
+    }
 }
 
 impl Canon {
@@ -156,21 +180,24 @@ impl Canon {
         Canon { paths, symbols: HashMap::new() }
     }
 
-    fn symbols(&mut self, module: &str) -> &HashMap<String, u64> {
+    fn symbols(&mut self, module: &str) -> &Symbols {
         let path = self.paths.get(module).cloned();
         self.symbols.entry(module.to_string()).or_insert_with(|| {
-            let mut map = HashMap::new();
+            let mut syms = Symbols::default();
             // Every name of every symbol (blazesym keeps one name per address): the
-            // file's own, then its debug file's, found by build id as perf finds it.
-            if let Some(id) = path.and_then(|p| elf_symbols(&p, &mut map)) {
+            // debug file's first (found by build id, as perf finds it; its symbol table
+            // spells versions, `memcpy@@GLIBC_2.14`), then the file's own.
+            let Some(path) = path else { return syms };
+            if let Some(id) = elf_build_id(&path) {
                 let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
                 if hex.len() > 2 {
                     let debug =
                         format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
-                    elf_symbols(Path::new(&debug), &mut map);
+                    elf_symbols(Path::new(&debug), &mut syms);
                 }
             }
-            map
+            elf_symbols(&path, &mut syms);
+            syms
         })
     }
 
@@ -183,9 +210,7 @@ impl Canon {
         if unnamed || name.ends_with("@plt") || name == "_init" {
             return (module.clone(), "[PLT or unnamed]".into());
         }
-        let syms = self.symbols(module);
-        let addr = syms.get(name.as_str()).or_else(|| syms.get(plain_name(name)));
-        match addr {
+        match self.symbols(module).addr(name) {
             Some(a) => (module.clone(), format!("{a:#x}")),
             None => (module.clone(), name.clone()),
         }
@@ -200,21 +225,30 @@ impl Canon {
     }
 }
 
-/// Adds the symbols of the ELF file at `path` to `map` (name -> address, also under the
-/// name without clone suffix or version); returns the file's build id.
-fn elf_symbols(path: &Path, map: &mut HashMap<String, u64>) -> Option<Vec<u8>> {
+/// The build id of the ELF file at `path`.
+fn elf_build_id(path: &Path) -> Option<Vec<u8>> {
+    use object::Object;
+    let bytes = std::fs::read(path).ok()?;
+    let obj = object::File::parse(&*bytes).ok()?;
+    obj.build_id().ok().flatten().map(<[u8]>::to_vec)
+}
+
+/// Adds the symbols of the ELF file at `path` to `syms`.
+fn elf_symbols(path: &Path, syms: &mut Symbols) -> Option<()> {
     use object::{Object, ObjectSymbol};
     let bytes = std::fs::read(path).ok()?;
     let obj = object::File::parse(&*bytes).ok()?;
     for sym in obj.symbols().chain(obj.dynamic_symbols()) {
         if let (Ok(name), addr) = (sym.name(), sym.address()) {
             if addr != 0 && !name.is_empty() {
-                map.entry(name.to_string()).or_insert(addr);
-                map.entry(plain_name(name).to_string()).or_insert(addr);
+                syms.exact.entry(name.to_string()).or_insert(addr);
+                if plain_name(name) != name {
+                    syms.plain.entry(plain_name(name).to_string()).or_insert(addr);
+                }
             }
         }
     }
-    obj.build_id().ok().flatten().map(<[u8]>::to_vec)
+    Some(())
 }
 
 /// Asserts strobe's counts equal perf's, function by function; returns the total.
