@@ -216,11 +216,11 @@ impl Feed {
 
     /// One sample of the chosen event.
     ///
-    /// The seam for stacks: `s.callchain()` ([`strobe_perfdata::Callchain::frames`] gives each address
-    /// with its PERF_CONTEXT_*) is available here and not passed on, as the engine has
-    /// no stack model yet; when it has, this is where the frames are handed over.
+    /// The seam for stacks: `s.callchain()` (whose
+    /// [`frames`](strobe_perfdata::Callchain::frames) give each address with its
+    /// PERF_CONTEXT_*) is available here and not passed on, as the engine has no stack
+    /// model yet; when it has, this is where the frames are handed over.
     fn sample(&mut self, s: &PerfSample<'_>, mode: CpuMode) {
-        // Seam: `s.callchain()` goes to the engine here once it models stacks.
         let pid = s.pid().unwrap_or(0);
         let mut values = [0u64; MAX_COUNTERS];
         let n = match (self.group, s.read()) {
