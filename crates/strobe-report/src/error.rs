@@ -23,6 +23,24 @@ pub enum ReportError {
         /// The engine's limit.
         max: usize,
     },
+    /// A perf.data file is missing, unreadable, corrupt, or uses what strobe does not
+    /// read (a compressed or big-endian file); the message names the file and, for
+    /// damage, the byte offset.
+    #[error("{}", perf_data_message(file, error))]
+    PerfData {
+        /// The file (empty when the data did not come from a file).
+        file: String,
+        /// What went wrong.
+        error: strobe_perfdata::Error,
+    },
+    /// `--event` named no event of the perf.data file.
+    #[error("the perf.data file has no event '{event}'; choose one of: {choices}")]
+    UnknownEvent {
+        /// What was asked for.
+        event: String,
+        /// The events the file has.
+        choices: String,
+    },
     /// `--sort` named no column.
     #[error("unknown sort column '{column}'; choose one of: {choices}")]
     UnknownSort {
@@ -44,5 +62,14 @@ pub enum ReportError {
 impl From<strobe_format::FormatError> for ReportError {
     fn from(e: strobe_format::FormatError) -> Self {
         ReportError::Read(e)
+    }
+}
+
+fn perf_data_message(file: &str, error: &strobe_perfdata::Error) -> String {
+    match error {
+        // The I/O error already names the file.
+        strobe_perfdata::Error::Io { .. } => error.to_string(),
+        _ if file.is_empty() => error.to_string(),
+        _ => format!("{file}: {error}"),
     }
 }

@@ -24,6 +24,9 @@ pub struct RecordInfo {
     pub jitter: u64,
     /// The profiled command line, for the report's header.
     pub command: Vec<String>,
+    /// Where the samples come from, when that needs saying (a perf.data file: which of
+    /// its events the shares are of), for the report's header.
+    pub source: Option<String>,
 }
 
 /// One executable mapping of a process, as /proc/PID/maps describes it.

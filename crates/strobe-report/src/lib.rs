@@ -14,7 +14,8 @@
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
-//! engine. [`throughput`] measures the engine's samples per second. [`lookup`] lends the
+//! engine; [`perfdata`] feeds a Linux perf perf.data file (crate strobe-perfdata).
+//! [`throughput`] measures the engine's samples per second. [`lookup`] lends the
 //! symbolization to tools that learn code addresses another way (`strobe watch`).
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
@@ -25,6 +26,7 @@ mod error;
 pub mod input;
 pub mod lookup;
 pub mod metrics;
+pub mod perfdata;
 pub mod recording;
 pub mod render;
 mod report;

@@ -51,6 +51,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
         window: header.window.unwrap_or(0),
         jitter: header.jitter.unwrap_or(0),
         command: header.command.clone(),
+        source: None,
     };
     let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
     let mut agg = Aggregator::new(info)?;

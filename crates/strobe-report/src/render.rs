@@ -190,6 +190,9 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     if let Some(f) = file {
         lines.push(format!("file:     {f}"));
     }
+    if let Some(source) = &report.info.source {
+        lines.push(format!("source:   {source}"));
+    }
     if !report.info.command.is_empty() {
         lines.push(format!("command:  {}", report.info.command.join(" ")));
     }
@@ -252,6 +255,11 @@ pub fn baseline_line(report: &Report) -> String {
             line
         }
         BaselineUse::NotApplied(why) => format!("baseline: not subtracted ({why})"),
+        BaselineUse::Absent if report.info.source.is_some() => {
+            "baseline: none (not a strobe recording): interval metrics include whatever the \
+             recorder's own sampling counted"
+                .into()
+        }
         BaselineUse::Absent => "baseline: none recorded: window metrics include the sampler's \
                                 own counts (about 28 us of task-clock per window on a VM)"
             .into(),
@@ -500,6 +508,8 @@ impl Serialize for JsonFunction<'_> {
 struct JsonReport<'r> {
     file: Option<&'r str>,
     command: &'r [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'r str>,
     events: &'r [String],
     unit: &'static str,
     period: u64,
@@ -522,6 +532,7 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
     let doc = JsonReport {
         file,
         command: &report.info.command,
+        source: report.info.source.as_deref(),
         events: &report.info.events,
         unit: if report.leader_is_time() { "ns" } else { "events" },
         period: report.info.period,

@@ -66,6 +66,7 @@ impl Stream {
             window: 20_000,
             jitter: 0,
             command: vec!["./prog".into(), "--fast".into()],
+            source: None,
         };
         let mut agg = Aggregator::new(info).unwrap();
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

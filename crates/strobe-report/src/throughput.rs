@@ -112,6 +112,7 @@ fn info(exe: &str) -> RecordInfo {
         window: 20_000,
         jitter: 0,
         command: vec![exe.to_string()],
+        source: None,
     }
 }
 

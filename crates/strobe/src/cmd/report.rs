@@ -1,4 +1,5 @@
-//! `strobe report`: reads a record file and prints per-function metrics. The work is in
+//! `strobe report`: reads a record file, or a perf.data file written by Linux perf
+//! (recognized by its magic, `PERFILE2`), and prints per-function metrics. The work is in
 //! crate strobe-report; this module turns arguments into its plain options.
 
 use std::io::Write;
@@ -6,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use strobe_report::perfdata::PerfDataOptions;
 use strobe_report::{Format, RenderOptions, WindowPolicy};
 
 /// Output format of `strobe report`.
@@ -38,7 +40,8 @@ samples), windows (windows attributed to it), then every metric whose counters w
 recorded:\n{}\nExamples:\n  \
 strobe report run.strobe\n  \
 strobe report run.strobe --sort faults/ms --top 10\n  \
-strobe report run.strobe --format json --window-policy fold > report.json",
+strobe report run.strobe --format json --window-policy fold > report.json\n  \
+strobe report perf.data --event task-clock:u",
         strobe_report::metrics::help_table()
     )
 }
@@ -46,19 +49,29 @@ strobe report run.strobe --format json --window-policy fold > report.json",
 /// Arguments of `strobe report`.
 #[derive(Debug, clap::Args)]
 #[command(
-    about = "Print per-function metrics from a record file",
-    long_about = "Print per-function metrics from a record file.\n\n\
+    about = "Print per-function metrics from a record file (or a perf.data file)",
+    long_about = "Print per-function metrics from a record file (or a perf.data file).\n\n\
 Each function's share of time comes from its sample count. Its metrics come from the short \
 windows that started and ended in it: the counter deltas of each window (end sample minus \
 start sample of the same thread) are attributed to a function only when both samples fall \
 in it (--window-policy discard, the default) or to the function where the window ended \
-(fold). A function too small to hold whole windows keeps its sample count and rank.",
+(fold). A function too small to hold whole windows keeps its sample count and rank.\n\n\
+A perf.data file written by `perf record` is recognized by its magic: each function's \
+samples are those of one event (--event, or the first that samples), counted as \
+`perf report --no-children --sort sym` counts them; a leader-sampling group's counters \
+are read with each sample.",
     after_help = after_help()
 )]
 pub struct Args {
-    /// The record file written by `strobe record`.
+    /// The record file written by `strobe record`, or a perf.data file written by
+    /// `perf record`.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    /// perf.data only: the event whose samples make the report (as `perf evlist` names
+    /// it, with or without its modifier: `task-clock:u` or `task-clock`). Default: the
+    /// first event that samples.
+    #[arg(long, value_name = "NAME")]
+    event: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
@@ -93,6 +106,15 @@ pub struct Args {
     metric: Option<String>,
 }
 
+/// True when `path` starts with perf.data's magic (an unreadable file is left to the
+/// record-file reader, whose error names it).
+fn is_perf_data(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok()
+        && strobe_perfdata::is_perf_data(&magic)
+}
+
 /// Runs `strobe report`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = match args.window_policy {
@@ -108,7 +130,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--metric weights folded stacks: use it with --format folded");
     }
     let started = Instant::now();
-    let loaded = strobe_report::recording::read(&args.file, policy)?;
+    let loaded = if is_perf_data(&args.file) {
+        let opts = PerfDataOptions { event: args.event.clone() };
+        strobe_report::perfdata::read(&args.file, policy, &opts)?
+    } else {
+        if args.event.is_some() {
+            anyhow::bail!(
+                "--event chooses among the events of a perf.data file; {} is a strobe recording, \
+                 whose counters all make its report",
+                args.file.display()
+            );
+        }
+        strobe_report::recording::read(&args.file, policy)?
+    };
     let read_s = started.elapsed().as_secs_f64();
     let report = &loaded.report;
 

@@ -4,6 +4,7 @@
 mod util;
 
 mod cli;
+mod perfdata;
 mod probe;
 mod record;
 mod report;
