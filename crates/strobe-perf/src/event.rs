@@ -65,7 +65,7 @@ impl PerfEvent {
         };
         if fd < 0 {
             let err = io::Error::last_os_error();
-            return Err(OpenError::diagnose(err, &attr, target, what));
+            return Err(OpenError::diagnose(err, &attr, target.pid, what));
         }
         // SAFETY: the kernel just returned this fd to us and nothing else owns it.
         Ok(PerfEvent { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
@@ -321,5 +321,16 @@ mod tests {
         ev.disable().unwrap();
         assert!(ev.id().unwrap() > 0);
         assert!(ev.set_period(0).is_err(), "a zero period is rejected by the kernel");
+    }
+
+    #[test]
+    fn real_hardware_open_is_diagnosed_when_absent() {
+        if crate::pmu::hardware_pmu_available() {
+            eprintln!("skipping: this machine has a hardware PMU, so cycles opens fine");
+            return;
+        }
+        let a = new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_INSTRUCTIONS as u64);
+        let err = PerfEvent::open(&a, Target::CALLING_THREAD, None, "instructions").unwrap_err();
+        assert!(matches!(err, OpenError::NoHardwarePmu { .. }), "{err}");
     }
 }

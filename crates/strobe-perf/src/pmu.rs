@@ -3,10 +3,10 @@
 //! the target's name.
 
 use std::io;
+use std::os::fd::FromRawFd;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::event::{PerfEvent, Target};
 use crate::sys;
 
 const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
@@ -102,8 +102,20 @@ pub fn pmu_format(pmu: &str, field: &str) -> io::Result<FormatField> {
 pub fn hardware_pmu_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        let attr = sys::new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64);
-        PerfEvent::open(&attr, Target::CALLING_THREAD, None, "cycles").is_ok()
+        let mut attr = sys::new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64);
+        // The raw call, not `PerfEvent::open`: a refusal here is an answer, not an error to
+        // diagnose, and this module sits below the event layer.
+        // SAFETY: `attr` is a valid, initialised attr with its size set by `new_attr` and
+        // no pointers; pid 0 / cpu -1 is the calling thread on any CPU; no group.
+        let fd = unsafe {
+            sys::perf_event_open(&mut attr, 0, -1, -1, sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong)
+        };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        true
     })
 }
 
