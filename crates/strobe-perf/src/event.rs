@@ -4,6 +4,12 @@
 //! may call [`PerfEvent::read_into`], [`PerfEvent::set_period`], [`PerfEvent::refresh`]
 //! and friends from a signal handler. Opening an event is not signal-safe (it may format
 //! an error message); do it in normal context.
+//!
+//! Owns the fd of an open event ([`PerfEvent`], closed on drop), the per-fd operations
+//! (enable, disable, refresh, period, id, reads) and the layout of a group read
+//! ([`GroupRead`]). It must never allocate or lock in an operation on an open event, never
+//! build attrs (that is `spec.rs` and its callers') and never decide what a failure means
+//! beyond naming it ([`OpenError`](crate::OpenError) diagnoses an open).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -1,6 +1,11 @@
 //! What this machine's perf subsystem offers: dynamic PMU types, whether a hardware PMU
 //! exists, and the `perf_event_paranoid` level. Reads sysfs/procfs; never opens files in
 //! the target's name.
+//!
+//! Owns those questions and their answers (the hardware PMU probe is cached for the
+//! process). It must never change the machine's settings, never open an event beyond the
+//! one counting probe it closes at once, and never turn an unreadable file into a panic
+//! (an unknown answer is `None`, `false` or an `io::Error`).
 
 use std::io;
 use std::os::fd::FromRawFd;
