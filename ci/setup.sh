@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what strobe's build and tests need on a fresh Debian machine, if missing:
-# a C compiler (test programs) and Linux perf (benchmarks compare against it). The test
+# a C compiler (test programs), a C++ compiler (libFuzzer, built for ci/fuzz.sh) and
+# Linux perf (benchmarks compare against it). The test
 # programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v perf >/dev/null 2>&1 || need+=(linux-perf)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
