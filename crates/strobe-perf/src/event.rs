@@ -9,7 +9,7 @@
 //! (enable, disable, refresh, period, id, reads) and the layout of a group read
 //! ([`GroupRead`]). It must never allocate or lock in an operation on an open event, never
 //! build attrs (that is `spec.rs` and its callers') and never decide what a failure means
-//! beyond naming it ([`OpenError`](crate::OpenError) diagnoses an open).
+//! beyond naming it ([`OpenError`] diagnoses an open).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

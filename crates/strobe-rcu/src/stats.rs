@@ -57,7 +57,7 @@ pub struct Stats {
     pub blocks_allocated: u64,
     /// Block allocations that failed (really or by fault injection).
     pub block_alloc_failures: u64,
-    /// Objects queued through their embedded [`RcuHead`] because no block
+    /// Objects queued through their embedded [`RcuHead`](crate::RcuHead) because no block
     /// could be allocated.
     pub emergency: u64,
     /// Head-less objects freed synchronously because no block could be
