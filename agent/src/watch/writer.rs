@@ -32,7 +32,7 @@ static DONE: AtomicBool = AtomicBool::new(false);
 pub static OWNER_PID: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of written-out lines the writer keeps while strobe reads slower than hits arrive.
-pub const CHANNEL_BACKLOG: usize = 4 << 20;
+const CHANNEL_BACKLOG: usize = 4 << 20;
 
 thread_local! {
     /// Set in the writer thread: threads it creates (strobe-rcu's reclaimer) are strobe's
