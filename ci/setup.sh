@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what strobe's build and tests need on a fresh Debian machine, if missing:
-# a C and a C++ compiler (test programs) and Linux perf (benchmarks compare against it). The test
+# a C compiler, a C++ compiler (C++ test programs; libFuzzer, built for ci/fuzz.sh) and
+# Linux perf (benchmarks compare against it). The test
 # programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail

@@ -72,7 +72,7 @@ pub fn code_before(ip: u64, out: &mut [u8; 15]) -> bool {
         }
         true
     } else {
-        super::trap::safe_read(start, out)
+        super::mem::safe_read(start, out)
     }
 }
 

@@ -23,8 +23,9 @@ use strobe_perf::sys;
 use strobe_watch::bp::PerfTrap;
 
 use super::decode;
+use super::mem::safe_read;
 use super::ring::{Hit, HIT_IMPRECISE, HIT_OLD_UNKNOWN, MAX_FRAMES};
-use super::{state, SIG_TAG};
+use super::state::{state, SIG_TAG};
 
 /// Set once our handler is installed: from then on SIGTRAP actions are kept here.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -166,17 +167,6 @@ pub fn virtual_signal(sig: libc::c_int, handler: libc::sighandler_t) -> Option<l
     CHAIN_FLAGS.store(libc::SA_RESTART, Ordering::Relaxed);
     CHAIN_MASK.store(0, Ordering::Relaxed);
     Some(old)
-}
-
-/// Reads `buf.len()` bytes at `addr` in this process without faulting: false if any of
-/// it is unmapped. Async-signal-safe (one system call).
-pub fn safe_read(addr: u64, buf: &mut [u8]) -> bool {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: the local iovec covers `buf`, which we own mutably; the kernel checks the
-    // remote range and fails with EFAULT instead of faulting.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == buf.len() as isize
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -4,8 +4,9 @@
 //! Variants, side by side in one run (`usecs_per_op`, median of `opts.repeats`):
 //!
 //! - **list** / **array** / **hash** / **hash-mutex**: strobe's slot table
-//!   ([`strobe_watch::SlotTable`]). T thread ids are registered, each holding 3 of its 4
-//!   slots (3 reservations of one slot, as a thread watched at 3 locations); one op
+//!   ([`strobe_watch::SlotTable`], over strobe's map or one of [`crate::slotmaps`]). T
+//!   thread ids are registered, each holding 3 of its 4 slots (3 reservations of one
+//!   slot, as a thread watched at 3 locations); one op
 //!   reserves the 4th slot of one of them and releases it. `list` is the kernel before the
 //!   seed: one intrusive doubly linked list of every reservation, one heap node each (the
 //!   kernel's `bp_task_head` of `perf_event`s), walked node by node to count the thread's
@@ -53,12 +54,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use strobe_perf::{OpenError, PerfEvent, Target};
 use strobe_watch::bp::{self, Breakpoint, Mode, PerfTrap, Scope};
-use strobe_watch::slots::{ArrayMap, DEBUG_REGISTERS};
-use strobe_watch::{
-    Access, HitCounters, Len, ListMap, MutexHashMap, RcuHashMap, SlotTable, ThreadMultiMap,
-};
+use strobe_watch::slots::DEBUG_REGISTERS;
+use strobe_watch::{Access, HitCounters, Len, RcuHashMap, SlotTable, ThreadMultiMap};
 
 use crate::report::{machine_summary, row};
+use crate::slotmaps::{ArrayMap, ListMap, MutexHashMap};
 use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport, Row};
 

@@ -19,6 +19,7 @@ pub mod probe_uprobe;
 pub mod readside;
 pub mod reclaim;
 pub mod sampling;
+pub mod slotmaps;
 
 pub use report::{BenchOpts, BenchReport, Row};
 

@@ -1,4 +1,8 @@
 //! The shape every benchmark returns: JSON rows plus a human table.
+//!
+//! Owns that shape ([`BenchOpts`], [`BenchReport`], [`row`]) and the line naming the
+//! machine a report ran on. It must never measure anything itself, and never invent a
+//! fact it cannot read (an unreadable CPU model is "unknown CPU").
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,4 +1,7 @@
 //! Small statistics helpers: benchmarks quote medians, never a lone run.
+//!
+//! Owns the median and its distribution-free interval. It must never drop or clamp a
+//! measurement to make a figure look steadier (NaNs sort last and stay counted).
 
 /// The median of `xs` (the mean of the middle two for an even count).
 /// Returns NaN for an empty slice. NaNs sort last.

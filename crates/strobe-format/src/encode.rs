@@ -4,6 +4,14 @@
 //! writes [`Encoder::as_bytes`] with one `write(2)` on an `O_APPEND` file and then
 //! [`Encoder::clear`]s it, keeping the allocation. Nothing here does I/O except
 //! [`Encoder::write_to`], a convenience for callers with a `Write`.
+//!
+//! Owns the byte layout on the writing side: chunk framing (sync, tag, stream, then the
+//! length and CRC-32 patched in when the chunk ends), each chunk's payload, and the delta
+//! and varint encoding of sample batches ([`SampleBatchEncoder`], which closes its chunk
+//! when dropped and leaves nothing behind when it holds no sample). It must never do I/O
+//! beyond [`Encoder::write_to`], never decide where bytes go, and never panic on a value it
+//! is given (a length that does not fit saturates; counters past
+//! [`MAX_COUNTERS`](crate::MAX_COUNTERS) are left out).
 
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;

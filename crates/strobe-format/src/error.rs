@@ -1,4 +1,9 @@
 //! Errors of reading a record file, each naming the file and, for damage, the byte offset.
+//!
+//! Owns [`FormatError`]: every way reading a recording can fail, each one line that names
+//! the file (and the byte offset where damage starts) and, where the user can act, what to
+//! do. It must never hold anything but the values its message needs (no I/O, no retry
+//! policy: whether to stop at the first error or salvage the rest is the caller's).
 
 use std::io;
 use std::path::PathBuf;

@@ -15,6 +15,12 @@
 //!
 //! Sample batches are returned undecoded ([`SampleBatch`]); iterating one decodes
 //! samples into plain values without allocating.
+//!
+//! Owns the reading side of the layout: the preamble and header checks, chunk framing and
+//! checksums, resynchronising after damage, each chunk's payload into a [`Record`], and
+//! the lazy decoding of sample batches. It must never panic on any input, never trust a
+//! length or count before checking it against the bytes that remain (and against
+//! [`MAX_PAYLOAD`](crate::MAX_PAYLOAD)), and never decide which file to read.
 
 use std::fs::File;
 use std::io::{self, Read};

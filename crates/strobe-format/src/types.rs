@@ -1,4 +1,8 @@
 //! The values a recording holds, as plain data shared by the encoder and the reader.
+//!
+//! Owns those types and their small helpers (a process's mean window, counters as a
+//! slice). It must never know how they are laid out in bytes (that is `encode.rs` and
+//! `read.rs`'s) and never do I/O.
 
 use std::path::PathBuf;
 

@@ -2,6 +2,9 @@
 //!
 //! Decoding works on a byte slice with a cursor and returns `None` on a malformed or
 //! short value; callers turn that into a [`crate::FormatError`] with the offset.
+//!
+//! Owns LEB128 and zigzag coding and the payload cursor. It must never read past the
+//! slice it is given, never accept a varint that overflows 64 bits, and never panic.
 
 /// Appends `v` as an unsigned LEB128 varint (1 to 10 bytes).
 #[inline]

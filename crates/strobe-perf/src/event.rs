@@ -4,6 +4,12 @@
 //! may call [`PerfEvent::read_into`], [`PerfEvent::set_period`], [`PerfEvent::refresh`]
 //! and friends from a signal handler. Opening an event is not signal-safe (it may format
 //! an error message); do it in normal context.
+//!
+//! Owns the fd of an open event ([`PerfEvent`], closed on drop), the per-fd operations
+//! (enable, disable, refresh, period, id, reads) and the layout of a group read
+//! ([`GroupRead`]). It must never allocate or lock in an operation on an open event, never
+//! build attrs (that is `spec.rs` and its callers') and never decide what a failure means
+//! beyond naming it ([`OpenError`] diagnoses an open).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -65,7 +71,7 @@ impl PerfEvent {
         };
         if fd < 0 {
             let err = io::Error::last_os_error();
-            return Err(OpenError::diagnose(err, &attr, target, what));
+            return Err(OpenError::diagnose(err, &attr, target.pid, what));
         }
         // SAFETY: the kernel just returned this fd to us and nothing else owns it.
         Ok(PerfEvent { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
@@ -321,5 +327,16 @@ mod tests {
         ev.disable().unwrap();
         assert!(ev.id().unwrap() > 0);
         assert!(ev.set_period(0).is_err(), "a zero period is rejected by the kernel");
+    }
+
+    #[test]
+    fn real_hardware_open_is_diagnosed_when_absent() {
+        if crate::pmu::hardware_pmu_available() {
+            eprintln!("skipping: this machine has a hardware PMU, so cycles opens fine");
+            return;
+        }
+        let a = new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_INSTRUCTIONS as u64);
+        let err = PerfEvent::open(&a, Target::CALLING_THREAD, None, "instructions").unwrap_err();
+        assert!(matches!(err, OpenError::NoHardwarePmu { .. }), "{err}");
     }
 }

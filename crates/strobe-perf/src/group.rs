@@ -4,6 +4,11 @@
 //! Opening allocates (the member list) and may format errors: do it in normal context.
 //! Reading and re-arming go through [`EventGroup::leader`], whose operations are
 //! async-signal-safe.
+//!
+//! Owns opening a parsed group's events in order (the leader first, members into its
+//! group) and closing them together. It must never change the spec it opens (that is
+//! `spec.rs`'s) and never leave half a group open: a member that fails closes what was
+//! opened before it.
 
 use crate::error::OpenError;
 use crate::event::{PerfEvent, Target};

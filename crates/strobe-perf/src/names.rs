@@ -1,5 +1,8 @@
 //! perf's event names and what they mean to the kernel: (type, config) pairs, with the
 //! aliases perf accepts. Also the advice strobe gives when a hardware event is missing.
+//!
+//! Owns the name table and the software substitute for each hardware event. It must never
+//! probe the machine: whether an event exists here is `pmu.rs`'s to say.
 
 use crate::sys;
 

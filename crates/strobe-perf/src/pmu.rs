@@ -1,12 +1,17 @@
 //! What this machine's perf subsystem offers: dynamic PMU types, whether a hardware PMU
 //! exists, and the `perf_event_paranoid` level. Reads sysfs/procfs; never opens files in
 //! the target's name.
+//!
+//! Owns those questions and their answers (the hardware PMU probe is cached for the
+//! process). It must never change the machine's settings, never open an event beyond the
+//! one counting probe it closes at once, and never turn an unreadable file into a panic
+//! (an unknown answer is `None`, `false` or an `io::Error`).
 
 use std::io;
+use std::os::fd::FromRawFd;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::event::{PerfEvent, Target};
 use crate::sys;
 
 const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
@@ -102,8 +107,20 @@ pub fn pmu_format(pmu: &str, field: &str) -> io::Result<FormatField> {
 pub fn hardware_pmu_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        let attr = sys::new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64);
-        PerfEvent::open(&attr, Target::CALLING_THREAD, None, "cycles").is_ok()
+        let mut attr = sys::new_attr(sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64);
+        // The raw call, not `PerfEvent::open`: a refusal here is an answer, not an error to
+        // diagnose, and this module sits below the event layer.
+        // SAFETY: `attr` is a valid, initialised attr with its size set by `new_attr` and
+        // no pointers; pid 0 / cpu -1 is the calling thread on any CPU; no group.
+        let fd = unsafe {
+            sys::perf_event_open(&mut attr, 0, -1, -1, sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong)
+        };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+        drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        true
     })
 }
 

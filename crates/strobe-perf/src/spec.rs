@@ -21,6 +21,12 @@
 //! Parsing is pure; [`GroupSpec::check_pmu`] diagnoses hardware events on a machine
 //! without a PMU, and [`GroupSpec::counting_attr`] / [`GroupSpec::leader_attr`] build the
 //! `perf_event_attr`s the recorder and the agent open.
+//!
+//! Owns the spec grammar, its parsed form ([`GroupSpec`]), printing it back, and the attrs
+//! built from it. It must never open an event or read the machine's state itself (the
+//! caller passes whether a hardware PMU and kernel counting are available), and never
+//! panic on any text: every malformed spec is a [`SpecError`] that says what is wrong
+//! and what is accepted.
 
 use crate::names::{self, EventKind};
 use crate::sys::{self, perf_event_attr};

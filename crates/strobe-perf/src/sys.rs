@@ -3,6 +3,10 @@
 //! Bindings come from `perf-event-open-sys` (generated from the kernel's uapi headers);
 //! this module re-exports what strobe uses and adds the few constants those bindings lack.
 //! Everything here is `unsafe` or plain data; the safe layer is [`crate::event`].
+//!
+//! Owns the ABI's types, constants and ioctl numbers and the raw system-call wrappers. It
+//! must never hold policy or state (no caching, no diagnosis, no retry), and never be
+//! bypassed: other modules reach the kernel's perf interface only through it.
 
 pub use perf_event_open_sys::bindings::{
     perf_event_attr, perf_event_header, perf_event_mmap_page, HW_BREAKPOINT_R, HW_BREAKPOINT_RW,

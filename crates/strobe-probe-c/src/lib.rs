@@ -24,7 +24,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use strobe_probe::{HitKind, Site, MAX_ARGS};
+use strobe_probe::{fire_registering, HitKind, Site, MAX_ARGS};
 
 /// Version of this ABI (the site layout and the functions below).
 pub const STROBE_PROBE_ABI: u32 = 2;
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn strobe_probe_fire(site: *const Site, args: *const u64, 
     let Some(site) = (unsafe { site.as_ref() }) else { return };
     // SAFETY: caller's contract.
     let args = unsafe { args_slice(args, nargs) };
-    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Fire, args)));
+    let _ = catch_unwind(AssertUnwindSafe(|| fire_registering(site, HitKind::Fire, args)));
 }
 
 /// Enters a scoped C probe (`STROBE_PROBE_SCOPE`): fires the entry event and
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn strobe_probe_enter(
     let Some(site) = (unsafe { site.as_ref() }) else { return 0 };
     // SAFETY: caller's contract.
     let args = unsafe { args_slice(args, nargs) };
-    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Entry, args)));
+    let _ = catch_unwind(AssertUnwindSafe(|| fire_registering(site, HitKind::Entry, args)));
     strobe_probe::now_ns()
 }
 
@@ -160,5 +160,5 @@ pub unsafe extern "C" fn strobe_probe_exit(site: *const Site, start: u64) {
     // SAFETY: caller's contract.
     let Some(site) = (unsafe { site.as_ref() }) else { return };
     let ns = strobe_probe::now_ns().saturating_sub(start);
-    let _ = catch_unwind(AssertUnwindSafe(|| site.fire_kind(HitKind::Exit { ns }, &[])));
+    let _ = catch_unwind(AssertUnwindSafe(|| fire_registering(site, HitKind::Exit { ns }, &[])));
 }

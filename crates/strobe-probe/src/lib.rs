@@ -76,9 +76,10 @@ mod registry;
 mod site;
 
 pub use registry::{
-    attach, attach_existing, consumer_count, detach_all, fire_by_name, probe_names, register_sites,
-    sites, Action, Attachment, Consumer, Probe, SiteInfo, DETACH_GRACE_SPACING,
+    attach, attach_existing, consumer_count, detach_all, fire_by_name, fire_registering,
+    probe_names, register_sites, sites, Attachment, Probe, SiteInfo, DETACH_GRACE_SPACING,
 };
+pub use site::list::{Action, Consumer};
 pub use site::{now_ns, Hit, HitKind, ScopeGuard, Site, MAX_ARGS};
 
 #[doc(hidden)]

@@ -1,32 +1,33 @@
-//! The probe registry: probes by name, their sites, and their consumer
-//! lists (seed 001's `uprobe->consumers` under RCU).
+//! The probe registry: probes by name, their sites, and which consumer list each
+//! probe has (seed 001's `uprobe->consumers` under RCU); the writer side of the
+//! trigger path in `site.rs`.
 //!
 //! # Design
 //!
 //! A [`Probe`] exists once per distinct name and is never freed (the set of
 //! names is bounded by the program's sites plus the names consumers asked
-//! for). It keeps the sites that carry its name and its consumer list.
+//! for). It keeps the sites that carry its name and its consumer list (the
+//! list's layout and its running are `site/list.rs`'s).
 //!
-//! The consumer list is an immutable array of entries behind one pointer,
-//! replaced copy-on-write by writers (attach, detach) that serialise on the
-//! registry's mutex, as the kernel keeps `uprobe->register_rwsem` for
-//! registration. The probe owns the current list and every site of the probe
-//! holds a copy of the pointer, so the trigger path goes from the site it
-//! already has to the entries in one load: it enters a read section, loads
-//! the site's list (`Acquire`, paired with the writer's `Release` stores),
-//! and calls each consumer through a plain function pointer (a monomorphic
-//! trampoline and the closure's address, no vtable). The entries sit in the
-//! same allocation as the list's header. The trigger path takes no lock, no
-//! reference count, allocates nothing and does no bounds check; the `Arc`s
-//! that keep consumers alive sit in the list's `owners`, touched by writers
-//! only, so list arrays can share consumers.
+//! Writers (attach, detach, registering a site) serialise on the registry's
+//! mutex, as the kernel keeps `uprobe->register_rwsem` for registration, and
+//! replace a probe's list copy-on-write: build the new list, publish it to the
+//! probe and to each of its sites (`Release`), retire the old one.
 //!
 //! *Detach* publishes a list without the consumer, then waits for a grace
 //! period: every trigger that could have loaded the old list has left its
 //! read section, so once `detach` returns the handler is never called again.
 //! The old list is retired once the probe and all its sites point at the new
 //! one; when it is reclaimed (after a grace period) its `Arc` clones drop,
-//! and with them the consumer's memory.
+//! and with them the consumer's memory. A consumer whose removal its handler
+//! requested (see [`Action::Remove`](crate::Action::Remove)) is unlinked by
+//! the next writer on its probe: its attachment's detach or drop, or any
+//! later attach or detach.
+//!
+//! *Registration.* Rust sites are found through the linker section [`SITES`]
+//! when the registry is first used; C sites are handed over by their module's
+//! constructor ([`register_sites`]), and one that constructor missed registers
+//! on its first hit ([`fire_registering`], the C ABI's entry point).
 //!
 //! # Normal and expedited grace periods
 //!
@@ -50,285 +51,23 @@
 //! the grace period named by a cookie taken *after* the unpublish has
 //! completed; the pacing only decides who runs it and when.
 //!
-//! *Handler-requested removal* (`UPROBE_HANDLER_REMOVE`): a handler returns
-//! [`Action::Remove`]; the trigger path then asks the consumer's filter again
-//! with the same hit. Only if the filter now declines (the handler changed the
-//! state the filter reads, as the kernel expects of `filter()`) is the request
-//! honoured: the consumer is marked dead with one atomic store and skipped by
-//! every later trigger, and a writer unlinks it (its attachment's detach or
-//! drop, or any later attach/detach on the probe). A consumer without a
-//! filter wants every hit, so its removal requests are ignored, as in the
-//! kernel, where a consumer without `filter()` always keeps its breakpoint.
-//!
 //! Lookup by name for the dynamic path ([`fire_by_name`]) goes through a
 //! [`HashMultiMap`], lock-free under the same read section.
 //!
-//! Must never: lock, allocate or touch a reference count on the trigger path;
-//! free a consumer before a grace period has passed since it was unlinked.
+//! Must never: lock, allocate or touch a reference count on the trigger path
+//! (the registry is off it, but for the lock-free [`fire_by_name`] and a C
+//! site's one registering hit); free a consumer before a grace period has
+//! passed since it was unlinked.
 
-use std::alloc::Layout;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use strobe_rcu::HashMultiMap;
 
-use crate::site::{Hit, Site, OFF, ON};
-use crate::ProbeError;
-
-/// What a handler asks for after a hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Keep calling me.
-    Keep,
-    /// Remove me, if my filter confirms (see [`Consumer::with_filter`]).
-    Remove,
-}
-
-type HandlerFn = dyn Fn(&Hit<'_>) -> Action + Send + Sync;
-type FilterFn = dyn Fn(&Hit<'_>) -> bool + Send + Sync;
-/// A handler called through a plain function pointer: the monomorphic
-/// trampoline of the closure's type and a pointer to the closure.
-type CallFn = unsafe fn(*const (), &Hit<'_>) -> Action;
-type FilterCallFn = unsafe fn(*const (), &Hit<'_>) -> bool;
-
-/// # Safety
-/// `data` points at a live `F`.
-unsafe fn call_handler<F: Fn(&Hit<'_>) -> Action>(data: *const (), hit: &Hit<'_>) -> Action {
-    // SAFETY: forwarded contract.
-    unsafe { (*data.cast::<F>())(hit) }
-}
-
-/// # Safety
-/// `data` points at a live `F`.
-unsafe fn call_filter<F: Fn(&Hit<'_>) -> bool>(data: *const (), hit: &Hit<'_>) -> bool {
-    // SAFETY: forwarded contract.
-    unsafe { (*data.cast::<F>())(hit) }
-}
-
-/// A consumer to attach to a probe: a handler and an optional filter.
-pub struct Consumer {
-    /// Owns the handler; `call`/`data` reach it without the vtable.
-    _handler: Box<HandlerFn>,
-    call: CallFn,
-    data: *const (),
-    filter: Option<(Box<FilterFn>, FilterCallFn, *const ())>,
-}
-
-// SAFETY: the raw pointers point into the boxes the consumer owns, whose
-// targets are `Send + Sync`; nothing mutates through them.
-unsafe impl Send for Consumer {}
-// SAFETY: as above.
-unsafe impl Sync for Consumer {}
-
-impl Consumer {
-    /// A consumer calling `handler` on every hit of its probe.
-    ///
-    /// Handlers run on the triggering thread, inside a read section: they
-    /// must not call [`Attachment::detach`] or anything that waits for a
-    /// grace period (return [`Action::Remove`] instead), and if probes fire in
-    /// signal handlers, the handler must be async-signal-safe.
-    pub fn new<F>(handler: F) -> Self
-    where
-        F: Fn(&Hit<'_>) -> Action + Send + Sync + 'static,
-    {
-        let b = Box::new(handler);
-        // The box's heap address does not change when the box moves.
-        let data = (&*b as *const F).cast::<()>();
-        Consumer { _handler: b, call: call_handler::<F>, data, filter: None }
-    }
-
-    /// Adds a filter: the handler runs only for hits the filter accepts.
-    ///
-    /// The filter also confirms removal requests: when the handler returns
-    /// [`Action::Remove`], the filter is asked again with the same hit and
-    /// the consumer is removed only if it now returns `false`.
-    pub fn with_filter<F>(mut self, filter: F) -> Self
-    where
-        F: Fn(&Hit<'_>) -> bool + Send + Sync + 'static,
-    {
-        let b = Box::new(filter);
-        let data = (&*b as *const F).cast::<()>();
-        self.filter = Some((b, call_filter::<F>, data));
-        self
-    }
-}
-
-impl std::fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer").field("has_filter", &self.filter.is_some()).finish()
-    }
-}
-
-struct ConsumerInner {
-    c: Consumer,
-    /// Set once a removal request was confirmed; never cleared.
-    dead: AtomicBool,
-}
-
-/// One consumer in a published list: plain pointers into a consumer that
-/// the list's `owners` keep alive, so a trigger calls the handler with one
-/// load of the function pointer and no vtable.
-#[derive(Clone, Copy)]
-struct Entry {
-    call: CallFn,
-    data: *const (),
-    /// `None` for a consumer without a filter (the hot case).
-    filter: Option<FilterCallFn>,
-    filter_data: *const (),
-    dead: *const AtomicBool,
-}
-
-impl Entry {
-    fn new(inner: &ConsumerInner) -> Self {
-        let (filter, filter_data) = match &inner.c.filter {
-            Some((_, f, d)) => (Some(*f), *d),
-            None => (None, std::ptr::null()),
-        };
-        Entry { call: inner.c.call, data: inner.c.data, filter, filter_data, dead: &inner.dead }
-    }
-}
-
-/// A published consumer list: this header, then `len` entries in the same
-/// allocation (so a trigger goes from the site's pointer straight to the
-/// entries). Immutable once published; replaced copy-on-write by writers and
-/// freed after a grace period. `owners` keeps the consumers alive as long as
-/// the list; only writers touch it.
-#[repr(C)]
-pub(crate) struct List {
-    len: usize,
-    owners: Vec<Arc<ConsumerInner>>,
-}
-
-/// A list allocation's alignment (and size granule): one cache line.
-const LIST_ALIGN: usize = 64;
-
-/// Where the entries start in a list allocation.
-const ENTRIES_OFF: usize =
-    std::mem::size_of::<List>().next_multiple_of(std::mem::align_of::<Entry>());
-
-impl List {
-    fn layout(len: usize) -> Layout {
-        let size = std::mem::size_of::<Entry>()
-            .checked_mul(len)
-            .and_then(|s| s.checked_add(ENTRIES_OFF))
-            .expect("consumer list size overflows");
-        // Whole cache lines of its own: firing threads read the list on every
-        // hit, so no other heap object (a counter some thread updates) may
-        // share a line with it.
-        let align = LIST_ALIGN.max(std::mem::align_of::<List>()).max(std::mem::align_of::<Entry>());
-        Layout::from_size_align(size, align).expect("consumer list layout").pad_to_align()
-    }
-
-    /// A list of `owners`' consumers, or null when there is none.
-    fn alloc(owners: Vec<Arc<ConsumerInner>>) -> *mut List {
-        if owners.is_empty() {
-            return std::ptr::null_mut();
-        }
-        let len = owners.len();
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size (the header alone).
-        let p = unsafe { std::alloc::alloc(layout) };
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        // SAFETY: `p` is a fresh allocation of `layout`: the header at 0 and
-        // `len` entries at ENTRIES_OFF, all suitably aligned, none initialised.
-        unsafe {
-            let entries = p.add(ENTRIES_OFF).cast::<Entry>();
-            for (i, o) in owners.iter().enumerate() {
-                entries.add(i).write(Entry::new(o));
-            }
-            let list = p.cast::<List>();
-            list.write(List { len, owners });
-            list
-        }
-    }
-
-    /// The entries. Async-signal-safe (no check, no call).
-    #[inline(always)]
-    fn entries(&self) -> &[Entry] {
-        // SAFETY: a list is always built by `alloc`, with `len` initialised
-        // entries at ENTRIES_OFF; they live as long as the list.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self as *const List).cast::<u8>().add(ENTRIES_OFF).cast::<Entry>(),
-                self.len,
-            )
-        }
-    }
-
-    /// Frees a list built by `alloc` (the drop function of its retirement).
-    ///
-    /// # Safety
-    /// `p` came from `alloc`, is unreachable by readers and freed once.
-    unsafe fn free(p: *mut ()) {
-        let list = p.cast::<List>();
-        // SAFETY: forwarded contract; the entries are `Copy` and need no drop.
-        unsafe {
-            let layout = Self::layout((*list).len);
-            std::ptr::drop_in_place(list);
-            std::alloc::dealloc(p.cast::<u8>(), layout);
-        }
-    }
-
-    /// Runs every live consumer on `hit`. Lock-free, allocation-free, no
-    /// reference count, no bounds check, async-signal-safe if the consumers
-    /// are.
-    #[inline(always)]
-    pub(crate) fn run(&self, hit: &Hit<'_>) {
-        // One consumer without a filter, the common case, is a single call
-        // here; longer lists loop out of line, so the caller keeps few
-        // registers live (no spills in the trigger path's prologue).
-        if let [e] = self.entries() {
-            if e.filter.is_none() {
-                // SAFETY: as in `run_all`.
-                unsafe {
-                    let _ = (e.call)(e.data, hit);
-                }
-                return;
-            }
-        }
-        self.run_all(hit);
-    }
-
-    /// Cold only for code layout: the single-consumer call in `run` then
-    /// falls through instead of jumping out and back.
-    #[cold]
-    #[inline(never)]
-    fn run_all(&self, hit: &Hit<'_>) {
-        for e in self.entries() {
-            match e.filter {
-                // No filter: it wants every hit and can never be removed by
-                // request, so there is no `dead` flag to check.
-                // SAFETY: `data` points into a consumer this list's `owners`
-                // keep alive, and the caller's read section keeps the list.
-                None => unsafe {
-                    let _ = (e.call)(e.data, hit);
-                },
-                Some(filter) => run_filtered(e, filter, hit),
-            }
-        }
-    }
-}
-
-/// A consumer with a filter: filter, handler, confirmed removal.
-#[inline(never)]
-fn run_filtered(e: &Entry, filter: FilterCallFn, hit: &Hit<'_>) {
-    // SAFETY: as in `List::run`: every pointer of the entry targets the
-    // consumer the list keeps alive while the caller's section lasts.
-    unsafe {
-        // Relaxed: `dead` guards no data; it only stops later calls, and
-        // the store below is seen by this thread at once and by others
-        // soon (a confirmed removal races with concurrent hits anyway).
-        if (*e.dead).load(Ordering::Relaxed) || !filter(e.filter_data, hit) {
-            return;
-        }
-        if (e.call)(e.data, hit) == Action::Remove && !filter(e.filter_data, hit) {
-            (*e.dead).store(true, Ordering::Relaxed);
-        }
-    }
-}
+use crate::site::list::{Consumer, ConsumerInner, List};
+use crate::site::{now_ns, Hit, HitKind, Site, MAX_ARGS, OFF, ON, UNREGISTERED};
+use crate::{ProbeError, SITES};
 
 /// One probe name: its sites and its consumers.
 pub struct Probe {
@@ -352,7 +91,7 @@ static REGISTRY: OnceLock<Registry> = OnceLock::new();
 fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let r = Registry { lock: Mutex::new(()), by_name: HashMultiMap::new() };
-        for site in crate::SITES {
+        for site in SITES {
             add_site(&r.by_name, site);
         }
         r
@@ -414,8 +153,26 @@ fn add_site(by_name: &HashMultiMap<&'static str, &'static Probe>, site: &'static
     site.set_state(if list.is_null() { OFF } else { ON });
 }
 
+/// Fires `site` as [`Site::fire_kind`] does, registering it first if it is not
+/// registered yet: the C ABI's entry point. A C site starts unregistered when its
+/// module's constructor could not hand it over ([`register_sites`]); its first hit then
+/// takes the registry lock and allocates, once. Every later hit costs one `Relaxed` load
+/// more than [`Site::fire_kind`].
+#[inline]
+pub fn fire_registering(site: &'static Site, kind: HitKind, args: &[u64]) {
+    if site.state() == UNREGISTERED {
+        register_site(site);
+        if !site.is_enabled() {
+            return;
+        }
+    }
+    site.fire_kind(kind, args);
+}
+
 /// Registers a site on its first hit (C sites). Idempotent.
-pub(crate) fn register_site(site: &'static Site) {
+#[cold]
+#[inline(never)]
+fn register_site(site: &'static Site) {
     let r = registry();
     let _l = lock(r);
     add_site(&r.by_name, site);
@@ -432,7 +189,7 @@ pub fn register_sites(sites: &'static [Site]) {
     let _l = lock(r);
     for site in sites {
         // Under the lock, as `register_site` (a concurrent first hit) also runs.
-        if site.state() == crate::site::UNREGISTERED {
+        if site.state() == UNREGISTERED {
             add_site(&r.by_name, site);
         }
     }
@@ -477,7 +234,7 @@ fn current(p: &Probe) -> Vec<Arc<ConsumerInner>> {
     let list = p.list.load(Ordering::Acquire);
     // SAFETY: see above: the list cannot be retired while we hold the lock.
     match unsafe { list.as_ref() } {
-        Some(l) => l.owners.iter().filter(|o| !o.dead.load(Ordering::Relaxed)).cloned().collect(),
+        Some(l) => l.owners().iter().filter(|o| !o.is_dead()).cloned().collect(),
         None => Vec::new(),
     }
 }
@@ -499,7 +256,7 @@ pub fn attach(name: &str, consumer: Consumer) -> Result<Attachment, ProbeError> 
     let r = registry();
     let _l = lock(r);
     let p = probe_for(&r.by_name, name);
-    let inner = Arc::new(ConsumerInner { c: consumer, dead: AtomicBool::new(false) });
+    let inner = Arc::new(ConsumerInner::new(consumer));
     let mut owners = current(p);
     owners.push(inner.clone());
     publish(p, owners);
@@ -534,7 +291,7 @@ impl Attachment {
     /// True once a removal the handler requested was confirmed by its filter
     /// (the handler is no longer called).
     pub fn is_removed(&self) -> bool {
-        self.inner.as_ref().is_some_and(|c| c.dead.load(Ordering::Relaxed))
+        self.inner.as_ref().is_some_and(|c| c.is_dead())
     }
 
     /// Detaches the consumer. When this returns, its handler and filter are
@@ -547,7 +304,8 @@ impl Attachment {
     ///
     /// # Panics
     /// If called inside a read section (for example from a handler): the wait
-    /// would never end. Return [`Action::Remove`] from a handler instead.
+    /// would never end. Return [`Action::Remove`](crate::Action::Remove) from a handler
+    /// instead.
     pub fn detach(mut self) {
         assert_outside_read_section("detach");
         self.unlink(Wait::Normal);
@@ -634,14 +392,14 @@ fn synchronize_paced() {
             return;
         }
         let due = LAST_FORCED_NS.load(Ordering::Relaxed).saturating_add(spacing);
-        let now = crate::site::now_ns();
+        let now = now_ns();
         if now >= due {
             break;
         }
         std::thread::sleep(Duration::from_nanos(due - now));
     }
     d.wait_for(cookie);
-    LAST_FORCED_NS.store(crate::site::now_ns(), Ordering::Relaxed);
+    LAST_FORCED_NS.store(now_ns(), Ordering::Relaxed);
 }
 
 impl Drop for Attachment {
@@ -689,8 +447,8 @@ pub fn fire_by_name(name: &str, args: &[u64]) {
     // Acquire: pairs with the Release in `add_site`.
     // SAFETY: sites are statics ('static); null until the first registers.
     let Some(site) = (unsafe { p.first_site.load(Ordering::Acquire).as_ref() }) else { return };
-    let n = args.len().min(crate::MAX_ARGS);
-    let hit = Hit { site, kind: crate::HitKind::Fire, args: args.get(..n).unwrap_or(&[]) };
+    let n = args.len().min(MAX_ARGS);
+    let hit = Hit { site, kind: HitKind::Fire, args: args.get(..n).unwrap_or(&[]) };
     // Acquire: pairs with the publishing swap in `publish`.
     // SAFETY: lists are freed only a grace period after they are replaced,
     // and `g`'s section is open.
@@ -751,5 +509,44 @@ pub fn consumer_count(name: &str) -> usize {
     let Some(p) = find(&r.by_name, name) else { return 0 };
     let _g = strobe_rcu::read_lock();
     // Acquire and SAFETY: as in `fire_by_name`.
-    unsafe { p.list.load(Ordering::Acquire).as_ref() }.map_or(0, |l| l.len)
+    unsafe { p.list.load(Ordering::Acquire).as_ref() }.map_or(0, List::len)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::Action;
+
+    #[test]
+    fn an_unregistered_site_registers_on_its_first_hit_through_fire_registering() {
+        // What a C++ site (or a C site its module's constructor missed) looks like.
+        static LATE: Site = Site::new("registry_test_late", file!(), line!(), 1);
+        LATE.set_state(UNREGISTERED);
+        let seen = Arc::new(AtomicU64::new(0));
+        let s = seen.clone();
+        let a = attach(
+            "registry_test_late",
+            Consumer::new(move |hit| {
+                s.fetch_add(hit.arg(0), Ordering::Relaxed);
+                Action::Keep
+            }),
+        )
+        .unwrap();
+        // The trigger path alone runs nothing for it and leaves it unregistered.
+        LATE.fire_kind(HitKind::Fire, &[1]);
+        assert_eq!((seen.load(Ordering::Relaxed), LATE.state()), (0, UNREGISTERED));
+        assert!(!probe_names().iter().any(|n| n == "registry_test_late"));
+        // The first hit through the C ABI's entry registers it and reaches the consumer.
+        fire_registering(&LATE, HitKind::Fire, &[5]);
+        assert_eq!((seen.load(Ordering::Relaxed), LATE.state()), (5, ON));
+        fire_registering(&LATE, HitKind::Fire, &[7]);
+        assert_eq!(seen.load(Ordering::Relaxed), 12);
+        assert!(probe_names().iter().any(|n| n == "registry_test_late"));
+        a.detach();
+        assert_eq!(LATE.state(), OFF);
+        fire_registering(&LATE, HitKind::Fire, &[100]);
+        assert_eq!(seen.load(Ordering::Relaxed), 12, "detached: the handler never runs again");
+    }
 }

@@ -26,14 +26,28 @@
 //!
 //! States: `0` registered and no consumer, `1` registered with consumers,
 //! `2` not registered yet (C sites start there and register on their first
-//! hit; Rust sites are found through a linker section and start at `0`).
+//! hit, through the registry's `fire_registering`; Rust sites are found
+//! through a linker section and start at `0`). An unregistered site has no
+//! list, so firing it here runs nothing.
 //!
-//! Must never: make the disabled path more than the load and the branch, or
-//! evaluate a probe's arguments when the site is disabled.
+//! # What this module owns
+//!
+//! The site static, its flag, what a hit is ([`Hit`], [`HitKind`]), the clock
+//! scoped probes time with, and the trigger path: from the flag through the
+//! read section to running the site's consumer list ([`list`], the list's
+//! layout and its calls). Which list a site points at, and registering sites,
+//! is the registry's: it writes `state` and `list`, this module only reads
+//! them.
+//!
+//! Must never: make the disabled path more than the load and the branch,
+//! evaluate a probe's arguments when the site is disabled, or lock, allocate
+//! or touch a reference count on the trigger path.
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-use crate::registry::{self, List};
+pub(crate) mod list;
+
+use list::List;
 
 /// Disabled: registered, no consumer attached.
 pub(crate) const OFF: u8 = 0;
@@ -151,8 +165,10 @@ impl Site {
     ///
     /// Called only when [`is_enabled`](Self::is_enabled) said so; out of line
     /// so a disabled site stays small (and not cold: see the module note).
-    /// Takes no lock and allocates nothing, except once: a C site's first
-    /// hit registers it (a lock and an allocation), Rust sites never do.
+    /// Takes no lock and allocates nothing (a thread's first hit registers the
+    /// thread with strobe-rcu, once). A site that is not registered yet (a C
+    /// site its module's constructor missed) runs nothing here:
+    /// [`fire_registering`](crate::fire_registering) registers it first.
     #[inline(never)]
     pub fn fire(&'static self, args: &[u64]) {
         self.fire_inline(HitKind::Fire, args);
@@ -170,9 +186,6 @@ impl Site {
         // The hit is built first: from here on the arguments live on the
         // stack, and no register holds one across a call, on any path.
         let hit = Hit { site: self, kind, args: args.get(..MAX_ARGS).unwrap_or(args) };
-        if self.state() == UNREGISTERED {
-            return fire_unregistered(&hit);
-        }
         fire_hit(&hit);
     }
 }
@@ -215,17 +228,6 @@ fn fire_nested(hit: &Hit<'_>) {
     let guard = strobe_rcu::read_lock();
     run_list(hit);
     drop(guard);
-}
-
-/// A C site's first hit: registers the site, then fires it if it has
-/// consumers.
-#[cold]
-#[inline(never)]
-fn fire_unregistered(hit: &Hit<'_>) {
-    registry::register_site(hit.site);
-    if hit.site.state() == ON {
-        fire_hit(hit);
-    }
 }
 
 impl std::fmt::Debug for Site {

@@ -37,13 +37,18 @@ use std::ptr;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::domain::Domain;
+use crate::domain::{Domain, GlobalHooks, LocalHandle};
 use crate::error::Error;
 use crate::primitive::{lock, Ordering};
 use crate::reader::{ReadGuard, Reader, NEST_MASK};
-use crate::reclaim::{drop_box, DropFn, LocalHandle, RcuHead, Stats};
+use crate::reclaim::{drop_box, DropFn, RcuHead};
+use crate::stats::Stats;
 
-static GLOBAL: Domain = Domain::global_init();
+/// What the global domain has that others lack, handed to it at construction.
+static HOOKS: GlobalHooks =
+    GlobalHooks { request_gp, kick_reclaimer, retire: retire_tls, read_depth };
+
+static GLOBAL: Domain = Domain::global_init(&HOOKS);
 
 /// The process-wide domain behind the free functions.
 pub fn global() -> &'static Domain {
@@ -152,7 +157,7 @@ pub fn read_lock() -> ReadGuard<'static> {
         // SAFETY: a sentinel's low field is never zero, so `r` is this
         // thread's own record, outside sections, under membarrier.
         unsafe { (*r).enter_light(GLOBAL.epoch_word()) };
-        return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
+        return ReadGuard { reader: r, on_exit: None, _not_send: PhantomData };
     }
     read_lock_slow(r, v)
 }
@@ -177,9 +182,9 @@ pub fn try_read_lock() -> Option<ReadGuard<'static>> {
     } else if !try_enter_slow(r, v) {
         return None;
     }
-    // Built here for both paths, so that the compiler sees `transient` false
+    // Built here for both paths, so that the compiler sees `on_exit` empty
     // and the guard's drop is the exit store alone.
-    Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
+    Some(ReadGuard { reader: r, on_exit: None, _not_send: PhantomData })
 }
 
 /// The common entry alone: an outermost section on this thread's own
@@ -205,9 +210,9 @@ pub fn try_read_lock_outermost() -> Option<ReadGuard<'static>> {
     }
     // SAFETY: as in `read_lock`: a sentinel's low field is never zero.
     unsafe { (*r).enter_light(GLOBAL.epoch_word()) };
-    // Built here, so the compiler sees `transient` false and the guard's
+    // Built here, so the compiler sees `on_exit` empty and the guard's
     // drop is the exit store alone.
-    Some(ReadGuard { reader: r, transient: false, _not_send: PhantomData })
+    Some(ReadGuard { reader: r, on_exit: None, _not_send: PhantomData })
 }
 
 /// [`try_read_lock`] off the common path: a nested or heavy entry (true), or
@@ -236,7 +241,8 @@ fn read_lock_slow(r: *const Reader, v: usize) -> ReadGuard<'static> {
         // A section nested in one that borrowed the record past thread exit
         // is transient too: whichever guard drops last (guards may be
         // dropped in any order) gives the record back.
-        return ReadGuard { reader: r, transient: borrowed(), _not_send: PhantomData };
+        let on_exit = if borrowed() { Some(release_transient as fn(*const Reader)) } else { None };
+        return ReadGuard { reader: r, on_exit, _not_send: PhantomData };
     }
     if ptr::eq(r, unregistered()) {
         register_current_thread();
@@ -244,7 +250,7 @@ fn read_lock_slow(r: *const Reader, v: usize) -> ReadGuard<'static> {
         if live(r) {
             // SAFETY: the record just claimed for this thread.
             unsafe { (*r).enter() };
-            return ReadGuard { reader: r, transient: false, _not_send: PhantomData };
+            return ReadGuard { reader: r, on_exit: None, _not_send: PhantomData };
         }
     }
     // Past thread exit: borrow a record for this outermost section.
@@ -252,7 +258,7 @@ fn read_lock_slow(r: *const Reader, v: usize) -> ReadGuard<'static> {
     // SAFETY: just claimed.
     unsafe { (*r).enter() };
     READER.set(r);
-    ReadGuard { reader: r, transient: true, _not_send: PhantomData }
+    ReadGuard { reader: r, on_exit: Some(release_transient), _not_send: PhantomData }
 }
 
 /// True when `READER` holds a record borrowed past thread exit (the handle
@@ -266,7 +272,7 @@ fn borrowed() -> bool {
 /// then falls through on the common path.
 #[cold]
 #[inline(never)]
-pub(crate) fn release_transient(r: *const Reader) {
+fn release_transient(r: *const Reader) {
     // SAFETY: the record is claimed by this thread.
     if unsafe { (*r).depth() } == 0 {
         READER.set(exited());
@@ -425,6 +431,21 @@ pub unsafe fn retire_head(head: std::ptr::NonNull<RcuHead>, drop: DropFn) {
     }
 }
 
+/// [`GlobalHooks::retire`]: retires through the calling thread's handle, as
+/// [`retire_head`] when `head` is not null, else as [`retire_raw`].
+///
+/// # Safety
+/// As [`retire_raw`]; `head`, if non-null, is embedded in the object and is the
+/// pointer retired.
+unsafe fn retire_tls(ptr: *mut (), drop: DropFn, head: *mut RcuHead) {
+    match std::ptr::NonNull::new(head) {
+        // SAFETY: forwarded contract.
+        Some(h) => unsafe { retire_head(h, drop) },
+        // SAFETY: forwarded contract.
+        None => unsafe { retire_raw(ptr, drop) },
+    }
+}
+
 /// Seals what this thread retired so far into a batch and asks for its grace
 /// period, so it is freed soon even if the thread retires nothing more (the
 /// background reclaimer would otherwise pick it up within [`SCAN_PERIOD`]).
@@ -488,7 +509,7 @@ fn ensure_started(s: &mut ReclaimerState) {
 }
 
 /// Asks the reclaimer to complete grace period `cookie`.
-pub(crate) fn request_gp(cookie: u64) {
+fn request_gp(cookie: u64) {
     let mut s = lock(&RECLAIMER);
     if cookie > s.wanted {
         s.wanted = cookie;
@@ -500,7 +521,7 @@ pub(crate) fn request_gp(cookie: u64) {
 }
 
 /// Asks the reclaimer to free orphaned garbage soon.
-pub(crate) fn kick_reclaimer() {
+fn kick_reclaimer() {
     let mut s = lock(&RECLAIMER);
     s.kicked = true;
     ensure_started(&mut s);

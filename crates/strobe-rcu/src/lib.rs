@@ -27,7 +27,8 @@
 //!   batches, freed in bulk after their grace period, an intrusive emergency
 //!   list when a block cannot be allocated, a background reclaimer, and a hard
 //!   per-thread ceiling ([`MAX_OUTSTANDING_PER_THREAD`]) with synchronous
-//!   reclamation past it. See the `reclaim` module notes for the design.
+//!   reclamation past it. See the `reclaim` module notes for the design
+//!   (`src/reclaim.rs`; the code that runs it is in `src/domain/`).
 //! - **[`RcuPtr`]**: an owning pointer readers load and writers replace.
 //! - **[`HashMultiMap`]**: several values per key, lock-free lookups,
 //!   resizing that never blocks readers.
@@ -67,10 +68,11 @@ mod primitive;
 mod ptr;
 mod reader;
 mod reclaim;
+mod stats;
 #[cfg(not(loom))]
 mod sys;
 
-pub use domain::{Domain, LAZY_PATIENCE};
+pub use domain::{Domain, LocalHandle, LAZY_PATIENCE};
 pub use error::Error;
 #[cfg(not(loom))]
 pub use global::{
@@ -83,6 +85,7 @@ pub use multimap::HashMultiMap;
 pub use ptr::RcuPtr;
 pub use reader::ReadGuard;
 pub use reclaim::{
-    fail_next_block_allocs, DropFn, LocalHandle, RcuHead, Stats, BATCH_BLOCKS, EMERGENCY_LIMIT,
-    LIMIT_BLOCKS, MAX_OUTSTANDING_PER_THREAD, RECORDS_PER_BLOCK,
+    fail_next_block_allocs, DropFn, RcuHead, BATCH_BLOCKS, EMERGENCY_LIMIT, LIMIT_BLOCKS,
+    MAX_OUTSTANDING_PER_THREAD, RECORDS_PER_BLOCK,
 };
+pub use stats::Stats;

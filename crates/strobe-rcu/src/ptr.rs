@@ -14,9 +14,10 @@
 use std::marker::PhantomData;
 
 use crate::domain::Domain;
+use crate::domain::LocalHandle;
 use crate::primitive::{AtomicPtr, Ordering};
 use crate::reader::ReadGuard;
-use crate::reclaim::{drop_box, LocalHandle};
+use crate::reclaim::drop_box;
 
 /// An RCU-protected owning pointer to an immutable `T` (or nothing).
 ///

@@ -20,7 +20,7 @@
 //! outermost one stores `epoch | HEAVY | 1` and executes a `SeqCst` fence)
 //! and the common entry never loads a separate flag.
 //!
-//! A grace period (see `domain.rs`) advances the epoch, issues a
+//! A grace period (see `domain/grace.rs`) advances the epoch, issues a
 //! `sys_membarrier`, then looks at every record and waits, per record, until
 //! the depth is zero, the epoch is the one it just set, or the word moved
 //! from what it first saw: each means the section seen has ended or began
@@ -95,7 +95,7 @@
 //! stores a value computed from the pre-signal word (and an epoch it may have
 //! loaded before the handler ran): the depth is right, and at worst the
 //! epoch goes back to an older one, which only makes a writer wait for one
-//! more section (`domain.rs`, "Polling", for why the section is still safe). A handler that interrupts an *ending* section
+//! more section (`domain/grace.rs`, "Polling", for why the section is still safe). A handler that interrupts an *ending* section
 //! before its store sees itself nested inside it, which is also right: the
 //! outer section has not ended yet. `HEAVY` changes only in normal context
 //! outside sections ([`Reader::offline`], [`Reader::online`]), and a handler's
@@ -348,10 +348,11 @@ impl Reader {
 #[must_use = "the read section ends when the guard is dropped"]
 pub struct ReadGuard<'h> {
     pub(crate) reader: *const Reader,
-    /// The thread's TLS was already destroyed and the record was borrowed for
-    /// this outermost section only (see `global.rs`).
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) transient: bool,
+    /// What dropping the guard does after leaving the section, if anything: give
+    /// back a record borrowed for this section because the thread's TLS was
+    /// already destroyed (`global.rs` sets it; `None` on every other guard, and
+    /// where it is `None` as a constant the drop is the exit store alone).
+    pub(crate) on_exit: Option<fn(*const Reader)>,
     pub(crate) _not_send: PhantomData<(*mut (), &'h ())>,
 }
 
@@ -372,9 +373,8 @@ impl Drop for ReadGuard<'_> {
         // on the thread's stack.
         let r = unsafe { &*self.reader };
         r.exit();
-        #[cfg(not(loom))]
-        if self.transient {
-            crate::global::release_transient(self.reader);
+        if let Some(f) = self.on_exit {
+            f(self.reader);
         }
     }
 }

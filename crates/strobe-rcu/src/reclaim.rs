@@ -1,5 +1,11 @@
 //! Batched deferred reclamation: the kfree_rcu design of seed 002, in user space.
 //!
+//! This module owns the garbage and its containers (records, page-sized blocks, chains,
+//! batches, a thread's [`Bag`], the domain's [`Orphans`] queue) and freeing a batch in
+//! bulk. The code that moves garbage between them is the domain's: a thread's retire
+//! path in `domain/handle.rs`, the orphan queue, stealing and `barrier` in
+//! `domain/collect.rs`.
+//!
 //! # Pipeline
 //!
 //! Each thread owns a [`Bag`]. `retire` appends a record (pointer + drop
@@ -44,15 +50,13 @@
 //! retire), free anything before its grace period, or lose a record.
 
 use std::alloc::Layout;
-use std::cell::Cell;
-use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ptr::{self, NonNull};
+use std::ptr;
 
-use crate::domain::Domain;
 use crate::primitive::UnsafeCell;
-use crate::primitive::{lock, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering};
-use crate::reader::{ReadGuard, Reader};
+use crate::primitive::{AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering};
+use crate::reader::Reader;
+use crate::stats::Counters;
 
 /// A function that frees one retired object, given the pointer retired.
 pub type DropFn = unsafe fn(*mut ());
@@ -73,12 +77,12 @@ pub const BATCH_BLOCKS: usize = 8;
 pub const BATCH_BLOCKS: usize = 1;
 
 /// Full blocks that make a batch when grace periods are cheap (no barrier:
-/// see "Polling" in `domain.rs`), which the retiring thread then runs at
+/// see "Polling" in `domain/grace.rs`), which the retiring thread then runs at
 /// once: small batches are freed while still in cache.
-const CHEAP_BATCH_BLOCKS: usize = 1;
+pub(crate) const CHEAP_BATCH_BLOCKS: usize = 1;
 
 /// Records freed between two quiescent-state reports of the freeing thread.
-const QUIESCE_EVERY: usize = 32;
+pub(crate) const QUIESCE_EVERY: usize = 32;
 
 /// Blocks a thread may hold retired-but-unfreed before `retire` waits.
 ///
@@ -97,7 +101,7 @@ pub const LIMIT_BLOCKS: usize = 8;
 pub const LIMIT_BLOCKS: usize = 2;
 
 /// Emergency-list objects that are sealed into a batch of their own.
-const EMERGENCY_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
+pub(crate) const EMERGENCY_BATCH: usize = if cfg!(loom) { 2 } else { 256 };
 /// Emergency-list objects a thread may hold before `retire` waits.
 pub const EMERGENCY_LIMIT: usize = if cfg!(loom) { 4 } else { 4096 };
 
@@ -108,22 +112,22 @@ pub const MAX_OUTSTANDING_PER_THREAD: usize =
     (LIMIT_BLOCKS + BATCH_BLOCKS + 1) * RECORDS_PER_BLOCK + EMERGENCY_LIMIT;
 
 /// Sealed batches a bag can hold waiting for their grace periods.
-const RING: usize = LIMIT_BLOCKS / BATCH_BLOCKS + 2;
+pub(crate) const RING: usize = LIMIT_BLOCKS / BATCH_BLOCKS + 2;
 
 /// Blocks the orphan queue may hold before the thread feeding it reclaims.
-const ORPHAN_LIMIT_BLOCKS: usize = if cfg!(loom) { 2 } else { 256 };
+pub(crate) const ORPHAN_LIMIT_BLOCKS: usize = if cfg!(loom) { 2 } else { 256 };
 
 #[derive(Clone, Copy)]
-struct Record {
-    ptr: *mut (),
-    drop: DropFn,
+pub(crate) struct Record {
+    pub(crate) ptr: *mut (),
+    pub(crate) drop: DropFn,
 }
 
 #[repr(C)]
-struct Block {
-    next: *mut Block,
-    len: usize,
-    records: [MaybeUninit<Record>; RECORDS_PER_BLOCK],
+pub(crate) struct Block {
+    pub(crate) next: *mut Block,
+    pub(crate) len: usize,
+    pub(crate) records: [MaybeUninit<Record>; RECORDS_PER_BLOCK],
 }
 
 #[cfg(not(loom))]
@@ -171,20 +175,20 @@ unsafe impl Sync for RcuHead {}
 unsafe impl Send for RcuHead {}
 
 #[derive(Clone, Copy)]
-struct Chain {
-    head: *mut Block,
-    tail: *mut Block,
-    blocks: usize,
-    records: usize,
+pub(crate) struct Chain {
+    pub(crate) head: *mut Block,
+    pub(crate) tail: *mut Block,
+    pub(crate) blocks: usize,
+    pub(crate) records: usize,
 }
 
 impl Chain {
-    const EMPTY: Chain =
+    pub(crate) const EMPTY: Chain =
         Chain { head: ptr::null_mut(), tail: ptr::null_mut(), blocks: 0, records: 0 };
 
     /// # Safety
     /// `b` is a valid block owned by the caller.
-    unsafe fn push(&mut self, b: *mut Block) {
+    pub(crate) unsafe fn push(&mut self, b: *mut Block) {
         // SAFETY: caller passes an owned block.
         unsafe {
             (*b).next = ptr::null_mut();
@@ -201,7 +205,7 @@ impl Chain {
 
     /// # Safety
     /// Both chains are owned by the caller.
-    unsafe fn append(&mut self, other: Chain) {
+    pub(crate) unsafe fn append(&mut self, other: Chain) {
         if other.head.is_null() {
             return;
         }
@@ -218,17 +222,17 @@ impl Chain {
 }
 
 #[derive(Clone, Copy)]
-struct EList {
-    head: *mut RcuHead,
-    len: usize,
+pub(crate) struct EList {
+    pub(crate) head: *mut RcuHead,
+    pub(crate) len: usize,
 }
 
 impl EList {
-    const EMPTY: EList = EList { head: ptr::null_mut(), len: 0 };
+    pub(crate) const EMPTY: EList = EList { head: ptr::null_mut(), len: 0 };
 
     /// # Safety
     /// `h` is the head of a retired object owned by the caller.
-    unsafe fn push(&mut self, h: *mut RcuHead, drop: DropFn) {
+    pub(crate) unsafe fn push(&mut self, h: *mut RcuHead, drop: DropFn) {
         // SAFETY: the caller owns the retired object and so its head.
         unsafe {
             *(*h).next.get() = self.head;
@@ -240,7 +244,7 @@ impl EList {
 
     /// # Safety
     /// Both lists are owned by the caller.
-    unsafe fn append(&mut self, other: EList) {
+    pub(crate) unsafe fn append(&mut self, other: EList) {
         if other.head.is_null() {
             return;
         }
@@ -260,31 +264,31 @@ impl EList {
 /// Garbage that waits for one grace period.
 #[derive(Clone, Copy)]
 pub(crate) struct Batch {
-    chain: Chain,
-    elist: EList,
-    cookie: u64,
+    pub(crate) chain: Chain,
+    pub(crate) elist: EList,
+    pub(crate) cookie: u64,
 }
 
 impl Batch {
-    const EMPTY: Batch = Batch { chain: Chain::EMPTY, elist: EList::EMPTY, cookie: 0 };
+    pub(crate) const EMPTY: Batch = Batch { chain: Chain::EMPTY, elist: EList::EMPTY, cookie: 0 };
 
-    fn objects(&self) -> usize {
+    pub(crate) fn objects(&self) -> usize {
         self.chain.records + self.elist.len
     }
 }
 
-struct BagLocal {
-    cur: *mut Block,
-    spare: *mut Block,
-    full: Chain,
-    elist: EList,
-    ring: [Batch; RING],
-    ring_start: usize,
-    ring_len: usize,
+pub(crate) struct BagLocal {
+    pub(crate) cur: *mut Block,
+    pub(crate) spare: *mut Block,
+    pub(crate) full: Chain,
+    pub(crate) elist: EList,
+    pub(crate) ring: [Batch; RING],
+    pub(crate) ring_start: usize,
+    pub(crate) ring_len: usize,
 }
 
 impl BagLocal {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             cur: ptr::null_mut(),
             spare: ptr::null_mut(),
@@ -296,7 +300,7 @@ impl BagLocal {
         }
     }
 
-    fn pending_blocks(&self) -> usize {
+    pub(crate) fn pending_blocks(&self) -> usize {
         let mut n = self.full.blocks;
         for i in 0..self.ring_len {
             n += self.ring[(self.ring_start + i) % RING].chain.blocks;
@@ -304,7 +308,7 @@ impl BagLocal {
         n
     }
 
-    fn outstanding(&self) -> usize {
+    pub(crate) fn outstanding(&self) -> usize {
         let mut n = self.full.records + self.elist.len;
         for i in 0..self.ring_len {
             n += self.ring[(self.ring_start + i) % RING].objects();
@@ -316,13 +320,13 @@ impl BagLocal {
         n
     }
 
-    fn push_ring(&mut self, b: Batch) {
+    pub(crate) fn push_ring(&mut self, b: Batch) {
         debug_assert!(self.ring_len < RING);
         self.ring[(self.ring_start + self.ring_len) % RING] = b;
         self.ring_len += 1;
     }
 
-    fn pop_ring(&mut self) -> Batch {
+    pub(crate) fn pop_ring(&mut self) -> Batch {
         debug_assert!(self.ring_len > 0);
         let b = self.ring[self.ring_start];
         self.ring_start = (self.ring_start + 1) % RING;
@@ -335,7 +339,7 @@ impl BagLocal {
     ///
     /// # Safety
     /// The caller has exclusive access to the bag's local state.
-    unsafe fn take_all(&mut self, out: &mut Vec<Batch>) {
+    pub(crate) unsafe fn take_all(&mut self, out: &mut Vec<Batch>) {
         let mut all = Batch::EMPTY;
         // SAFETY: exclusive access per the contract.
         unsafe {
@@ -367,23 +371,23 @@ impl BagLocal {
 /// domain and reused after the thread exits.
 pub(crate) struct Bag {
     /// Set by a taker: the owner must not touch `local` without the lock.
-    steal: AtomicBool,
+    pub(crate) steal: AtomicBool,
     /// Serialises the owner's slow path with takers.
-    lock: Mutex<()>,
+    pub(crate) lock: Mutex<()>,
     /// Held while the owner frees batches it took out of the bag, so that
     /// `barrier` can wait for frees already in progress.
-    free_lock: Mutex<()>,
-    local: UnsafeCell<BagLocal>,
-    in_use: AtomicBool,
-    next: AtomicPtr<Bag>,
+    pub(crate) free_lock: Mutex<()>,
+    pub(crate) local: UnsafeCell<BagLocal>,
+    pub(crate) in_use: AtomicBool,
+    pub(crate) next: AtomicPtr<Bag>,
     /// Retired-but-unfreed objects as of the owner's last slow path.
-    outstanding: AtomicUsize,
+    pub(crate) outstanding: AtomicUsize,
     /// The bag holds garbage a taker could free.
-    dirty: AtomicBool,
+    pub(crate) dirty: AtomicBool,
     /// Bumped on every owner slow path: the idle scan leaves busy bags alone.
-    slow_calls: AtomicUsize,
+    pub(crate) slow_calls: AtomicUsize,
     /// `slow_calls` as of the reclaimer's previous idle scan.
-    seen_calls: AtomicUsize,
+    pub(crate) seen_calls: AtomicUsize,
 }
 
 // SAFETY: `local` is accessed by the owner in read sections while `steal` is
@@ -394,7 +398,7 @@ unsafe impl Sync for Bag {}
 unsafe impl Send for Bag {}
 
 impl Bag {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             steal: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -412,10 +416,10 @@ impl Bag {
 
 /// Garbage of exited threads and of retires made without a handle.
 pub(crate) struct Orphans {
-    batches: Vec<Batch>,
-    cur: *mut Block,
-    elist: EList,
-    blocks: usize,
+    pub(crate) batches: Vec<Batch>,
+    pub(crate) cur: *mut Block,
+    pub(crate) elist: EList,
+    pub(crate) blocks: usize,
 }
 
 // SAFETY: only accessed under the domain's `orphans` mutex.
@@ -426,7 +430,7 @@ impl Orphans {
         Self { batches: Vec::new(), cur: ptr::null_mut(), elist: EList::EMPTY, blocks: 0 }
     }
 
-    fn take(&mut self, out: &mut Vec<Batch>) {
+    pub(crate) fn take(&mut self, out: &mut Vec<Batch>) {
         out.append(&mut self.batches);
         let mut b = Batch::EMPTY;
         if !self.cur.is_null() {
@@ -442,7 +446,7 @@ impl Orphans {
         self.blocks = 0;
     }
 
-    fn outstanding(&self) -> usize {
+    pub(crate) fn outstanding(&self) -> usize {
         let mut n = self.elist.len + self.batches.iter().map(Batch::objects).sum::<usize>();
         if !self.cur.is_null() {
             // SAFETY: owned by the queue, read under its lock.
@@ -450,71 +454,6 @@ impl Orphans {
         }
         n
     }
-}
-
-/// Event counters of a domain (all relaxed: statistics only).
-pub(crate) struct Counters {
-    pub(crate) grace_periods: AtomicU64,
-    pub(crate) lone_grace_periods: AtomicU64,
-    pub(crate) polled_grace_periods: AtomicU64,
-    pub(crate) blocks_allocated: AtomicU64,
-    pub(crate) block_alloc_failures: AtomicU64,
-    pub(crate) emergency: AtomicU64,
-    pub(crate) headless_sync: AtomicU64,
-    pub(crate) backpressure: AtomicU64,
-    pub(crate) freed: AtomicU64,
-    pub(crate) steals: AtomicU64,
-}
-
-macro_rules! counters_init {
-    () => {
-        crate::reclaim::Counters {
-            grace_periods: AtomicU64::new(0),
-            lone_grace_periods: AtomicU64::new(0),
-            polled_grace_periods: AtomicU64::new(0),
-            blocks_allocated: AtomicU64::new(0),
-            block_alloc_failures: AtomicU64::new(0),
-            emergency: AtomicU64::new(0),
-            headless_sync: AtomicU64::new(0),
-            backpressure: AtomicU64::new(0),
-            freed: AtomicU64::new(0),
-            steals: AtomicU64::new(0),
-        }
-    };
-}
-pub(crate) use counters_init;
-
-/// A snapshot of a domain's reclamation figures.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Grace periods completed.
-    pub grace_periods: u64,
-    /// Of those, the ones that skipped the membarrier because no other thread
-    /// held a reader record.
-    pub lone_grace_periods: u64,
-    /// Of those, the ones that completed without any barrier: every other
-    /// reader was seen carrying the new epoch (this includes lone ones).
-    pub polled_grace_periods: u64,
-    /// Objects retired but not yet freed, as of each thread's last slow path
-    /// (so it can lag by up to one block per thread).
-    pub outstanding: usize,
-    /// Record blocks allocated (steady state reuses a cached spare instead).
-    pub blocks_allocated: u64,
-    /// Block allocations that failed (really or by fault injection).
-    pub block_alloc_failures: u64,
-    /// Objects queued through their embedded [`RcuHead`] because no block
-    /// could be allocated.
-    pub emergency: u64,
-    /// Head-less objects freed synchronously because no block could be
-    /// allocated.
-    pub headless_sync: u64,
-    /// Times `retire` hit the ceiling and waited for a grace period.
-    pub backpressure_waits: u64,
-    /// Objects freed after their grace period.
-    pub freed: u64,
-    /// Bags emptied by `barrier` or the idle scan.
-    pub steals: u64,
 }
 
 #[cfg(not(loom))]
@@ -529,21 +468,21 @@ pub fn fail_next_block_allocs(n: usize) {
     let _ = n;
 }
 
-fn alloc_block(d: &Domain) -> *mut Block {
+pub(crate) fn alloc_block(c: &Counters) -> *mut Block {
     #[cfg(not(loom))]
     {
         use std::sync::atomic::Ordering as O;
         if FAIL_BLOCK_ALLOCS.load(O::Relaxed) > 0
             && FAIL_BLOCK_ALLOCS.fetch_update(O::Relaxed, O::Relaxed, |n| n.checked_sub(1)).is_ok()
         {
-            d.stats.block_alloc_failures.fetch_add(1, Ordering::Relaxed);
+            c.block_alloc_failures.fetch_add(1, Ordering::Relaxed);
             return ptr::null_mut();
         }
     }
     // SAFETY: Block has non-zero size.
     let b = unsafe { std::alloc::alloc(Layout::new::<Block>()) }.cast::<Block>();
     if b.is_null() {
-        d.stats.block_alloc_failures.fetch_add(1, Ordering::Relaxed);
+        c.block_alloc_failures.fetch_add(1, Ordering::Relaxed);
         return b;
     }
     // SAFETY: freshly allocated, properly sized and aligned.
@@ -551,13 +490,13 @@ fn alloc_block(d: &Domain) -> *mut Block {
         ptr::addr_of_mut!((*b).next).write(ptr::null_mut());
         ptr::addr_of_mut!((*b).len).write(0);
     }
-    d.stats.blocks_allocated.fetch_add(1, Ordering::Relaxed);
+    c.blocks_allocated.fetch_add(1, Ordering::Relaxed);
     b
 }
 
 /// # Safety
 /// `b` came from `alloc_block` and is no longer referenced.
-unsafe fn free_block(b: *mut Block) {
+pub(crate) unsafe fn free_block(b: *mut Block) {
     // SAFETY: per the contract.
     unsafe { std::alloc::dealloc(b.cast(), Layout::new::<Block>()) }
 }
@@ -565,7 +504,7 @@ unsafe fn free_block(b: *mut Block) {
 /// # Safety
 /// `b` is a valid block owned by the caller with room for one record.
 #[inline(always)]
-unsafe fn block_push(b: *mut Block, rec: Record) {
+pub(crate) unsafe fn block_push(b: *mut Block, rec: Record) {
     // SAFETY: per the contract; `len < RECORDS_PER_BLOCK` keeps the write in
     // bounds.
     unsafe {
@@ -580,7 +519,7 @@ unsafe fn block_push(b: *mut Block, rec: Record) {
 
 /// Aborts if a destructor unwinds out of bulk freeing: the rest of the batch
 /// could be neither freed nor safely kept.
-struct AbortOnUnwind;
+pub(crate) struct AbortOnUnwind;
 
 impl Drop for AbortOnUnwind {
     fn drop(&mut self) {
@@ -594,7 +533,12 @@ impl Drop for AbortOnUnwind {
 ///
 /// # Safety
 /// The batch's grace period has completed and the caller owns it.
-unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block, me: Option<&Reader>) {
+pub(crate) unsafe fn free_batch(
+    c: &Counters,
+    b: Batch,
+    keep: &mut *mut Block,
+    me: Option<&Reader>,
+) {
     let guard = AbortOnUnwind;
     let mut blk = b.chain.head;
     while !blk.is_null() {
@@ -638,557 +582,7 @@ unsafe fn free_batch(d: &Domain, b: Batch, keep: &mut *mut Block, me: Option<&Re
         }
     }
     std::mem::forget(guard);
-    d.stats.freed.fetch_add(b.objects() as u64, Ordering::Relaxed);
-}
-
-/// A thread's registration with a domain: its reader record and its bag.
-///
-/// The free functions keep one per thread for the global domain; explicit
-/// handles exist for separate [`Domain`]s (tests, models). Dropping the handle
-/// hands its garbage to the domain's orphan queue and releases its records.
-pub struct LocalHandle {
-    domain: &'static Domain,
-    pub(crate) reader: *const Reader,
-    bag: *const Bag,
-    in_reclaim: Cell<bool>,
-    _not_send: PhantomData<*mut ()>,
-}
-
-impl Domain {
-    /// Registers the calling thread: claims a reader record and a bag. May
-    /// allocate; never call from a signal handler.
-    pub fn register(&'static self) -> LocalHandle {
-        let reader = self.acquire_reader();
-        let bag = self.acquire_bag();
-        LocalHandle {
-            domain: self,
-            reader,
-            bag,
-            in_reclaim: Cell::new(false),
-            _not_send: PhantomData,
-        }
-    }
-
-    fn acquire_bag(&self) -> *const Bag {
-        // Acquire (here and on `next`): pairs with the Release CAS that pushed
-        // each bag, so its fields are initialised when we look at them.
-        let mut p = self.bags.load(Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: bags are never freed while the domain lives.
-            let b = unsafe { &*p };
-            // Acquire: the previous owner's release happens-before reuse.
-            if !b.in_use.load(Ordering::Relaxed)
-                && b.in_use
-                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return p;
-            }
-            p = b.next.load(Ordering::Acquire);
-        }
-        let bag = Box::into_raw(Box::new(Bag::new()));
-        let mut head = self.bags.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `bag` is ours until the CAS publishes it.
-            unsafe { (*bag).next.store(head, Ordering::Relaxed) };
-            // Release: publishes the initialised bag to scanners.
-            match self.bags.compare_exchange_weak(head, bag, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return bag,
-                Err(h) => head = h,
-            }
-        }
-    }
-
-    /// Retires without a thread handle: straight into the orphan queue. Used
-    /// by separate domains and by threads whose TLS is already gone.
-    ///
-    /// # Safety
-    /// As [`LocalHandle::retire_raw`]; `head`, if non-null, is embedded in the
-    /// object.
-    pub(crate) unsafe fn retire_orphan(
-        &self,
-        ptr: *mut (),
-        drop: DropFn,
-        head: *mut RcuHead,
-        in_read: bool,
-    ) {
-        let rec = Record { ptr, drop };
-        let mut o = lock(&self.orphans);
-        if !o.cur.is_null() {
-            // SAFETY: the orphan block is owned by the queue under its lock.
-            if unsafe { (*o.cur).len } >= RECORDS_PER_BLOCK {
-                let mut b = Batch::EMPTY;
-                // SAFETY: as above.
-                unsafe { b.chain.push(o.cur) };
-                o.batches.push(b);
-                o.cur = ptr::null_mut();
-            }
-        }
-        if o.cur.is_null() {
-            o.cur = alloc_block(self);
-            if !o.cur.is_null() {
-                o.blocks += 1;
-            }
-        }
-        if !o.cur.is_null() {
-            // SAFETY: room was made above.
-            unsafe { block_push(o.cur, rec) };
-        } else if !head.is_null() {
-            // SAFETY: the caller gave us the retired object's head.
-            unsafe { o.elist.push(head, drop) };
-            self.stats.emergency.fetch_add(1, Ordering::Relaxed);
-        } else {
-            drop_guard(o);
-            // SAFETY: per the contract.
-            unsafe { self.headless_fallback(rec, in_read) };
-            return;
-        }
-        let over = o.blocks > ORPHAN_LIMIT_BLOCKS || o.elist.len > EMERGENCY_LIMIT;
-        drop_guard(o);
-        if over && !in_read {
-            self.reclaim_taken(false);
-        } else {
-            self.kick_reclaimer();
-        }
-    }
-
-    /// The head-less emergency path: no block, no head; wait and free now.
-    ///
-    /// # Safety
-    /// `rec` is a retired object's record.
-    unsafe fn headless_fallback(&self, rec: Record, in_read: bool) {
-        if in_read {
-            // Cannot wait for a grace period inside a read section, cannot
-            // queue without memory: the process is out of memory.
-            std::alloc::handle_alloc_error(Layout::new::<Block>());
-        }
-        self.stats.headless_sync.fetch_add(1, Ordering::Relaxed);
-        self.synchronize();
-        let guard = AbortOnUnwind;
-        // SAFETY: a grace period has passed since the object was retired.
-        unsafe { (rec.drop)(rec.ptr) };
-        std::mem::forget(guard);
-        self.stats.freed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Takes garbage out of other threads' bags (every dirty bag when `all`,
-    /// else only the ones idle since the previous scan) and the orphan queue,
-    /// waits one grace period, and frees it.
-    pub(crate) fn reclaim_taken(&self, all: bool) {
-        let _s = lock(&self.steal_lock);
-        let mut victims: Vec<*const Bag> = Vec::new();
-        let mut p = self.bags.load(Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: bags are never freed while the domain lives.
-            let b = unsafe { &*p };
-            // Relaxed: `slow_calls`, `seen_calls` and `dirty` are hints for
-            // choosing victims. A stale value only delays a steal or wastes
-            // one; what a steal may touch is decided under `lock` and by the
-            // grace period below.
-            let calls = b.slow_calls.load(Ordering::Relaxed);
-            let idle = b.seen_calls.swap(calls, Ordering::Relaxed) == calls;
-            if b.dirty.load(Ordering::Relaxed) && (all || idle) {
-                let _g = lock(&b.lock);
-                // Relaxed: the grace period below starts with a SeqCst fence,
-                // which orders this store before the readers' scan.
-                b.steal.store(true, Ordering::Relaxed);
-                victims.push(p);
-            }
-            p = b.next.load(Ordering::Acquire);
-        }
-        let mut garbage = Vec::new();
-        if !victims.is_empty() {
-            // After this every owner fast path has ended or sees `steal`.
-            self.synchronize();
-            for &v in &victims {
-                // SAFETY: as above.
-                let b = unsafe { &*v };
-                let _g = lock(&b.lock);
-                // SAFETY: `steal` is set and a grace period passed, so the
-                // owner touches `local` only under `lock`, which we hold.
-                b.local.with_mut(|l| unsafe { (*l).take_all(&mut garbage) });
-                b.outstanding.store(0, Ordering::Relaxed);
-                b.dirty.store(false, Ordering::Relaxed);
-                // Release: the owner's Acquire load of a clear flag sees the
-                // emptied `local`.
-                b.steal.store(false, Ordering::Release);
-            }
-            self.stats.steals.fetch_add(victims.len() as u64, Ordering::Relaxed);
-        }
-        lock(&self.orphans).take(&mut garbage);
-        if garbage.is_empty() {
-            return;
-        }
-        // Objects retired during the steal grace period may still be held by
-        // readers that began after it started: one more grace period.
-        self.synchronize();
-        let mut keep = ptr::null_mut();
-        for g in garbage {
-            // SAFETY: a full grace period passed after we took ownership.
-            unsafe { free_batch(self, g, &mut keep, None) };
-        }
-        if !keep.is_null() {
-            // SAFETY: the kept block is ours and empty.
-            unsafe { free_block(keep) };
-        }
-    }
-
-    /// Returns once every object retired before the call (by any thread,
-    /// including exited ones) has been freed. Must not be called inside a read
-    /// section or from a destructor run by reclamation.
-    pub fn barrier(&self) {
-        self.reclaim_taken(true);
-        // Owners that took batches out of their bags before our steal free
-        // them under `free_lock`: wait for those frees to finish.
-        let mut p = self.bags.load(Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: bags are never freed while the domain lives.
-            let b = unsafe { &*p };
-            drop(lock(&b.free_lock));
-            p = b.next.load(Ordering::Acquire);
-        }
-    }
-
-    /// A snapshot of this domain's reclamation figures.
-    pub fn stats(&self) -> Stats {
-        let c = &self.stats;
-        let mut outstanding = lock(&self.orphans).outstanding();
-        let mut p = self.bags.load(Ordering::Acquire);
-        while !p.is_null() {
-            // SAFETY: bags are never freed while the domain lives.
-            let b = unsafe { &*p };
-            outstanding += b.outstanding.load(Ordering::Relaxed);
-            p = b.next.load(Ordering::Acquire);
-        }
-        Stats {
-            grace_periods: c.grace_periods.load(Ordering::Relaxed),
-            lone_grace_periods: c.lone_grace_periods.load(Ordering::Relaxed),
-            polled_grace_periods: c.polled_grace_periods.load(Ordering::Relaxed),
-            outstanding,
-            blocks_allocated: c.blocks_allocated.load(Ordering::Relaxed),
-            block_alloc_failures: c.block_alloc_failures.load(Ordering::Relaxed),
-            emergency: c.emergency.load(Ordering::Relaxed),
-            headless_sync: c.headless_sync.load(Ordering::Relaxed),
-            backpressure_waits: c.backpressure.load(Ordering::Relaxed),
-            freed: c.freed.load(Ordering::Relaxed),
-            steals: c.steals.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Asks the background reclaimer (global domain only) to complete the
-    /// grace period `cookie` soon.
-    fn request_gp(&self, cookie: u64) {
-        #[cfg(not(loom))]
-        if self.background && !self.poll(cookie) {
-            crate::global::request_gp(cookie);
-        }
-        #[cfg(loom)]
-        let _ = cookie;
-    }
-
-    fn kick_reclaimer(&self) {
-        #[cfg(not(loom))]
-        if self.background {
-            crate::global::kick_reclaimer();
-        }
-    }
-}
-
-fn drop_guard<G>(g: G) {
-    drop(g)
-}
-
-impl LocalHandle {
-    /// The domain this handle belongs to.
-    pub fn domain(&self) -> &'static Domain {
-        self.domain
-    }
-
-    /// Enters a read section on this handle's reader record.
-    #[inline]
-    pub fn read_lock(&self) -> ReadGuard<'_> {
-        // SAFETY: the record is claimed by this handle for its lifetime.
-        unsafe { (*self.reader).enter() };
-        ReadGuard { reader: self.reader, transient: false, _not_send: PhantomData }
-    }
-
-    /// The current nesting depth of this thread's read sections.
-    pub fn depth(&self) -> usize {
-        // SAFETY: the record is claimed by this handle.
-        unsafe { (*self.reader).depth() }
-    }
-
-    /// Retires a boxed value: it is dropped after a grace period.
-    pub fn retire<T: Send + 'static>(&self, b: Box<T>) {
-        // SAFETY: a Box pointer with its matching drop function.
-        unsafe { self.retire_raw(Box::into_raw(b).cast(), drop_box::<T>) }
-    }
-
-    /// Retires `ptr`: `drop(ptr)` runs on some thread after a grace period.
-    ///
-    /// # Safety
-    /// `ptr` is unreachable for readers that start from now on (unpublished),
-    /// is retired once, and `drop(ptr)` is sound to call from any thread.
-    #[inline]
-    pub unsafe fn retire_raw(&self, ptr: *mut (), drop: DropFn) {
-        let rec = Record { ptr, drop };
-        if !self.try_fast(rec) {
-            // SAFETY: forwarded contract.
-            unsafe { self.retire_slow(Some(rec), ptr::null_mut(), false) };
-        }
-    }
-
-    /// Retires an object through its embedded [`RcuHead`]: `drop(head)` runs
-    /// after a grace period (recover the object from the head's address).
-    /// Needs no memory when record blocks cannot be allocated.
-    ///
-    /// # Safety
-    /// As [`retire_raw`](Self::retire_raw) with `head` as the pointer; the head
-    /// lives inside the object and is not touched by anyone else until `drop`.
-    #[inline]
-    pub unsafe fn retire_head(&self, head: NonNull<RcuHead>, drop: DropFn) {
-        let rec = Record { ptr: head.as_ptr().cast(), drop };
-        if !self.try_fast(rec) {
-            // SAFETY: forwarded contract.
-            unsafe { self.retire_slow(Some(rec), head.as_ptr(), false) };
-        }
-    }
-
-    /// Seals everything this thread retired so far (including a partly filled
-    /// block) into a batch and asks for its grace period, so it is freed soon
-    /// even if the thread retires nothing more.
-    pub fn flush(&self) {
-        // Twice: if every batch slot was taken, the first call freed the
-        // oldest batch and the second seals what remained.
-        for _ in 0..2 {
-            // SAFETY: no record is passed.
-            unsafe { self.retire_slow(None, ptr::null_mut(), true) };
-        }
-    }
-
-    /// The lock-free path: append to the current block inside a read section
-    /// while no taker has claimed the bag.
-    #[inline(always)]
-    fn try_fast(&self, rec: Record) -> bool {
-        // SAFETY: the handle's records are claimed for its lifetime.
-        let (r, bag) = unsafe { (&*self.reader, &*self.bag) };
-        r.enter();
-        // Acquire: pairs with a taker's Release clear, so we see the bag it
-        // emptied. A set flag we miss is covered by the taker's grace period:
-        // this section started before it and the taker waits for it.
-        let ok = !bag.steal.load(Ordering::Acquire)
-            && bag.local.with_mut(|l| {
-                // SAFETY: owner inside a read section with `steal` clear: no
-                // taker touches `local` until this section ends.
-                let l = unsafe { &mut *l };
-                let b = l.cur;
-                // SAFETY: `cur` is a live block of this bag.
-                if b.is_null() || unsafe { (*b).len } >= RECORDS_PER_BLOCK {
-                    return false;
-                }
-                // SAFETY: room checked above.
-                unsafe { block_push(b, rec) };
-                true
-            });
-        r.exit();
-        ok
-    }
-
-    /// The locked path: new blocks, sealing, freeing, backpressure,
-    /// emergency.
-    ///
-    /// # Safety
-    /// `rec`/`head` as in `retire_raw`/`retire_head`.
-    #[cold]
-    unsafe fn retire_slow(&self, rec: Option<Record>, head: *mut RcuHead, force_seal: bool) {
-        let d = self.domain;
-        // SAFETY: the handle's records are claimed for its lifetime.
-        let bag = unsafe { &*self.bag };
-        let in_read = self.depth() > 0;
-        let in_reclaim = self.in_reclaim.get();
-        // Relaxed, no RMW: only the owner writes it; the idle scan reads it as
-        // a hint (see `reclaim_taken`).
-        bag.slow_calls.store(bag.slow_calls.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        // Alone: no other thread holds a reader record, so a grace period
-        // costs a few RMWs and a fence ("Lone writers" in `domain.rs`): seal
-        // every block as it fills and free it at once, while it is still in
-        // cache, instead of letting a batch of thousands go cold.
-        // Cheap: the last grace period needed no barrier (every other reader
-        // was busy entering sections, or there was none), so this thread
-        // runs its own right away, in the same way.
-        let inline = !in_read && !in_reclaim;
-        let alone = inline && !d.others_reading(self.reader);
-        // Relaxed: a hint; any answer is correct, only the speed differs.
-        let cheap = alone || (inline && d.gp_was_cheap.load(Ordering::Relaxed));
-        if inline {
-            // SAFETY: our own record; outside sections (`in_read` is false).
-            unsafe { (*self.reader).quiesce() };
-        }
-        let g = lock(&bag.lock);
-        let mut ready = [Batch::EMPTY; RING];
-        let mut nready = 0;
-        let mut wait_cookie = None;
-        let mut headless = None;
-        let mut sealed = None;
-        // SAFETY: we hold `lock`; the owner's fast path is not running (this
-        // is the owner's thread), and takers need `lock`.
-        bag.local.with_mut(|l| unsafe {
-            let l = &mut *l;
-            if let Some(rec) = rec {
-                if !l.cur.is_null() && (*l.cur).len >= RECORDS_PER_BLOCK {
-                    l.full.push(l.cur);
-                    l.cur = ptr::null_mut();
-                }
-                if l.cur.is_null() {
-                    l.cur = if l.spare.is_null() { alloc_block(d) } else { l.spare };
-                    if l.cur == l.spare {
-                        l.spare = ptr::null_mut();
-                    }
-                }
-                if !l.cur.is_null() {
-                    block_push(l.cur, rec);
-                } else if !head.is_null() {
-                    l.elist.push(head, rec.drop);
-                    d.stats.emergency.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    headless = Some(rec);
-                }
-            }
-            if force_seal && !l.cur.is_null() && (*l.cur).len > 0 {
-                l.full.push(l.cur);
-                l.cur = ptr::null_mut();
-            }
-            let want_seal = l.full.blocks >= BATCH_BLOCKS
-                || (cheap && l.full.blocks >= CHEAP_BATCH_BLOCKS)
-                || l.elist.len >= EMERGENCY_BATCH
-                || (force_seal && (l.full.blocks > 0 || l.elist.len > 0));
-            if want_seal && l.ring_len < RING {
-                let cookie = d.snapshot();
-                l.push_ring(Batch { chain: l.full, elist: l.elist, cookie });
-                l.full = Chain::EMPTY;
-                l.elist = EList::EMPTY;
-                sealed = Some(cookie);
-            }
-            if !in_reclaim {
-                if let (true, Some(c)) = (cheap, sealed) {
-                    // Under `lock`: takers never hold `gp_lock` while taking
-                    // a bag lock, and no section waits for this lock.
-                    d.wait_for_as(c, self.reader);
-                }
-                while l.ring_len > 0 && d.poll(l.ring[l.ring_start].cookie) {
-                    ready[nready] = l.pop_ring();
-                    nready += 1;
-                }
-                let over = l.pending_blocks() > LIMIT_BLOCKS
-                    || l.ring_len == RING
-                    || l.elist.len > EMERGENCY_LIMIT;
-                if over && !in_read && l.ring_len > 0 && nready < RING {
-                    let b = l.pop_ring();
-                    wait_cookie = Some(b.cookie);
-                    ready[nready] = b;
-                    nready += 1;
-                }
-            }
-            let out = l.outstanding();
-            // Relaxed: figures for `stats()` and a hint for the idle scan.
-            bag.outstanding.store(out, Ordering::Relaxed);
-            bag.dirty.store(out > 0, Ordering::Relaxed);
-        });
-        if let Some(c) = sealed {
-            d.request_gp(c);
-        }
-        if nready == 0 {
-            drop(g);
-            if let Some(rec) = headless {
-                // SAFETY: forwarded contract.
-                unsafe { d.headless_fallback(rec, in_read) };
-            }
-            return;
-        }
-        // Take `free_lock` before releasing `lock`: a `barrier` that steals
-        // after this point must find our frees in progress (see `barrier`).
-        let fg = lock(&bag.free_lock);
-        drop(g);
-        if let Some(c) = wait_cookie {
-            d.stats.backpressure.fetch_add(1, Ordering::Relaxed);
-            // Outside sections (backpressure requires `!in_read`): wait
-            // offline, so that other threads' grace periods skip us.
-            d.wait_for_as(c, self.reader);
-        }
-        self.in_reclaim.set(true);
-        let mut keep = ptr::null_mut();
-        for b in ready.iter().take(nready) {
-            // SAFETY: each batch's cookie has been reached and we own it; the
-            // record is ours, claimed for the handle's lifetime.
-            unsafe { free_batch(d, *b, &mut keep, Some(&*self.reader)) };
-        }
-        self.in_reclaim.set(false);
-        drop(fg);
-        if !keep.is_null() {
-            let _g = lock(&bag.lock);
-            // SAFETY: under `lock`, as above.
-            let kept = bag.local.with_mut(|l| unsafe {
-                if (*l).spare.is_null() {
-                    (*l).spare = keep;
-                    true
-                } else {
-                    false
-                }
-            });
-            if !kept {
-                // SAFETY: the block is ours and empty.
-                unsafe { free_block(keep) };
-            }
-        }
-        if let Some(rec) = headless {
-            // SAFETY: forwarded contract.
-            unsafe { d.headless_fallback(rec, in_read) };
-        }
-    }
-}
-
-impl Drop for LocalHandle {
-    fn drop(&mut self) {
-        let d = self.domain;
-        // SAFETY: the handle's records are claimed until the end of this drop.
-        let bag = unsafe { &*self.bag };
-        let mut garbage = Vec::new();
-        let over;
-        {
-            let _g = lock(&bag.lock);
-            // SAFETY: under `lock`; the owner (us) is not in its fast path.
-            bag.local.with_mut(|l| unsafe {
-                (*l).take_all(&mut garbage);
-                if !(*l).spare.is_null() {
-                    free_block((*l).spare);
-                    (*l).spare = ptr::null_mut();
-                }
-            });
-            bag.outstanding.store(0, Ordering::Relaxed);
-            bag.dirty.store(false, Ordering::Relaxed);
-            // Hand over while still holding `lock`, so a `barrier` that
-            // visits this bag after us finds the garbage in the orphan queue.
-            let mut o = lock(&d.orphans);
-            o.blocks += garbage.iter().map(|b| b.chain.blocks).sum::<usize>();
-            o.batches.append(&mut garbage);
-            over = o.blocks > ORPHAN_LIMIT_BLOCKS || o.elist.len > EMERGENCY_LIMIT;
-        }
-        // Release: the next owner's Acquire CAS sees the emptied bag.
-        bag.in_use.store(false, Ordering::Release);
-        let depth = self.depth();
-        d.release_reader(self.reader);
-        if over && depth == 0 {
-            d.reclaim_taken(false);
-        } else {
-            d.kick_reclaimer();
-        }
-    }
-}
-
-impl std::fmt::Debug for LocalHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalHandle").field("depth", &self.depth()).finish_non_exhaustive()
-    }
+    c.freed.fetch_add(b.objects() as u64, Ordering::Relaxed);
 }
 
 /// The drop function of a retired `Box<T>`.
@@ -1198,39 +592,4 @@ impl std::fmt::Debug for LocalHandle {
 pub(crate) unsafe fn drop_box<T>(p: *mut ()) {
     // SAFETY: per the contract.
     drop(unsafe { Box::from_raw(p.cast::<T>()) });
-}
-
-impl Domain {
-    /// Retires into this domain from code that has no handle: the calling
-    /// thread's TLS handle for the global domain, the orphan queue otherwise.
-    ///
-    /// # Safety
-    /// As [`LocalHandle::retire_raw`]; `head`, if non-null, is embedded in
-    /// the object and is the pointer retired.
-    pub(crate) unsafe fn retire_any(&'static self, ptr: *mut (), drop: DropFn, head: *mut RcuHead) {
-        #[cfg(not(loom))]
-        if std::ptr::eq(self, crate::global::global()) {
-            match NonNull::new(head) {
-                // SAFETY: forwarded contract.
-                Some(h) => unsafe { crate::global::retire_head(h, drop) },
-                // SAFETY: forwarded contract.
-                None => unsafe { crate::global::retire_raw(ptr, drop) },
-            }
-            return;
-        }
-        // A separate domain: we cannot tell whether the caller is inside one
-        // of its read sections, so never wait here.
-        // SAFETY: forwarded contract.
-        unsafe { self.retire_orphan(ptr, drop, head, true) }
-    }
-
-    /// True when the calling thread is inside a read section of this domain
-    /// (known only for the global domain; false otherwise).
-    pub(crate) fn caller_in_section(&self) -> bool {
-        #[cfg(not(loom))]
-        if std::ptr::eq(self, crate::global::global()) {
-            return crate::global::read_depth() > 0;
-        }
-        false
-    }
 }

@@ -1,7 +1,7 @@
 //! The raw kernel ABI this crate uses: `sys_membarrier(2)`.
 //!
 //! Owns the command numbers and the one syscall wrapper; must never decide
-//! policy (which scheme to run is `gp.rs`'s choice).
+//! policy (which scheme to run is `domain/mod.rs`'s choice, `ensure_mode`).
 
 /// `MEMBARRIER_CMD_QUERY`: returns the bitmask of supported commands.
 const CMD_QUERY: libc::c_int = 0;

@@ -6,8 +6,8 @@
 //! - [`resolve`] (feature `resolve`): data symbols of ELF modules (read by strobe-target),
 //!   specs resolved to `(module, vaddr, len)`, close names on a miss.
 //! - [`slots`]: the per-thread debug-register slot table of seed 000, over a
-//!   [`slots::ThreadMultiMap`]: one list of all reservations (O(#threads) per reserve) or a
-//!   hash multimap keyed by thread (O(1)).
+//!   [`slots::ThreadMultiMap`]: strobe's is a hash multimap keyed by thread (O(1) per
+//!   reservation); the O(#threads) list it is measured against lives in strobe-bench.
 //! - [`mux`]: round-robin multiplexing of more watchpoints than slots, with per-watchpoint
 //!   armed time so counts can be scaled.
 //! - [`bp`]: the `PERF_TYPE_BREAKPOINT` attrs (counting, or synchronous SIGTRAP per hit),
@@ -35,7 +35,6 @@ pub use mux::{HitCounters, Multiplexer, MuxError, Policy, WatchStats};
 #[cfg(feature = "resolve")]
 pub use resolve::{resolve, ElfSymbols, ResolveError};
 pub use slots::{
-    ListMap, MutexHashMap, RcuHashMap, Reservation, ReservationOf, SlotError, SlotTable,
-    ThreadMultiMap, Tid,
+    RcuHashMap, Reservation, ReservationOf, SlotError, SlotTable, ThreadMultiMap, Tid,
 };
 pub use spec::{Access, Len, Location, Place, SpecError, WatchSpec, Watchpoint};

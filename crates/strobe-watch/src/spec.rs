@@ -194,6 +194,37 @@ pub enum SpecError {
         /// The offset as typed.
         offset: String,
     },
+    /// A symbol name no symbol can have.
+    #[error("watch spec '{spec}': '{symbol}' is not a symbol name ({why})")]
+    BadSymbol {
+        /// The spec as typed.
+        spec: String,
+        /// The name as typed.
+        symbol: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A library name no file can be named by on the command line.
+    #[error("watch spec '{spec}': '{library}' is not a library name ({why})")]
+    BadLibrary {
+        /// The spec as typed.
+        spec: String,
+        /// The name as typed.
+        library: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The location is a library's path or file name, not a variable in it.
+    #[error(
+        "watch spec '{spec}': '{library}' names a library, not a variable; write \
+         LIBRARY:SYMBOL (e.g. '{library}:counter')"
+    )]
+    LibraryAsLocation {
+        /// The spec as typed.
+        spec: String,
+        /// The location as typed.
+        library: String,
+    },
     /// A raw address that is not a hex number, or is zero.
     #[error("watch spec '{spec}': '{address}' is not a usable address ({why})")]
     BadAddress {
@@ -235,7 +266,15 @@ impl WatchSpec {
             }
             _ => None,
         };
-        if module.is_some() {
+        if let Some(m) = &module {
+            let bad = |why| SpecError::BadLibrary { spec: spec.clone(), library: m.clone(), why };
+            if m.chars().any(char::is_control) {
+                return Err(bad("it has control characters"));
+            }
+            if m.ends_with(':') {
+                // `lib::` before `:sym` would read back as `lib` and `::sym`.
+                return Err(bad("it ends with ':'"));
+            }
             fields.remove(0);
         }
         let (loc_text, rest) = match fields.split_first() {
@@ -345,7 +384,9 @@ fn is_len_or_access(field: &str) -> bool {
     f.parse::<i64>().is_ok() || matches!(f, "w" | "W" | "rw" | "RW" | "wr" | "r" | "R" | "x" | "X")
 }
 
-/// Splits on single colons, keeping `::` inside the fields.
+/// Splits on single colons, keeping `::` inside the fields. In a run of an odd number of
+/// colons the first one separates (`lib.so:::ns` is `lib.so` and `::ns`: a path may start
+/// with `::` but never ends with it).
 fn split_fields(s: &str) -> Vec<&str> {
     let b = s.as_bytes();
     let mut out = Vec::new();
@@ -353,12 +394,13 @@ fn split_fields(s: &str) -> Vec<&str> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b':' {
-            if b.get(i + 1) == Some(&b':') {
-                i += 2;
-                continue;
+            let run = b[i..].iter().take_while(|&&c| c == b':').count();
+            if run % 2 == 1 {
+                out.push(&s[start..i]);
+                start = i + 1;
             }
-            out.push(&s[start..i]);
-            start = i + 1;
+            i += run;
+            continue;
         }
         i += 1;
     }
@@ -412,6 +454,18 @@ fn parse_location(spec: &str, loc: &str) -> Result<Location, SpecError> {
             address: base.into(),
             why: "write raw addresses in hex with a 0x prefix; symbols cannot start with a digit",
         });
+    }
+    if names_library(base) {
+        // A path or a file name, which no symbol is (and which, printed back as
+        // `NAME:w`, would read as a library followed by a symbol `w`).
+        return Err(SpecError::LibraryAsLocation { spec: spec.into(), library: base.into() });
+    }
+    let bad_symbol = |why| SpecError::BadSymbol { spec: spec.into(), symbol: base.into(), why };
+    if base.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad_symbol("symbols contain no spaces or control characters"));
+    }
+    if base.ends_with(':') {
+        return Err(bad_symbol("a path such as ns::value never ends with '::'"));
     }
     Ok(Location::Symbol { name: base.to_string(), offset })
 }
@@ -498,7 +552,14 @@ impl fmt::Display for WatchSpec {
             write!(f, "{m}:")?;
         }
         match &self.location {
-            Location::Symbol { name, offset: 0 } => write!(f, "{name}")?,
+            // A name with a `+` in it keeps its `+0`, or the name's last `+` would read
+            // back as the offset; so does a name that reads as an access (`x`) or a
+            // length, or `lib:x` would read back as the symbol `lib` watched for `x`.
+            Location::Symbol { name, offset: 0 }
+                if !name.contains('+') && !is_len_or_access(name) =>
+            {
+                write!(f, "{name}")?
+            }
             Location::Symbol { name, offset } => write!(f, "{name}+{offset}")?,
             Location::Address(a) => write!(f, "{a:#x}")?,
         }
@@ -625,6 +686,89 @@ mod tests {
             let msg = WatchSpec::parse(bad).unwrap_err().to_string();
             assert!(msg.contains(want), "{bad:?}: {msg}");
         }
+    }
+
+    /// Found by the `watch_spec` fuzz target: `/` parsed as a symbol named `/`, printed as
+    /// `/:w`, which reads back as the library `/` and a symbol `w`.
+    #[test]
+    fn a_library_is_not_a_location() {
+        for (bad, lib) in [
+            ("/", "/"),
+            ("libfoo.so", "libfoo.so"),
+            ("./lib/libx.so.1", "./lib/libx.so.1"),
+            ("/usr/lib/libz.so+8", "/usr/lib/libz.so"),
+            ("libfoo.so:sub/dir:w", "sub/dir"),
+        ] {
+            let e = WatchSpec::parse(bad).unwrap_err();
+            assert_eq!(
+                e,
+                SpecError::LibraryAsLocation { spec: bad.into(), library: lib.into() },
+                "{bad}"
+            );
+            assert!(e.to_string().contains("LIBRARY:SYMBOL"), "{e}");
+        }
+        // A variable in a library is still fine, as is a symbol that merely starts with lib.
+        assert_eq!(p("libfoo.so:w").location, sym("w", 0));
+        assert_eq!(p("libcount:4").location, sym("libcount", 0));
+    }
+
+    /// Found by the `watch_spec` fuzz target: `a+b+0` is the symbol `a+b`, which printed
+    /// as `a+b:w`, read back as `a` plus an offset `b` (not a number).
+    #[test]
+    fn a_symbol_with_a_plus_keeps_its_offset_when_printed() {
+        let w = p("operator+=+0:4");
+        assert_eq!(w.location, sym("operator+=", 0));
+        assert_eq!(w.to_string(), "operator+=+0:4:w");
+        assert_eq!(p(&w.to_string()).location, w.location);
+    }
+
+    /// Found by the `watch_spec` fuzz target: `lib.so:::w` (the symbol `::w` in
+    /// `lib.so`) printed back as itself but read as the library `lib.so::` and a field `w`.
+    #[test]
+    fn three_colons_separate_then_qualify() {
+        let w = p("libfoo.so:::counter:4");
+        assert_eq!(w.module.as_deref(), Some("libfoo.so"));
+        assert_eq!(w.location, sym("::counter", 0));
+        assert_eq!(w.len, Len::new(4));
+        assert_eq!(p(&w.to_string()).location, w.location);
+        // Pairs of colons stay inside a name.
+        assert_eq!(p("ns::inner::value:rw").location, sym("ns::inner::value", 0));
+    }
+
+    /// Found by the `watch_spec` fuzz target: a name ending in `::` printed back as
+    /// `NAME::w`, whose last colon then read as a separator.
+    #[test]
+    fn names_no_symbol_can_have_are_refused() {
+        for (bad, why) in [
+            ("counter::", "never ends with '::'"),
+            ("co unt", "no spaces"),
+            ("a\u{7f}b", "control"),
+        ] {
+            let e = WatchSpec::parse(bad).unwrap_err();
+            assert!(matches!(e, SpecError::BadSymbol { .. }), "{bad:?}: {e}");
+            assert!(e.to_string().contains(why), "{e}");
+        }
+    }
+
+    /// Found by the `watch_spec` fuzz target: a library name ending in `::` printed back
+    /// as `LIB:::SYM`, which reads as `LIB` and `::SYM`.
+    #[test]
+    fn library_names_no_file_has_are_refused() {
+        for bad in ["libz::\n:counter", "lib\u{13}z.so:counter"] {
+            let e = WatchSpec::parse(bad).unwrap_err();
+            assert!(matches!(e, SpecError::BadLibrary { .. }), "{bad:?}: {e}");
+        }
+        assert_eq!(p("./my libs/libz.so:counter").module.as_deref(), Some("./my libs/libz.so"));
+    }
+
+    /// Found by the `watch_spec` fuzz target: the symbol `X` in a library `lib` printed
+    /// as `lib:X:w`, which reads as the symbol `lib` watched for access `X`.
+    #[test]
+    fn a_symbol_named_like_an_access_keeps_its_offset_when_printed() {
+        let w = p("lib:X+0");
+        assert_eq!((w.module.as_deref(), &w.location), (Some("lib"), &sym("X", 0)));
+        assert_eq!(w.to_string(), "lib:X+0:w");
+        assert_eq!(p(&w.to_string()).location, w.location);
     }
 
     #[test]

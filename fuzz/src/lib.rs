@@ -1,0 +1,217 @@
+//! The bodies of strobe's fuzz targets: every parser that reads input from outside the
+//! process (files, command lines, ELF sections), each driven with arbitrary bytes.
+//!
+//! Each `fuzz_targets/NAME.rs` is one line calling [`NAME`](self) here; `ci/fuzz.sh` builds
+//! them with sanitizer coverage and runs each against its seeds in `seeds/NAME/`. A body
+//! checks what must hold for *any* input: no panic (checked arithmetic and debug
+//! assertions are on), and, where the parser has one, that its printed form parses back
+//! to the same value. A crash the fuzzer finds becomes a regression test in the crate
+//! that owns the parser, with the fix (see `README.md`).
+//!
+//! This crate owns only the harness. It must never be a dependency of anything else, nor
+//! hold a parser of its own: a body that needs more than the parser's public API is a sign
+//! the API lacks an entry point.
+
+/// The record reader (strobe-format): a whole file, streamed record by record, every
+/// sample batch decoded.
+///
+/// The first byte picks how the rest is read. Even: as a file's bytes, exactly. Odd: as
+/// chunks to frame ([`frame`]), so that payloads reach their parsers with a valid
+/// checksum instead of stopping at the CRC, which random mutations almost never match.
+pub fn record_reader(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    if mode & 1 == 0 {
+        read_recording(rest);
+    } else {
+        read_recording(&frame(rest));
+    }
+}
+
+fn read_recording(bytes: &[u8]) {
+    let Ok(reader) = strobe_format::Reader::new(bytes, "fuzz-input") else { return };
+    let mut truncated = false;
+    for (i, rec) in reader.enumerate() {
+        // Each record consumes input: more records than bytes means the reader went round
+        // in circles.
+        assert!(i <= bytes.len(), "more records than input bytes");
+        assert!(!truncated, "a record after the truncation");
+        match rec {
+            Ok(strobe_format::Record::Samples(batch)) => {
+                let mut n = 0u32;
+                for s in batch.iter() {
+                    if s.is_err() {
+                        break;
+                    }
+                    n += 1;
+                }
+                assert!(n <= batch.count, "more samples than the batch holds");
+            }
+            Ok(strobe_format::Record::Truncated { .. }) => truncated = true,
+            Ok(_) | Err(_) => {}
+        }
+    }
+}
+
+/// Chunk framing for [`record_reader`]'s odd mode: the preamble, then per chunk a tag
+/// byte, a stream byte, a little-endian `u16` payload length (cut to what is left) and
+/// the payload, written out with the sync bytes, the full header and a correct CRC-32.
+pub fn frame(mut input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len() + 64);
+    out.extend_from_slice(&strobe_format::MAGIC);
+    out.extend_from_slice(&strobe_format::MAJOR_VERSION.to_le_bytes());
+    while input.len() >= 4 {
+        let (tag, stream) = (input[0], input[1]);
+        let len = usize::from(u16::from_le_bytes([input[2], input[3]]));
+        let payload = &input[4..];
+        let payload = &payload[..len.min(payload.len())];
+        let mut header = Vec::with_capacity(strobe_format::CHUNK_HEADER_LEN);
+        header.extend_from_slice(&strobe_format::CHUNK_SYNC);
+        header.push(tag);
+        header.push(0);
+        header.extend_from_slice(&u32::from(stream).to_le_bytes());
+        header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        crc.update(payload);
+        header.extend_from_slice(&crc.finalize().to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(payload);
+        input = &input[4 + payload.len()..];
+    }
+    out
+}
+
+/// The inverse of [`frame`] for a well-formed recording: its chunks as (tag, stream,
+/// length, payload), for seeds. `None` if `file` is not a sequence of whole chunks with
+/// payloads of at most 64 KiB.
+pub fn unframe(file: &[u8]) -> Option<Vec<u8>> {
+    let pre = 8;
+    let hdr = strobe_format::CHUNK_HEADER_LEN;
+    let mut rest = file.get(pre..)?;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let h = rest.get(..hdr)?;
+        let len = u32::from_le_bytes(h[8..12].try_into().ok()?) as usize;
+        let stream = u32::from_le_bytes(h[4..8].try_into().ok()?);
+        out.push(h[2]);
+        out.push(u8::try_from(stream).ok()?);
+        out.extend_from_slice(&u16::try_from(len).ok()?.to_le_bytes());
+        out.extend_from_slice(rest.get(hdr..hdr + len)?);
+        rest = &rest[hdr + len..];
+    }
+    Some(out)
+}
+
+/// The event-spec parser (strobe-perf `spec::parse`), on both kinds of machine (the first
+/// byte says whether a hardware PMU exists), then everything built from a parsed spec: its
+/// attrs, warnings, PMU check, and its printed form, which must parse back to the same
+/// events and terms (whether the default leader was added is how it was written, not what
+/// it is: the printed form names the leader).
+pub fn event_spec(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else { return };
+    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let hardware = flags & 1 != 0;
+    let Ok(g) = strobe_perf::spec::parse(text, hardware) else { return };
+    let _ = g.warnings();
+    let _ = g.check_pmu(flags & 2 != 0);
+    let kernel = flags & 4 != 0;
+    let _ = g.leader_attr(g.period.unwrap_or(1_000_000), 0x5354_5242, kernel);
+    for i in 0..g.events.len() {
+        let _ = g.counting_attr(i, kernel);
+    }
+    let printed = g.to_spec_string();
+    match strobe_perf::spec::parse(&printed, hardware) {
+        Ok(again) => assert_eq!(
+            (&again.events, again.period, again.window, again.jitter),
+            (&g.events, g.period, g.window, g.jitter),
+            "{text:?} printed as {printed:?}"
+        ),
+        Err(e) => panic!("{text:?} printed as {printed:?}, which does not parse: {e}"),
+    }
+}
+
+/// The watch-spec parser (strobe-watch `WatchSpec::parse`): a parsed spec's absolute
+/// watchpoint, and its printed form, which must parse back to the same location, length
+/// and access.
+pub fn watch_spec(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(w) = strobe_watch::WatchSpec::parse(text) else { return };
+    if let Some(wp) = w.as_absolute() {
+        assert!(wp.len.bytes() <= 8);
+        let _ = wp.address(0);
+    }
+    let printed = w.to_string();
+    match strobe_watch::WatchSpec::parse(&printed) {
+        Ok(again) => assert_eq!(
+            (&again.module, &again.location, again.len, again.access),
+            (&w.module, &w.location, w.len, w.access),
+            "{text:?} printed as {printed:?}"
+        ),
+        Err(e) => panic!("{text:?} printed as {printed:?}, which does not parse: {e}"),
+    }
+}
+
+/// The kernel-probe spec parser (strobe-uprobe `ProbeSpec::parse`).
+pub fn probe_spec(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(p) = strobe_uprobe::ProbeSpec::parse(text) {
+        let _ = p.lib();
+    }
+}
+
+/// The USDT note parser (strobe-target `usdt::parse_notes`): the bytes of a
+/// `.note.stapsdt` section, little-endian when the first byte is even, big-endian when odd.
+pub fn usdt_notes(data: &[u8]) {
+    let Some((&order, rest)) = data.split_first() else { return };
+    if let Ok(notes) = strobe_target::usdt::parse_notes(rest, order & 1 == 0) {
+        for n in &notes {
+            let _ = n.qualified_name();
+        }
+        assert!(notes.len() <= rest.len() / 12, "a note takes at least 12 bytes");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed seed recording, without its mode byte.
+    fn recording() -> Vec<u8> {
+        let seed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/seeds/record_reader/whole"));
+        seed.expect("the committed seed").split_off(1)
+    }
+
+    #[test]
+    fn framing_the_unframed_chunks_gives_the_recording_back() {
+        let file = recording();
+        let chunks = unframe(&file).expect("whole chunks");
+        assert_eq!(frame(&chunks), file);
+        // So the framed seed reaches every payload parser: all of its records read.
+        let framed = frame(&chunks);
+        let reader = strobe_format::Reader::new(&framed[..], "seed").unwrap();
+        let records: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+        assert_eq!(records.len(), 10, "{records:?}");
+    }
+
+    #[test]
+    fn every_seed_runs_clean() {
+        let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/seeds");
+        type Body = fn(&[u8]);
+        let targets: [(&str, Body); 5] = [
+            ("record_reader", record_reader),
+            ("event_spec", event_spec),
+            ("watch_spec", watch_spec),
+            ("probe_spec", probe_spec),
+            ("usdt_notes", usdt_notes),
+        ];
+        for (name, body) in targets {
+            let dir = std::fs::read_dir(format!("{seeds}/{name}")).unwrap();
+            let mut n = 0;
+            for f in dir {
+                body(&std::fs::read(f.unwrap().path()).unwrap());
+                n += 1;
+            }
+            assert!(n >= 3, "{name}: {n} seeds");
+        }
+    }
+}
