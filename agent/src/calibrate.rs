@@ -132,11 +132,15 @@ pub fn on_overflow(
         }
         MODE_FULL => {
             if let Some(ar) = arena() {
-                take_sample(a, ar, index, slot, local, uc);
+                take_sample(a, ar, index, slot, local, uc, false);
                 HITS.fetch_add(1, Ordering::Relaxed);
             }
         }
-        MODE_BASELINE => baseline_overflow(a, slot, local),
+        MODE_BASELINE => {
+            if let Some(h) = sampler::handle_overflow(a, slot, local, uc, false, |_| {}) {
+                baseline_sample(&h);
+            }
+        }
         _ => {}
     }
 }
@@ -154,7 +158,7 @@ pub fn on_tkill(uc: *mut libc::c_void) {
         }
         MODE_TKILL_FULL => {
             if let Some(slot) = ar.slots().get(index) {
-                take_sample(a, ar, index, slot, local, uc);
+                take_sample(a, ar, index, slot, local, uc, false);
                 HITS.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -272,19 +276,24 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Counters the group reads.
 static NCOUNTERS: AtomicUsize = AtomicUsize::new(0);
 
-/// The handler in baseline mode: the real alternation (and re-arming), with every
-/// interval's counter deltas and the loop's running time kept. Relaxed throughout: the
-/// handler and the loop run on one thread.
-fn baseline_overflow(a: &Agent, slot: &SharedSlot, local: &Local) {
+/// Window tails the baseline keeps (the delay between an overflow and the handler's read).
+static TAILS: [AtomicU64; MAX_INTERVALS * MAX_GROUP] =
+    [const { AtomicU64::new(0) }; MAX_INTERVALS * MAX_GROUP];
+static TAIL_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Time samples (window starts, plain samples) the baseline's run took.
+static TIME_SAMPLES: AtomicU64 = AtomicU64::new(0);
+
+/// The handler in baseline mode, after the real handler path ran: every interval's
+/// counter deltas and the loop's running time kept, and every window start's delay from
+/// its overflow. Relaxed throughout: the handler and the loop run on one thread.
+fn baseline_sample(h: &sampler::Handled) {
     let last = LAST.load(Ordering::Relaxed);
-    let mut words = [0u64; READ_HEAD + MAX_GROUP];
-    let n = read_group(local, &mut words);
+    let n = h.n;
     NCOUNTERS.store(n, Ordering::Relaxed);
-    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
-    let step = slot.alt.on_overflow(&sampler::periods(a), counters.first().copied().unwrap_or(0));
+    let counters = h.counters.get(..n).unwrap_or(&[]);
     // An interval ends here if one was open and this sample ends it: every sample in
     // fixed-period sampling, a window's end otherwise.
-    let ends = OPEN.load(Ordering::Relaxed) && step.kind != Kind::WindowStart;
+    let ends = OPEN.load(Ordering::Relaxed) && h.kind != Kind::WindowStart;
     if ends {
         let i = COUNT.load(Ordering::Relaxed);
         let first = FIRST.load(Ordering::Relaxed);
@@ -298,20 +307,25 @@ fn baseline_overflow(a: &Agent, slot: &SharedSlot, local: &Local) {
         }
         OPEN.store(false, Ordering::Relaxed);
     }
-    if step.kind != Kind::WindowEnd {
+    if h.kind == Kind::WindowStart {
+        if let Some(o) = &h.overflow {
+            let i = TAIL_COUNT.load(Ordering::Relaxed);
+            if i < MAX_INTERVALS {
+                for (k, &c) in counters.iter().enumerate() {
+                    TAILS[i * MAX_GROUP + k].store(c.wrapping_sub(o[k]), Ordering::Relaxed);
+                }
+                TAIL_COUNT.store(i + 1, Ordering::Relaxed);
+            }
+        }
+    }
+    if h.kind != Kind::WindowEnd {
+        TIME_SAMPLES.fetch_add(1, Ordering::Relaxed);
         for (k, &c) in counters.iter().enumerate() {
             START[k].store(c, Ordering::Relaxed);
         }
         FIRST.store(0, Ordering::Relaxed);
         WANT_FIRST.store(true, Ordering::Relaxed);
         OPEN.store(true, Ordering::Relaxed);
-    }
-    let fd = local.leader_fd.load(Ordering::Relaxed);
-    let mut p = step.next_period;
-    // SAFETY: as in `sampler::rearm`: the owner's live leader, a stopped event.
-    unsafe {
-        libc::ioctl(fd, ioctl::PERIOD, &mut p as *mut u64);
-        libc::ioctl(fd, ioctl::REFRESH, 1);
     }
 }
 
@@ -408,20 +422,34 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     let (want, long) = if windows { (200, 1_000_000) } else { (MAX_INTERVALS, requested) };
     let saved = (a.period.swap(long, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
     COUNT.store(0, Ordering::Relaxed);
+    TAIL_COUNT.store(0, Ordering::Relaxed);
+    TIME_SAMPLES.store(0, Ordering::Relaxed);
     OPEN.store(false, Ordering::Relaxed);
     let result = (|| {
         let idx = open_slot(a, Some(long)).map_err(|_| "could not open the event group")?;
         CALIB_SLOT.store(idx, Ordering::Relaxed);
         sampler::CALIB_MODE.store(MODE_BASELINE, Ordering::SeqCst);
+        let cpu0 = thread_cpu_ns();
         sampler::arm(idx);
         timestamp_loop(want, thread_cpu_ns() + 2_000_000_000);
-        close_slot(idx, true);
+        // What the leader did not count: the thread's CPU time since arming minus the
+        // leader's count (the window's end handler runs with the group stopped).
         sampler::CALIB_MODE.store(0, Ordering::SeqCst);
-        Ok::<(), &str>(())
+        let mut words = [0u64; READ_HEAD + MAX_GROUP];
+        let read = LOCAL.get(idx).map_or(0, |l| read_group(l, &mut words));
+        let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        close_slot(idx, true);
+        let samples = TIME_SAMPLES.load(Ordering::Relaxed);
+        let uncounted = if read > 0 && samples > 0 {
+            (cpu as f64 - words[READ_HEAD] as f64).max(0.0) / samples as f64
+        } else {
+            0.0
+        };
+        Ok::<f64, &str>(uncounted)
     })();
     a.period.store(saved.0, Ordering::Relaxed);
     a.jitter.store(saved.1, Ordering::Relaxed);
-    result?;
+    let uncounted = result?;
     let count = COUNT.load(Ordering::Relaxed);
     if count < 20 {
         return Err(format!("only {count} intervals were measured"));
@@ -465,20 +493,43 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
                 let mean = v.iter().sum::<f64>() / nv;
                 let var =
                     v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (nv - 1.0).max(1.0);
-                // A software event the sampler does not cause (the handler never blocks
-                // or migrates, and its own page faults happen while the group is stopped)
-                // shows here only as the scheduler's noise during the loop, which is the
-                // environment's, not the sampler's: keep a mean only when it stands
-                // clear of that noise (three standard errors).
-                let significant = e.kind != strobe_perf::names::EventKind::Software
-                    || mean.abs() > 3.0 * var.sqrt() / nv.sqrt();
+                // Context switches and migrations are the scheduler's, not the sampler's
+                // (the handler never blocks): what the loop saw of them is the load on the
+                // machine while it ran, which says nothing of the load while the target
+                // runs (measured: a busy machine during calibration made short-only
+                // sampling subtract 0.5 switches/ms from a target's 0.67). Page faults
+                // are the sampler's (the first touch of each shared buffer page): kept
+                // when they stand clear of noise (three standard errors).
+                let scheduler = e.kind == strobe_perf::names::EventKind::Software
+                    && (e.config == u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES)
+                        || e.config == u64::from(sys::PERF_COUNT_SW_CPU_MIGRATIONS));
+                let significant = !scheduler
+                    && (e.kind != strobe_perf::names::EventKind::Software
+                        || mean.abs() > 3.0 * var.sqrt() / nv.sqrt());
                 CounterBaseline { mean: if significant { mean } else { 0.0 }, sd: var.sqrt() }
             }
         })
         .collect();
     let mut w = work.clone();
     let (work_ns, _) = trimmed(&mut w);
-    Ok(Baseline { windows, requested, intervals: count as u64, work_ns, counters })
+    // The tails: the delay from each window start's overflow to the handler's read, in a
+    // loop that makes no system calls. The leader's whole distribution (its spread sets
+    // how much longer a delay must be to mean a system call); other counters' means.
+    let ntails = TAIL_COUNT.load(Ordering::Relaxed).min(MAX_INTERVALS);
+    let tail = if ntails >= 20 {
+        (0..n.min(NCOUNTERS.load(Ordering::Relaxed)))
+            .map(|k| {
+                let mut v: Vec<f64> = (0..ntails)
+                    .map(|i| TAILS[i * MAX_GROUP + k].load(Ordering::Relaxed) as f64)
+                    .collect();
+                let (mean, sd) = trimmed(&mut v);
+                CounterBaseline { mean, sd }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Baseline { windows, requested, intervals: count as u64, work_ns, counters, tail, uncounted })
 }
 
 /// Runs the whole calibration and stores the result in the arena.

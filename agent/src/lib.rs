@@ -82,6 +82,8 @@ pub struct Agent {
     /// This process's entry in the arena's process table.
     proc_index: Option<usize>,
     window: u64,
+    /// The shortest period the kernel honours for the leader.
+    min_period: u64,
     call_graph: CallGraph,
     max_depth: u32,
     period: AtomicU64,
@@ -199,6 +201,7 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
         stream,
         proc_index: None,
         window,
+        min_period: if leader_is_time { strobe_perf::spec::MIN_TIMER_PERIOD_NS } else { 1 },
         call_graph: cfg.call_graph,
         max_depth: cfg.max_depth,
         // Long enough that it never fires while calibrating.
@@ -456,6 +459,7 @@ extern "C" fn atfork_child() {
     ENABLED.store(false, Ordering::Relaxed);
     let high = arena().map_or(0, |ar| ar.high_water()).min(slots::MAX_SLOTS);
     for local in slots::LOCAL.iter().take(high) {
+        local.forget_ring();
         local.close_group();
         local.forget_walker();
     }

@@ -21,20 +21,30 @@
 //! (a debugger-like program) takes our samples; non-perf SIGTRAPs are passed on to the
 //! handler that was installed before ours.
 //!
-//! # One-shot arming
+//! # Arming, and windows that begin inside system calls
 //!
-//! Switching the period of a running task-clock event races with its hrtimer (a spurious
-//! extra overflow at the old period in a few % of windows). So the leader is armed with
-//! `PERF_EVENT_IOC_REFRESH 1`: it disables itself at each overflow (the whole group stops
-//! counting while the handler runs, so the handler's own time is not in the counts), the
-//! handler sets the next period on the stopped event (cheap) and re-arms it.
+//! A long period runs without stopping: its overflow also writes the group's values at
+//! that instant to the thread's one-page ring (`strobe_perf::overflow`), which the handler
+//! reads. The window is one-shot (`PERF_EVENT_IOC_REFRESH 1`): switching the period of a
+//! running task-clock event races with its hrtimer (a spurious extra overflow at the old
+//! period in a few % of windows), so at the window's overflow the leader stops itself and
+//! the window's end handler programs the next long period on the stopped event and
+//! enables it.
 //!
-//! What is still counted: the kernel's overflow path between the overflow and the group
-//! stopping (about 14 us of task-clock here), and the re-arming ioctl's own return and the
-//! `sigreturn` after it (about 7 us): every window carries about 28 us that is not the
-//! target's (measured; see `calibrate`). The calibration process measures that baseline
-//! for every counter before the target starts, `strobe record` stores it in the file and
-//! `strobe report` subtracts it from every window.
+//! The ring is what lets a window begin inside a system call: the signal is delivered at
+//! the call's return, so the handler compares the ring's values with its own read, and
+//! when the delay is longer than the sampler's usual one (calibrated), the window begins
+//! at the overflow and its remainder is shortened by the call's tail (see
+//! `strobe_sampler::alternate`). A thread whose ring cannot be mapped (the locked-memory
+//! allowance) samples as before, its windows beginning at the handler; the recorder
+//! counts and reports such threads.
+//!
+//! What every window still counts that is not the target's: after the window's
+//! overflow, the kernel's path until the group stops (about 14 us of task-clock here);
+//! after the start handler's group read, the rest of the handler and its `sigreturn`.
+//! The calibration process measures that baseline for every counter before the target
+//! starts, `strobe record` stores it in the file and `strobe report` subtracts it from
+//! every window, and the tail's own baseline (the usual delay) from every tail.
 //!
 //! # A fair first period
 //!
@@ -52,7 +62,7 @@ use strobe_perf::sys::{self, ioctl};
 use strobe_protocol::CallGraph;
 use strobe_sampler::custody::record::{Rec, FLAG_COMPLETE, FLAG_HAS_STACK, FLAG_TRUNCATED};
 use strobe_sampler::custody::{self, Append, SharedSlot};
-use strobe_sampler::{Kind, Periods};
+use strobe_sampler::{Alternation, Arm, Kind, Periods};
 use strobe_unwind::WalkEnd;
 
 use crate::slots::{self, Local, LOCAL};
@@ -195,13 +205,12 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
         if let Some((a, ar, slot, local)) = found {
             if CALIB_MODE.load(Ordering::Relaxed) != 0 {
                 crate::calibrate::on_overflow(a, index, slot, local, uc);
-            } else if si.perf_flags & sys::TRAP_PERF_FLAG_ASYNC != 0 {
-                // The thread had SIGTRAP blocked: the signal arrives late, where the thread
-                // unblocked it, so its IP and counters describe the wrong place. Record
-                // nothing; start a fresh long period.
-                rearm_long(a, slot, local);
             } else {
-                take_sample(a, ar, index, slot, local, uc);
+                // With ASYNC the thread had SIGTRAP blocked (glibc blocks every signal
+                // while it creates a thread, for instance): the signal arrives where the
+                // thread unblocked it, a little later than the overflow.
+                let late = si.perf_flags & sys::TRAP_PERF_FLAG_ASYNC != 0;
+                take_sample(a, ar, index, slot, local, uc, late);
             }
         }
     } else if si.code == libc::SI_TKILL && CALIB_MODE.load(Ordering::Relaxed) != 0 {
@@ -269,25 +278,137 @@ pub fn periods(a: &Agent) -> Periods {
         period: a.period.load(Ordering::Relaxed),
         jitter: a.jitter.load(Ordering::Relaxed),
         window: a.window,
+        min_period: a.min_period,
+        tail_dead: a.cfg.tail_dead,
+        cycle_extra: a.cfg.cycle_extra,
     }
 }
 
-/// Sets the next period on the stopped leader and re-arms it for one overflow.
+/// Programs the next period and arms the leader as the state machine says.
 #[inline]
-fn rearm(local: &Local, mut period: u64) {
+fn program(local: &Local, mut period: u64, arm: Arm) {
     let fd = local.leader_fd.load(Ordering::Relaxed);
-    // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH takes an
-    // integer. `fd` is the owner's live leader (the slot is ACTIVE, checked by the caller).
+    // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH and
+    // ENABLE take an integer. `fd` is the owner's live leader (the slot is ACTIVE,
+    // checked by the caller).
     unsafe {
         libc::ioctl(fd, ioctl::PERIOD, &mut period as *mut u64);
-        libc::ioctl(fd, ioctl::REFRESH, 1);
+        match arm {
+            Arm::Running => {}
+            Arm::OneShot => {
+                libc::ioctl(fd, ioctl::REFRESH, 1);
+            }
+            Arm::Enable => {
+                libc::ioctl(fd, ioctl::ENABLE, 0);
+            }
+        }
     }
 }
 
-/// The handler's work for one overflow of `slot`'s leader: read the group once, walk the
-/// stack (window starts and plain samples only: a window's end is not a place where time
-/// went), append the sample to the thread's block, switch the period, re-arm.
-/// Async-signal-safe. Returns what the append did.
+/// Overflows of one long period the handler can take at once (a system call longer
+/// than several periods); older ones are dropped.
+const MAX_OVERFLOWS: usize = 4;
+
+/// The group's values at the overflows the ring holds for the current long period,
+/// oldest first (stale records of the window that just ended are skipped).
+struct Overflows {
+    values: [[u64; MAX_GROUP]; MAX_OVERFLOWS],
+    n: usize,
+    /// The last overflow interrupted the kernel.
+    kernel: bool,
+}
+
+impl Overflows {
+    const EMPTY: Overflows =
+        Overflows { values: [[0; MAX_GROUP]; MAX_OVERFLOWS], n: 0, kernel: false };
+
+    /// The ring's records of the current long period's overflows. After an overflow the
+    /// timer fires again every period until the handler re-programs it: in a system call
+    /// longer than a long period each such overflow is a sample of the call, kept; the
+    /// re-firings of a short first period (or of anything shorter than half a long
+    /// period) are not samples of the design, skipped.
+    fn take(ring: &strobe_perf::overflow::OverflowRing, st: &Alternation, p: &Periods) -> Overflows {
+        let mut o = Overflows::EMPTY;
+        let spacing = p.period / 2;
+        ring.drain(|kernel, w| {
+            // nr, time_enabled, time_running, values.
+            let vals = w.get(READ_HEAD..).unwrap_or(&[]);
+            let Some(&leader) = vals.first() else { return };
+            if !st.is_long_overflow(leader) {
+                return;
+            }
+            if let Some(prev) = o.last() {
+                if leader < prev[0].saturating_add(spacing) {
+                    return;
+                }
+            }
+            if o.n == MAX_OVERFLOWS {
+                o.values.copy_within(1.., 0);
+                o.n -= 1;
+            }
+            if let Some(dst) = o.values.get_mut(o.n) {
+                let k = vals.len().min(MAX_GROUP);
+                dst[..k].copy_from_slice(&vals[..k]);
+                o.n += 1;
+                o.kernel = kernel;
+            }
+        });
+        o
+    }
+
+    fn last(&self) -> Option<&[u64; MAX_GROUP]> {
+        self.n.checked_sub(1).and_then(|i| self.values.get(i))
+    }
+}
+
+/// The system-call instruction of this architecture (`syscall`, `svc #0`), as it sits in
+/// memory just before the user IP of a thread inside a system call.
+#[cfg(target_arch = "x86_64")]
+const SYSCALL_INSN: &[u8] = &[0x0f, 0x05];
+#[cfg(target_arch = "aarch64")]
+const SYSCALL_INSN: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const SYSCALL_INSN: &[u8] = &[];
+
+/// Whether the instruction before `ip` is the system-call instruction: the thread was in
+/// a system call when a kernel-mode overflow hit. Reads those bytes only when they lie on
+/// `ip`'s own page (which is mapped: the thread runs there); at a page's first bytes it
+/// answers no, and the window begins at the handler as after user code.
+#[inline]
+fn follows_syscall(ip: u64) -> bool {
+    let n = SYSCALL_INSN.len() as u64;
+    if n == 0 || ip & 0xfff < n {
+        return false;
+    }
+    let at = (ip - n) as *const u8;
+    (0..SYSCALL_INSN.len()).all(|i| {
+        // SAFETY: [ip - n, ip) is on the same page as `ip`, the interrupted thread's next
+        // instruction, so the page is mapped and readable code (text is mapped r-x).
+        let b = unsafe { std::ptr::read_volatile(at.add(i)) };
+        SYSCALL_INSN.get(i) == Some(&b)
+    })
+}
+
+/// What one handled overflow was, for the calibration.
+pub struct Handled {
+    /// The (last) sample's kind.
+    pub kind: Kind,
+    /// The group read by the handler, leader first.
+    pub counters: [u64; MAX_GROUP],
+    /// Counters read.
+    pub n: usize,
+    /// The group at the overflow itself (from the ring), for a window start.
+    pub overflow: Option<[u64; MAX_GROUP]>,
+}
+
+/// One sample record of the handler's.
+fn rec<'r>(kind: Kind, time: u64, ip: u64, counters: &'r [u64], frames: &'r [u64], flags: u16) -> Rec<'r> {
+    Rec { kind: kind as u8, flags, time, ip, counters, frames }
+}
+
+/// The handler's work for one overflow of `slot`'s leader, appending its samples to the
+/// thread's block in the arena. Async-signal-safe. Returns what the last append did
+/// (`None` when nothing was recorded).
 #[inline]
 pub fn take_sample(
     a: &Agent,
@@ -296,61 +417,162 @@ pub fn take_sample(
     slot: &SharedSlot,
     local: &Local,
     uc: *mut libc::c_void,
+    late: bool,
 ) -> Option<Append> {
+    let mut last = None;
+    handle_overflow(a, slot, local, uc, late, |r| {
+        // SAFETY: this handler is the slot's only producer: it runs on the slot's owner
+        // thread (the caller's lookup checked the generation), and SIGTRAP is blocked
+        // while it runs, so it does not re-enter itself.
+        let appended = unsafe { custody::append(&ar.pool(), slot, index as u32, r) };
+        if let Append::Stored { wake: true } | Append::Lost { wake: true } = appended {
+            ar.wake_recorder();
+        }
+        last = Some(appended);
+    });
+    last
+}
+
+/// The handler's work for one overflow of `slot`'s leader: take the overflow's values
+/// from the ring, walk the stack (a window's end too: not a place where time went, but
+/// the report needs which calls the window stayed inside), read the group, program the
+/// next period, and hand the samples to `put`. Async-signal-safe. `None` when nothing was
+/// recorded: stopping, or a signal whose overflow an earlier handler already took.
+///
+/// A `late` signal (the thread had SIGTRAP blocked) is still a time sample, near where
+/// the time went (the blocked stretch is the code that blocked it), but no window: its
+/// counters describe the unblocking, not the overflow. In windows mode it is recorded as
+/// a plain sample and any open window is abandoned.
+#[inline]
+pub fn handle_overflow(
+    a: &Agent,
+    slot: &SharedSlot,
+    local: &Local,
+    uc: *mut libc::c_void,
+    late: bool,
+    mut put: impl FnMut(&Rec<'_>),
+) -> Option<Handled> {
     if STOPPING.load(Ordering::Relaxed) {
         return None;
     }
+    let p = periods(a);
+    let mut st = slot.alt.load();
+    if late && p.window > 0 {
+        if let Some(ring) = local.ring() {
+            ring.drain(|_, _| {});
+        }
+        let r = stack::regs(uc);
+        let mut frames = [0u64; MAX_DEPTH];
+        let (depth, flags) = walk(a, local, &r, &mut frames);
+        let mut words = [0u64; READ_HEAD + MAX_GROUP];
+        let n = read_group(local, &mut words);
+        let time = mono_ns();
+        let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
+        // The overflow ended a long period (a time sample) or a window (not one: the
+        // window is abandoned; the report counts it unpaired).
+        let was_long = !st.in_window;
+        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0));
+        program(local, next, arm);
+        slot.alt.store(st);
+        if was_long {
+            let frames = frames.get(..depth).unwrap_or(&[]);
+            put(&rec(Kind::Plain, time, r.ip, counters, frames, flags));
+        }
+        return None;
+    }
+    let long = p.window > 0 && !st.in_window;
+    let overflows = match local.ring() {
+        Some(ring) => {
+            let o = Overflows::take(ring, &st, &p);
+            if long && o.n == 0 {
+                // The overflow this signal announced was taken by an earlier handler
+                // (a record written just before that handler read the ring): nothing new.
+                return None;
+            }
+            o
+        }
+        None => Overflows::EMPTY,
+    };
+    let r = stack::regs(uc);
+    let mut frames = [0u64; MAX_DEPTH];
+    // Every sample walks, a window's end too: the report needs where a window ended to
+    // know which calls it stayed inside.
+    let (depth, flags) = walk(a, local, &r, &mut frames);
+    // The group read is as late as possible: a window begins here, so the handler's
+    // work before it (the walk) is not in the window.
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
     let n = read_group(local, &mut words);
     let time = mono_ns();
     let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
     let leader = counters.first().copied().unwrap_or(0);
-    let step = slot.alt.on_overflow(&periods(a), leader);
-    let r = stack::regs(uc);
-    let mut frames = [0u64; MAX_DEPTH];
-    let mut flags = 0u16;
-    let mut depth = 0;
-    let walker = local.walker.load(Ordering::Relaxed);
-    if a.call_graph != CallGraph::None && step.kind != Kind::WindowEnd && !walker.is_null() {
-        let limit = (a.max_depth as usize).min(MAX_DEPTH);
-        let out = frames.get_mut(..limit).unwrap_or(&mut []);
-        // SAFETY: the owner's walker, created by this thread at setup and dropped only by
-        // it after its events are closed; the handler runs on the owner's thread.
-        let w = unsafe { &mut *walker };
-        let (d, end) = stack::walk(a.call_graph, &r, w, out);
-        depth = d;
-        flags |= FLAG_HAS_STACK;
-        match end {
-            WalkEnd::Complete => flags |= FLAG_COMPLETE,
-            WalkEnd::DepthLimit => flags |= FLAG_TRUNCATED,
-            _ => {}
+    // The window begins at the overflow only if it interrupted a system call: its
+    // remainder is the target's work. After user code or a page fault the delay is the
+    // sampler's own.
+    let in_call = overflows.kernel && follows_syscall(r.ip);
+    let since = overflows.last().filter(|_| in_call).map(|o| leader.wrapping_sub(o[0]));
+    let step = st.on_overflow(&p, leader, since);
+    program(local, step.next_period, step.arm);
+    slot.alt.store(st);
+    if let Some(d) = step.window_delta {
+        slot.alt.count_window(d);
+    }
+    let frames = frames.get(..depth).unwrap_or(&[]);
+    if step.kind == Kind::WindowStart && p.tail_dead > 0 && overflows.n > 1 {
+        // A system call longer than a period: each earlier overflow is a time sample of
+        // the call, and the stretch to the next overflow a window by itself.
+        for i in 0..overflows.n - 1 {
+            let (Some(from), Some(to)) = (overflows.values.get(i), overflows.values.get(i + 1))
+            else {
+                break;
+            };
+            let (from, to) = (from.get(..n).unwrap_or(&[]), to.get(..n).unwrap_or(&[]));
+            put(&rec(Kind::TailStart, time, r.ip, from, &[], 0));
+            put(&rec(Kind::WindowStart, time, r.ip, to, frames, flags));
+            put(&rec(Kind::WindowEnd, time, r.ip, to, frames, flags));
         }
     }
-    let rec = Rec {
-        kind: step.kind as u8,
-        flags,
-        time,
-        ip: r.ip,
-        counters,
-        frames: frames.get(..depth).unwrap_or(&[]),
-    };
-    // SAFETY: this handler is the slot's only producer: it runs on the slot's owner
-    // thread (the caller's lookup checked the generation), and SIGTRAP is blocked while
-    // it runs, so it does not re-enter itself.
-    let appended = unsafe { custody::append(&ar.pool(), slot, index as u32, &rec) };
-    if let Append::Stored { wake: true } | Append::Lost { wake: true } = appended {
-        ar.wake_recorder();
+    if step.tail {
+        if let Some(o) = overflows.last() {
+            put(&rec(Kind::TailStart, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
+        }
     }
-    rearm(local, step.next_period);
-    Some(appended)
+    put(&rec(step.kind, time, r.ip, counters, frames, flags));
+    if step.close_now {
+        put(&rec(Kind::WindowEnd, time, r.ip, counters, frames, flags));
+    }
+    let mut out = Handled {
+        kind: step.kind,
+        counters: [0; MAX_GROUP],
+        n,
+        overflow: overflows.last().copied(),
+    };
+    if let Some(dst) = out.counters.get_mut(..n) {
+        dst.copy_from_slice(counters);
+    }
+    Some(out)
 }
 
-/// Re-arms `slot` for a long period without recording (a late, asynchronous signal).
-fn rearm_long(a: &Agent, slot: &SharedSlot, local: &Local) {
-    if STOPPING.load(Ordering::Relaxed) {
-        return;
+/// Walks the interrupted thread's stack into `frames` (when stacks are recorded): the
+/// depth and the record flags saying how the walk ended.
+#[inline]
+fn walk(a: &Agent, local: &Local, r: &strobe_unwind::Regs, frames: &mut [u64; MAX_DEPTH]) -> (usize, u16) {
+    let walker = local.walker.load(Ordering::Relaxed);
+    if a.call_graph == CallGraph::None || walker.is_null() {
+        return (0, 0);
     }
-    rearm(local, slot.alt.restart(&periods(a)));
+    let limit = (a.max_depth as usize).min(MAX_DEPTH);
+    let out = frames.get_mut(..limit).unwrap_or(&mut []);
+    // SAFETY: the owner's walker, created by this thread at setup and dropped only by it
+    // after its events are closed; the handler runs on the owner's thread.
+    let w = unsafe { &mut *walker };
+    let (depth, end) = stack::walk(a.call_graph, r, w, out);
+    let flags = FLAG_HAS_STACK
+        | match end {
+            WalkEnd::Complete => FLAG_COMPLETE,
+            WalkEnd::DepthLimit => FLAG_TRUNCATED,
+            _ => 0,
+        };
+    (depth, flags)
 }
 
 /// Why a thread could not be set up.
@@ -363,9 +585,11 @@ pub enum SetupError {
 
 /// The first period of a new thread: a draw from the stationary residual of the sampling
 /// cycle, so a thread's expected samples are its CPU time over the mean cycle whatever
-/// its length (see the module note). `u` is uniform in [0, 1).
+/// its length (see the module note). The cycle is what the leader counts from one time
+/// sample to the next: the long period, the window, and what the leader counts of the
+/// sampler itself beyond them (`cycle_extra`, calibrated). `u` is uniform in [0, 1).
 pub fn first_period(p: &Periods, u: f64) -> u64 {
-    let base = p.period as f64 + p.window as f64;
+    let base = p.period as f64 + p.window as f64 + p.cycle_extra as f64;
     let j = p.jitter as f64;
     if base <= 0.0 {
         return 1;
@@ -405,12 +629,13 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
     };
     let mut seed = mono_ns() ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let first = period.unwrap_or_else(|| first_period(&periods(a), uniform(&mut seed)));
-    let group = match strobe_perf::EventGroup::open(
+    let group = match strobe_perf::EventGroup::open_sampling(
         &a.spec,
         strobe_perf::Target::CALLING_THREAD,
         first,
         slots::sig_data(index, generation),
         a.cfg.kernel,
+        a.window > 0,
     ) {
         Ok(g) => g,
         Err(e) => {
@@ -422,11 +647,17 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
         let w = Box::new(stack::thread_walker(a.call_graph));
         local.walker.store(Box::into_raw(w), Ordering::Relaxed);
     }
+    if a.window > 0 && local.ring.load(Ordering::Relaxed).is_null() {
+        match strobe_perf::overflow::OverflowRing::map(group.leader().raw_fd()) {
+            Ok(ring) => local.ring.store(Box::into_raw(Box::new(ring)), Ordering::Relaxed),
+            Err(_) => ar.count_thread_without_ring(),
+        }
+    }
     local.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
     local.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
     slot.reset_custody(a.pid as u32, sys::gettid() as u32, a.stream);
     slot.set_comm(&thread_name());
-    slot.alt.reset(seed);
+    slot.alt.reset(seed, first);
     // Release (in `activate`): the recorder (and our own handler, on this thread) that
     // sees ACTIVE sees the custody state and alternation above.
     slot.ctl.activate();
@@ -449,8 +680,8 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
-/// Arms slot `index`'s leader one-shot (its period was set at open), noting the CPU time
-/// the thread ran before it could be sampled.
+/// Starts slot `index`'s leader running (its first period was set at open), noting the
+/// CPU time the thread ran before it could be sampled.
 pub fn arm(index: usize) {
     if let Some(slot) = arena().and_then(|ar| ar.slots().get(index)) {
         // Relaxed: read by the recorder after the slot is freed or the process ended. Only
@@ -464,8 +695,8 @@ pub fn arm(index: usize) {
     }
     if let Some(local) = LOCAL.get(index) {
         let fd = local.leader_fd.load(Ordering::Relaxed);
-        // SAFETY: REFRESH takes an integer; `fd` is the slot's live leader.
-        unsafe { libc::ioctl(fd, ioctl::REFRESH, 1) };
+        // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader.
+        unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
     }
 }
 
@@ -481,6 +712,7 @@ pub fn close_slot(index: usize, discard: bool) {
         return;
     }
     local.close_group();
+    local.drop_ring();
     local.drop_walker();
     slot.set_comm(&thread_name());
     if discard {
@@ -501,7 +733,7 @@ mod tests {
     /// probability its length deserves.
     #[test]
     fn first_periods_follow_the_cycles_residual() {
-        let p = Periods { period: 1_000_000, jitter: 200_000, window: 20_000 };
+        let p = Periods { period: 1_000_000, jitter: 200_000, window: 20_000, ..Periods::default() };
         let mut seed = 12345u64;
         let n = 200_000;
         let (mut sum, mut max, mut below_half) = (0f64, 0u64, 0u64);
@@ -525,7 +757,7 @@ mod tests {
         assert!((p_short - 100_000.0 / mean_c).abs() < 0.005, "{p_short}");
         assert!(max > 1_150_000, "the jitter's tail is reached: {max}");
         // No jitter, no window: uniform over the period.
-        let plain = Periods { period: 1000, jitter: 0, window: 0 };
+        let plain = Periods { period: 1000, jitter: 0, window: 0, ..Periods::default() };
         let m: f64 =
             (0..10_000).map(|_| first_period(&plain, uniform(&mut seed)) as f64).sum::<f64>() / 1e4;
         assert!((m - 500.0).abs() < 15.0, "{m}");

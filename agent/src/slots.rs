@@ -25,6 +25,9 @@ pub struct Local {
     /// The owner's `Box<ThreadWalker>` (stack bounds, module-table registration), as a
     /// raw pointer (owner only).
     pub walker: AtomicPtr<crate::stack::ThreadWalker>,
+    /// The owner's `Box<OverflowRing>` (the group's values at each overflow), as a raw
+    /// pointer; null when windows are off or the ring could not be mapped.
+    pub ring: AtomicPtr<strobe_perf::overflow::OverflowRing>,
 }
 
 impl Local {
@@ -33,7 +36,38 @@ impl Local {
         leader_fd: AtomicI32::new(-1),
         group: AtomicPtr::new(std::ptr::null_mut()),
         walker: AtomicPtr::new(std::ptr::null_mut()),
+        ring: AtomicPtr::new(std::ptr::null_mut()),
     };
+
+    /// The overflow ring, if any (the owner's handler, on the owner's thread).
+    #[inline]
+    pub fn ring(&self) -> Option<&strobe_perf::overflow::OverflowRing> {
+        let r = self.ring.load(Ordering::Relaxed);
+        // SAFETY: a pointer from Box::into_raw (sampler::open_slot), freed only by the
+        // owner after its events are closed and its handler can no longer run for it.
+        (!r.is_null()).then(|| unsafe { &*r })
+    }
+
+    /// Unmaps and frees the overflow ring, if any (the owner, its events closed).
+    pub fn drop_ring(&self) {
+        let r = self.ring.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !r.is_null() {
+            // SAFETY: from Box::into_raw, swapped out: freed once; the owner's handler
+            // cannot run for it any more (the caller's contract).
+            unsafe { Box::from_raw(r).unmap() };
+        }
+    }
+
+    /// Forgets the overflow ring of a thread that does not exist here: a forked child
+    /// has no copy of the parent's ring mappings (the kernel does not copy them).
+    pub fn forget_ring(&self) {
+        let r = self.ring.swap(std::ptr::null_mut(), Ordering::Relaxed);
+        if !r.is_null() {
+            // SAFETY: from Box::into_raw; the Box's memory was copied by fork and is ours
+            // to free, but its mapping is absent in this process: free without unmapping.
+            drop(unsafe { Box::from_raw(r) });
+        }
+    }
 
     /// Drops the group (closing its fds), if any. The owner, or a forked child
     /// discarding its copies of the parent's fds.

@@ -269,10 +269,13 @@ impl Encoder {
         put(b, bl.requested);
         put(b, bl.intervals);
         b.extend_from_slice(&bl.work_ns.to_bits().to_le_bytes());
-        put(b, bl.counters.len() as u64);
-        for c in &bl.counters {
-            b.extend_from_slice(&c.mean.to_bits().to_le_bytes());
-            b.extend_from_slice(&c.sd.to_bits().to_le_bytes());
+        b.extend_from_slice(&bl.uncounted.to_bits().to_le_bytes());
+        for list in [&bl.counters, &bl.tail] {
+            put(b, list.len() as u64);
+            for c in list {
+                b.extend_from_slice(&c.mean.to_bits().to_le_bytes());
+                b.extend_from_slice(&c.sd.to_bits().to_le_bytes());
+            }
         }
         self.end(s);
     }

@@ -630,17 +630,29 @@ impl<R: Read> Reader<R> {
                 let requested = v!("baseline interval");
                 let intervals = v!("baseline interval count");
                 let work_ns = f(&mut c).ok_or_else(|| bad(&c, "bad baseline work"))?;
-                let n = v!("baseline counter count");
-                if n > MAX_COUNTERS as u64 {
-                    return Err(bad(&c, "more baseline counters than a sample may carry"));
+                let uncounted = f(&mut c).ok_or_else(|| bad(&c, "bad baseline uncounted time"))?;
+                let mut lists = [Vec::new(), Vec::new()];
+                for list in &mut lists {
+                    let n = v!("baseline counter count");
+                    if n > MAX_COUNTERS as u64 {
+                        return Err(bad(&c, "more baseline counters than a sample may carry"));
+                    }
+                    for _ in 0..n {
+                        let mean = f(&mut c).ok_or_else(|| bad(&c, "bad baseline mean"))?;
+                        let sd = f(&mut c).ok_or_else(|| bad(&c, "bad baseline spread"))?;
+                        list.push(BaselineCounter { mean, sd });
+                    }
                 }
-                let mut counters = Vec::new();
-                for _ in 0..n {
-                    let mean = f(&mut c).ok_or_else(|| bad(&c, "bad baseline mean"))?;
-                    let sd = f(&mut c).ok_or_else(|| bad(&c, "bad baseline spread"))?;
-                    counters.push(BaselineCounter { mean, sd });
-                }
-                Record::Baseline(Baseline { windows, requested, intervals, work_ns, counters })
+                let [counters, tail] = lists;
+                Record::Baseline(Baseline {
+                    windows,
+                    requested,
+                    intervals,
+                    work_ns,
+                    counters,
+                    tail,
+                    uncounted,
+                })
             }
             tag::IMAGE => {
                 let name = s!("image name");

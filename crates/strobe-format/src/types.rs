@@ -143,6 +143,13 @@ pub struct Baseline {
     pub work_ns: f64,
     /// Per counter, leader first.
     pub counters: Vec<BaselineCounter>,
+    /// Per counter, leader first: the counts between an overflow in user code and the
+    /// handler's group read, which a `TailStart`..`WindowStart` interval carries besides
+    /// the system call's remainder (empty: no window began inside a call).
+    pub tail: Vec<BaselineCounter>,
+    /// What the leader does not count per time sample (leader units): the thread's CPU
+    /// time while the group is stopped.
+    pub uncounted: f64,
 }
 
 /// How a process's recording began.
@@ -327,6 +334,10 @@ pub enum SampleKind {
     WindowStart = 1,
     /// The end of a window: its counters minus the window start's are the window's deltas.
     WindowEnd = 2,
+    /// The counters at the overflow the next `WindowStart` of the thread handled, when
+    /// that overflow happened inside a system call: the window begins here, and the call's
+    /// remainder (from this sample to the start) is its first part. Not a time sample.
+    TailStart = 3,
 }
 
 impl SampleKind {
@@ -335,8 +346,15 @@ impl SampleKind {
             0 => Some(SampleKind::Plain),
             1 => Some(SampleKind::WindowStart),
             2 => Some(SampleKind::WindowEnd),
+            3 => Some(SampleKind::TailStart),
             _ => None,
         }
+    }
+
+    /// Whether the sample marks a place where the thread's time went (a time sample):
+    /// plain samples and window starts.
+    pub fn is_time_sample(self) -> bool {
+        matches!(self, SampleKind::Plain | SampleKind::WindowStart)
     }
 }
 

@@ -190,6 +190,11 @@ fn baseline() -> Baseline {
             BaselineCounter { mean: 27_800.25, sd: 900.0 },
             BaselineCounter { mean: 0.015, sd: 0.12 },
         ],
+        tail: vec![
+            BaselineCounter { mean: 8_700.0, sd: 300.0 },
+            BaselineCounter { mean: 0.0, sd: 0.0 },
+        ],
+        uncounted: 4_100.25,
     }
 }
 
@@ -257,8 +262,12 @@ fn random_sample_batches_round_trip() {
             let c: Vec<u64> = (0..nc)
                 .map(|_| if rng.below(5) == 0 { u64::MAX } else { rng.next() >> rng.below(64) })
                 .collect();
-            let kind = [SampleKind::Plain, SampleKind::WindowStart, SampleKind::WindowEnd]
-                [rng.below(3) as usize];
+            let kind = [
+                SampleKind::Plain,
+                SampleKind::WindowStart,
+                SampleKind::WindowEnd,
+                SampleKind::TailStart,
+            ][rng.below(4) as usize];
             samples.push(sample(77, t, ip, kind, &c));
         }
         let mut e = Encoder::new();

@@ -32,7 +32,24 @@ impl EventGroup {
         sig_data: u64,
         kernel_allowed: bool,
     ) -> Result<EventGroup, OpenError> {
-        let lattr = spec.leader_attr(period, sig_data, kernel_allowed);
+        Self::open_sampling(spec, target, period, sig_data, kernel_allowed, false)
+    }
+
+    /// [`open`](Self::open), and with `overflow_read` the leader also writes the group's
+    /// values at each overflow (`PERF_SAMPLE_READ`) to its ring buffer, for
+    /// [`OverflowRing`](crate::overflow::OverflowRing) to read.
+    pub fn open_sampling(
+        spec: &GroupSpec,
+        target: Target,
+        period: u64,
+        sig_data: u64,
+        kernel_allowed: bool,
+        overflow_read: bool,
+    ) -> Result<EventGroup, OpenError> {
+        let mut lattr = spec.leader_attr(period, sig_data, kernel_allowed);
+        if overflow_read {
+            lattr.sample_type = u64::from(crate::sys::PERF_SAMPLE_READ);
+        }
         let leader = PerfEvent::open(&lattr, target, None, &spec.leader().name)?;
         let mut members = Vec::with_capacity(spec.events.len().saturating_sub(1));
         for (i, e) in spec.events.iter().enumerate().skip(1) {

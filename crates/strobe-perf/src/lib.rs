@@ -20,6 +20,7 @@ pub mod error;
 pub mod event;
 pub mod group;
 pub mod names;
+pub mod overflow;
 pub mod pmu;
 pub mod ring;
 pub mod spec;

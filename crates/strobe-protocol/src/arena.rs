@@ -183,6 +183,8 @@ pub struct ArenaHeader {
     no_slot: AtomicU32,
     /// Threads whose events could not be opened (EMFILE: the open-file limit, ...).
     no_events: AtomicU32,
+    /// Threads whose overflow ring could not be mapped (the locked-memory allowance).
+    no_ring: AtomicU32,
     /// Bytes of the notes region reserved by agents (each note: a u16 length, then text).
     notes_len: AtomicU32,
     /// The custody pool's head.
@@ -548,6 +550,17 @@ impl Arena {
         self.header().no_events.load(Ordering::Relaxed)
     }
 
+    /// A thread's overflow ring could not be mapped (the agent counts it here): its
+    /// windows begin at the handler, never inside a system call.
+    pub fn count_thread_without_ring(&self) {
+        self.header().no_ring.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Threads whose overflow ring could not be mapped.
+    pub fn threads_without_ring(&self) -> u32 {
+        self.header().no_ring.load(Ordering::Relaxed)
+    }
+
     /// Agents that attached so far.
     pub fn attached(&self) -> u32 {
         self.header().attached.load(Ordering::Relaxed)
@@ -671,6 +684,8 @@ mod tests {
             max_depth: 128,
             costs: None,
             calibrate: false,
+            tail_dead: 0,
+            cycle_extra: 0,
         }
     }
 

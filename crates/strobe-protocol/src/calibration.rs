@@ -48,6 +48,13 @@ pub struct Baseline {
     pub work_ns: f64,
     /// Per counter, leader first.
     pub counters: Vec<CounterBaseline>,
+    /// Per counter, leader first: what each counts between an overflow in user code and
+    /// the handler's group read (the delay a window's tail is measured against); empty
+    /// when the overflows' own values could not be read (no ring).
+    pub tail: Vec<CounterBaseline>,
+    /// What the leader does not count per time sample (leader units): the thread's CPU
+    /// time while the group is stopped (a window's end handler).
+    pub uncounted: f64,
 }
 
 /// What the calibration process reports.
@@ -80,9 +87,12 @@ impl Calibration {
             }
             Some(b) => {
                 w.bool(true).bool(b.windows).u64(b.requested).u64(b.intervals).f64(b.work_ns);
-                w.u64(b.counters.len() as u64);
-                for c in &b.counters {
-                    w.f64(c.mean).f64(c.sd);
+                w.f64(b.uncounted);
+                for list in [&b.counters, &b.tail] {
+                    w.u64(list.len() as u64);
+                    for c in list {
+                        w.f64(c.mean).f64(c.sd);
+                    }
                 }
             }
         }
@@ -113,21 +123,27 @@ impl Calibration {
             let requested = r.u64("the baseline's interval")?;
             let intervals = r.u64("the baseline's interval count")?;
             let work_ns = r.f64("the baseline's work")?;
-            let n = r.u64("the baseline's counter count")?;
-            if n > 64 {
-                return Err(DecodeError {
-                    what: "at most 64 counters",
-                    at: bytes.len() - r.remaining(),
-                });
-            }
-            let mut counters = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                counters.push(CounterBaseline {
-                    mean: r.f64("a counter's baseline")?,
-                    sd: r.f64("its spread")?,
-                });
-            }
-            Some(Baseline { windows, requested, intervals, work_ns, counters })
+            let uncounted = r.f64("the baseline's uncounted time")?;
+            let mut list = || -> Result<Vec<CounterBaseline>, DecodeError> {
+                let n = r.u64("the baseline's counter count")?;
+                if n > 64 {
+                    return Err(DecodeError {
+                        what: "at most 64 counters",
+                        at: bytes.len() - r.remaining(),
+                    });
+                }
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    v.push(CounterBaseline {
+                        mean: r.f64("a counter's baseline")?,
+                        sd: r.f64("its spread")?,
+                    });
+                }
+                Ok(v)
+            };
+            let counters = list()?;
+            let tail = list()?;
+            Some(Baseline { windows, requested, intervals, work_ns, counters, tail, uncounted })
         } else {
             None
         };
@@ -157,6 +173,11 @@ mod tests {
                     CounterBaseline { mean: 27_900.0, sd: 800.0 },
                     CounterBaseline { mean: 0.01, sd: 0.1 },
                 ],
+                tail: vec![
+                    CounterBaseline { mean: 9_300.0, sd: 1_500.0 },
+                    CounterBaseline { mean: 0.0, sd: 0.0 },
+                ],
+                uncounted: 12_000.0,
             }),
             notes: vec!["a note".into()],
         };

@@ -92,6 +92,13 @@ pub struct RecordConfig {
     /// This agent runs the calibration (a process of its own, before the target), not a
     /// recording.
     pub calibrate: bool,
+    /// The leader's count between an overflow in user code and the handler's group read,
+    /// as the calibration measured it (0: unknown, windows never begin inside a system
+    /// call; see `strobe_sampler::alternate`).
+    pub tail_dead: u64,
+    /// What the leader counts per sampling cycle beyond the long period and the window
+    /// (the sampler's own counted time), as the calibration measured it (0: unknown).
+    pub cycle_extra: u64,
 }
 
 impl RecordConfig {
@@ -107,7 +114,9 @@ impl RecordConfig {
             .bool(self.follow_fork)
             .u64(self.call_graph.code())
             .u64(u64::from(self.max_depth))
-            .bool(self.calibrate);
+            .bool(self.calibrate)
+            .u64(self.tail_dead)
+            .u64(self.cycle_extra);
         match &self.costs {
             None => {
                 w.bool(false);
@@ -139,6 +148,8 @@ impl RecordConfig {
             .ok_or(DecodeError { what: "a known call graph", at: cg_at })?;
         let max_depth = r.u32("the stack depth")?;
         let calibrate = r.bool("the calibration flag")?;
+        let tail_dead = r.u64("the tail's dead count")?;
+        let cycle_extra = r.u64("the cycle's extra count")?;
         let costs = if r.bool("the costs flag")? {
             Some(Costs {
                 sample_ns: r.u64("the cost per sample")?,
@@ -159,6 +170,8 @@ impl RecordConfig {
             max_depth,
             costs,
             calibrate,
+            tail_dead,
+            cycle_extra,
         })
     }
 }
@@ -179,6 +192,8 @@ mod tests {
             max_depth: 128,
             costs: Some(Costs { sample_ns: 31_000, floor_ns: 15_000, leader_per_ns: 1.0 }),
             calibrate: false,
+            tail_dead: 9_300,
+            cycle_extra: 61_000,
         }
     }
 

@@ -63,6 +63,8 @@ pub struct Totals {
     pub samples: u64,
     /// Window ends.
     pub window_ends: u64,
+    /// Windows that began inside a system call (their `TailStart` samples).
+    pub tails: u64,
     /// Samples lost, all threads.
     pub lost: u64,
     /// Distinct threads that sampled.
@@ -95,10 +97,11 @@ pub struct Drainer<'a> {
 }
 
 fn kind_of(byte: u8) -> SampleKind {
-    match byte {
-        1 => SampleKind::WindowStart,
-        2 => SampleKind::WindowEnd,
-        _ => SampleKind::Plain,
+    match strobe_sampler::Kind::from_word(u64::from(byte)) {
+        strobe_sampler::Kind::Plain => SampleKind::Plain,
+        strobe_sampler::Kind::WindowStart => SampleKind::WindowStart,
+        strobe_sampler::Kind::WindowEnd => SampleKind::WindowEnd,
+        strobe_sampler::Kind::TailStart => SampleKind::TailStart,
     }
 }
 
@@ -193,7 +196,9 @@ impl<'a> Drainer<'a> {
                                 0
                             };
                             match kind {
-                                SampleKind::WindowEnd => st.window_ends += 1,
+                                SampleKind::WindowEnd | SampleKind::TailStart => {
+                                    st.window_ends += 1
+                                }
                                 _ => st.samples += 1,
                             }
                             let mut counters = [0u64; strobe_format::MAX_COUNTERS];
@@ -298,10 +303,10 @@ impl<'a> Drainer<'a> {
             drop(b);
         }
         for p in &self.pending {
-            if p.kind == SampleKind::WindowEnd {
-                self.totals.window_ends += 1;
-            } else {
-                self.totals.samples += 1;
+            match p.kind {
+                SampleKind::WindowEnd => self.totals.window_ends += 1,
+                SampleKind::TailStart => self.totals.tails += 1,
+                _ => self.totals.samples += 1,
             }
         }
         self.pending.clear();

@@ -170,6 +170,33 @@ fn own_vdso() -> Option<strobe_format::Image> {
 /// How long the drain sleeps between passes when no agent wakes it.
 const IDLE_PASS: Duration = Duration::from_millis(100);
 
+/// The delay between an overflow in user code and the handler's read, which a window's
+/// tail is measured against: the calibration's mean. 0 (tails off) when it was not
+/// measured.
+fn tail_dead(b: &strobe_protocol::Baseline) -> u64 {
+    match b.tail.first() {
+        Some(t) if b.windows && t.mean.is_finite() && t.mean > 0.0 => t.mean.round() as u64,
+        _ => 0,
+    }
+}
+
+/// What the leader counts per sampling cycle beyond the long period and the window, from
+/// the calibration: each measured interval's excess over the one asked for (the window's
+/// overshoot and the handler's counted time), and with windows the delay from the long
+/// period's overflow to the handler (during which the leader runs on).
+fn cycle_extra(b: &strobe_protocol::Baseline) -> u64 {
+    let Some(lead) = b.counters.first() else { return 0 };
+    let measured = b.work_ns + lead.mean;
+    let excess = (measured - b.requested as f64).max(0.0);
+    let delay = if b.windows { b.tail.first().map_or(0.0, |t| t.mean) } else { 0.0 };
+    let extra = excess + delay;
+    if extra.is_finite() {
+        extra.round() as u64
+    } else {
+        0
+    }
+}
+
 /// Records `opts.command`. Returns once the command (and, with `follow_fork`, every
 /// followed process) has ended, or the recording was stopped.
 pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
@@ -212,6 +239,8 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         max_depth: opts.max_depth,
         costs: None,
         calibrate: false,
+        tail_dead: 0,
+        cycle_extra: 0,
     };
 
     // The file: preamble and header, written before anything runs.
@@ -267,12 +296,20 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
                     .iter()
                     .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
                     .collect(),
+                tail: b.tail.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect(),
+                uncounted: b.uncounted,
             });
             file.write_all(enc.as_bytes()).map_err(out_err)?;
             enc.clear();
         }
     }
-    let config = RecordConfig { costs: calibration.as_ref().ok().and_then(|c| c.costs), ..config };
+    let baseline = calibration.as_ref().ok().and_then(|c| c.baseline.as_ref());
+    let config = RecordConfig {
+        costs: calibration.as_ref().ok().and_then(|c| c.costs),
+        tail_dead: baseline.map_or(0, tail_dead),
+        cycle_extra: baseline.map_or(0, cycle_extra),
+        ..config
+    };
 
     // The arena and the target.
     let block_bytes = if opts.call_graph == CallGraph::None { 4096 } else { 8192 };
@@ -370,6 +407,16 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         warnings.push(format!(
             "{no_events} threads were not profiled: their events could not be opened (see the \
              agent's note; the open-file limit, `ulimit -n`, is the usual cause)"
+        ));
+    }
+    let no_ring = arena.threads_without_ring();
+    if no_ring > 0 {
+        warnings.push(format!(
+            "{no_ring} threads could not map their {} KiB overflow buffer (the locked-memory \
+             allowance: `ulimit -l`, or sysctl kernel.perf_event_mlock_kb): their windows \
+             never begin inside a system call, so functions that spend time in long calls \
+             may read high rates",
+            strobe_perf::overflow::OverflowRing::bytes() / 1024
         ));
     }
     let bytes = std::fs::metadata(&opts.output).map(|m| m.len()).unwrap_or(0);

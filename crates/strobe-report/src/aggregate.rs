@@ -42,6 +42,17 @@ struct ThreadSlot {
     start_ip: u64,
     start_stack: u32,
     start_values: [u64; MAX_COUNTERS],
+    /// A `TailStart` came: the next window begins at `tail_values`.
+    tail: bool,
+    /// The open window began at `tail_values` (its `TailStart`).
+    window_tail: bool,
+    tail_values: [u64; MAX_COUNTERS],
+    /// The process the thread's samples came under, and its leader at its first and
+    /// last time sample, and its time samples: the measured sampling cycle.
+    pid: u32,
+    first_leader: u64,
+    last_leader: u64,
+    time_samples: u64,
 }
 
 /// Accumulates samples in one streaming pass; [`Aggregator::finish`] symbolizes and
@@ -114,9 +125,54 @@ impl Aggregator {
         self.t.info.jitter = jitter;
     }
 
-    /// Sets the empty-window baseline to subtract from every window.
+    /// Sets the empty-window baseline to subtract from every window. It must come before
+    /// the samples (record files write it first); one that comes later is kept for the
+    /// report to show, not subtracted.
     pub fn set_baseline(&mut self, b: Baseline) {
-        self.t.baseline = Some(b);
+        let width = self.t.width();
+        let t = &mut self.t;
+        t.baseline_unused = if t.paired > 0 || t.sample_count > 0 {
+            Some("it came after the samples".into())
+        } else if b.counters.len() != width {
+            Some(format!("the baseline has {} counters, the recording {width}", b.counters.len()))
+        } else {
+            None
+        };
+        let means = |v: &[crate::input::BaselineCounter]| -> Vec<f64> {
+            (0..width).map(|i| v.get(i).map_or(0.0, |c| c.mean)).collect()
+        };
+        if t.baseline_unused.is_none() {
+            let zero = vec![0.0; width];
+            let own = means(&b.counters);
+            (t.beta_window, t.beta_plain) = if b.windows { (own, zero) } else { (zero, own) };
+            t.beta_tail = means(&b.tail);
+        }
+        t.baseline = Some(b);
+    }
+
+    /// The mean leader count per time sample of process `pid`'s threads so far: their
+    /// measured sampling cycle (the long period, the window and whatever the sampler
+    /// counted). Only threads with many samples measure it: in a thread that lived a few
+    /// periods the gaps between its samples are biased short (a long gap would not fit in
+    /// its life). Without such threads: `nominal` plus what the windows measured beyond
+    /// the requested window and the calibrated delay before each window starts.
+    pub fn measured_cycle(&self, pid: u32, nominal: f64) -> f64 {
+        const LONG_LIVED: u64 = 8;
+        let (mut sum, mut n) = (0u64, 0u64);
+        for s in self.slots.iter().filter(|s| s.pid == pid && s.time_samples >= LONG_LIVED) {
+            sum = sum.saturating_add(s.last_leader.saturating_sub(s.first_leader));
+            n += s.time_samples - 1;
+        }
+        if n > 0 && sum > 0 {
+            return sum as f64 / n as f64;
+        }
+        let t = &self.t;
+        let over = if t.paired > 0 && t.info.window > 0 {
+            (t.leader_raw / t.paired as f64 - t.info.window as f64).max(0.0)
+        } else {
+            0.0
+        };
+        nominal + over + t.beta_tail.first().copied().unwrap_or(0.0)
     }
 
     /// Adds CPU time no sample could land in (threads before their sampling was armed),
@@ -173,6 +229,13 @@ impl Aggregator {
                         start_ip: 0,
                         start_stack: 0,
                         start_values: [0; MAX_COUNTERS],
+                        tail: false,
+                        window_tail: false,
+                        tail_values: [0; MAX_COUNTERS],
+                        pid: 0,
+                        first_leader: 0,
+                        last_leader: 0,
+                        time_samples: 0,
                     });
                 }
                 self.last_tid = Some((tid, i));
@@ -191,6 +254,17 @@ impl Aggregator {
         let n = width.min(s.values.len());
         let Some(slot) = self.slots.get_mut(slot_i) else { return };
         let t = &mut self.t;
+        if s.kind == SampleKind::TailStart {
+            // The overflow's own values: the next window start of this thread begins here.
+            if slot.open && !slot.plain {
+                t.unpaired += 1; // a window never ended
+                slot.open = false;
+            }
+            slot.tail = true;
+            slot.tail_values[..n].copy_from_slice(&s.values[..n]);
+            slot.tail_values[n..].fill(0);
+            return;
+        }
         // An open interval this sample ends: a window start's end, or the previous plain
         // sample's successor.
         let closes = match s.kind {
@@ -202,44 +276,48 @@ impl Aggregator {
                 }
                 true
             }
-            SampleKind::Plain => slot.open && slot.plain,
+            SampleKind::Plain => {
+                if slot.open && !slot.plain {
+                    t.unpaired += 1; // a window never ended
+                }
+                slot.open && slot.plain
+            }
             SampleKind::WindowStart => {
                 if slot.open && !slot.plain {
                     t.unpaired += 1; // the previous window never ended
                 }
                 false
             }
+            SampleKind::TailStart => false,
         };
         if closes {
-            let mut deltas = [0u64; MAX_COUNTERS];
-            let mut backwards = false;
-            for ((d, &end), &start) in deltas.iter_mut().zip(&s.values[..n]).zip(&slot.start_values)
-            {
-                match end.checked_sub(start) {
-                    Some(v) => *d = v,
-                    None => backwards = true,
-                }
-            }
-            if backwards || slot.space != space {
-                // A counter went backwards or the image changed: not a window of this
-                // thread's group (reset by exec, or corrupt). Count, never attribute.
-                t.unpaired += 1;
+            let net = if slot.space != space {
+                None // the image changed (exec): not a window of this thread's group
             } else {
-                let key = WindowKey {
-                    space,
-                    start_ip: slot.start_ip,
-                    start_stack: slot.start_stack,
-                    end_ip: s.ip,
-                    plain: slot.plain,
-                };
-                let next = t.windows.len();
-                let i = *t.window_index.entry(key).or_insert(next);
-                if i == next {
-                    t.windows.push((key, WindowSums::new(width)));
+                close_window(t, slot, &s.values[..n], width)
+            };
+            match net {
+                Some(net) => {
+                    let key = WindowKey {
+                        space,
+                        start_ip: slot.start_ip,
+                        start_stack: slot.start_stack,
+                        end_ip: s.ip,
+                        end_stack: s.stack,
+                        plain: slot.plain,
+                    };
+                    let next = t.windows.len();
+                    let i = *t.window_index.entry(key).or_insert(next);
+                    if i == next {
+                        t.windows.push((key, WindowSums::new(width)));
+                    }
+                    if let Some((_, sums)) = t.windows.get_mut(i) {
+                        sums.add_f64(&net[..width]);
+                    }
                 }
-                if let Some((_, sums)) = t.windows.get_mut(i) {
-                    sums.add(&deltas[..width]);
-                }
+                // A counter went backwards (reset by exec, or corrupt), or a degenerate
+                // tail: count, never attribute.
+                None => t.unpaired += 1,
             }
             slot.open = false;
         }
@@ -255,8 +333,17 @@ impl Aggregator {
                 let (dst, src) = (&mut slot.start_values[..n], &s.values[..n]);
                 dst.copy_from_slice(src);
                 slot.start_values[n..].fill(0);
+                slot.window_tail = std::mem::take(&mut slot.tail) && !slot.plain;
+                let leader = s.values.first().copied().unwrap_or(0);
+                if slot.time_samples == 0 || slot.pid != s.pid {
+                    slot.pid = s.pid;
+                    slot.first_leader = leader;
+                    slot.time_samples = 0;
+                }
+                slot.last_leader = leader;
+                slot.time_samples += 1;
             }
-            SampleKind::WindowEnd => {}
+            SampleKind::WindowEnd | SampleKind::TailStart => {}
         }
     }
 
@@ -267,4 +354,67 @@ impl Aggregator {
         self.t.unpaired += self.slots.iter().filter(|s| s.open && !s.plain).count() as u64;
         Report::build(self.t, policy)
     }
+}
+
+/// The net deltas of the window (or fixed-period interval) `slot` has open, ended by a
+/// sample with values `end`: the baseline subtracted, the tail added, a tail that is a
+/// whole window scaled to the mean net window. `None` when a counter went backwards or
+/// the tail is degenerate.
+fn close_window(
+    t: &mut crate::tally::Tally,
+    slot: &ThreadSlot,
+    end: &[u64],
+    width: usize,
+) -> Option<[f64; MAX_COUNTERS]> {
+    let delta = |from: &[u64; MAX_COUNTERS], to: &[u64]| -> Option<[f64; MAX_COUNTERS]> {
+        let mut d = [0f64; MAX_COUNTERS];
+        for ((d, &b), &a) in d.iter_mut().zip(to).zip(from) {
+            *d = b.checked_sub(a)? as f64;
+        }
+        Some(d)
+    };
+    let raw = delta(&slot.start_values, end)?;
+    let beta = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+    let mut net = [0f64; MAX_COUNTERS];
+    if slot.plain {
+        for (i, x) in net.iter_mut().enumerate().take(width) {
+            *x = raw[i] - beta(&t.beta_plain, i);
+        }
+    } else if !slot.window_tail {
+        for (i, x) in net.iter_mut().enumerate().take(width) {
+            *x = raw[i] - beta(&t.beta_window, i);
+        }
+    } else {
+        // The tail: from the overflow to the handler's read (the system call's remainder
+        // plus the sampler's usual delay, which the tail baseline removes).
+        let tail = delta(&slot.tail_values, &slot.start_values[..width])?;
+        let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
+        let tail_time = tail_net.first().copied().unwrap_or(0.0);
+        if tail_time <= 0.0 {
+            return None;
+        }
+        t.tail_windows += 1;
+        if raw[0] == 0.0 {
+            // The tail was a whole window: scaled to what a window covers on average, so
+            // it weighs as one window, not as the call's whole remainder.
+            let mean = if t.paired > 0 && t.leader_net > 0.0 {
+                t.leader_net / t.paired as f64
+            } else {
+                t.info.window as f64
+            };
+            let k = mean / tail_time;
+            for (i, x) in net.iter_mut().enumerate().take(width) {
+                *x = tail_net[i] * k;
+            }
+            t.tail_only_windows += 1;
+            return Some(net);
+        }
+        for (i, x) in net.iter_mut().enumerate().take(width) {
+            *x = raw[i] - beta(&t.beta_window, i) + tail_net[i];
+        }
+    }
+    t.paired += 1;
+    t.leader_raw += raw[0];
+    t.leader_net += net[0];
+    Some(net)
 }

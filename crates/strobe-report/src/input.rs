@@ -55,6 +55,9 @@ pub enum SampleKind {
     /// sample that also ends the interval since the thread's previous sample, so
     /// consecutive samples bound windows too (short-only sampling, seed 004's baseline).
     Plain,
+    /// The counters at the overflow the thread's next `WindowStart` handled, when that
+    /// overflow was inside a system call: the window begins here. Not a time sample.
+    TailStart,
 }
 
 /// One sample, borrowed from the reader's buffer: feeding it to the engine never
@@ -110,6 +113,12 @@ pub struct Baseline {
     pub work_ns: f64,
     /// Per counter, in the order of [`RecordInfo::events`].
     pub counters: Vec<BaselineCounter>,
+    /// Per counter: what a window's tail (from its `TailStart` to its `WindowStart`)
+    /// carries besides the system call's remainder (empty: none measured).
+    pub tail: Vec<BaselineCounter>,
+    /// What the leader does not count per time sample (leader units): the thread's CPU
+    /// time while the group is stopped (0: unknown).
+    pub uncounted: f64,
 }
 
 /// The executable mappings in the text of a /proc/PID/maps file, in file order, read with

@@ -38,6 +38,7 @@ fn kind(k: strobe_format::SampleKind) -> SampleKind {
         strobe_format::SampleKind::Plain => SampleKind::Plain,
         strobe_format::SampleKind::WindowStart => SampleKind::WindowStart,
         strobe_format::SampleKind::WindowEnd => SampleKind::WindowEnd,
+        strobe_format::SampleKind::TailStart => SampleKind::TailStart,
     }
 }
 
@@ -63,6 +64,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
     let mut truncated_at = None;
     let mut notes = Vec::new();
     let mut samples_read = 0u64;
+    let mut uncounted = 0.0f64;
     for record in reader.by_ref() {
         match record? {
             Record::Process { stream, info } => {
@@ -98,7 +100,7 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                 for s in batch.iter() {
                     let s = s?;
                     samples_read += 1;
-                    if s.kind != strobe_format::SampleKind::WindowEnd {
+                    if s.kind.is_time_sample() {
                         time_samples += 1;
                     }
                     agg.push(&Sample {
@@ -133,26 +135,40 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                     nodes.iter().map(|n| StackNode { parent: n.parent, addr: n.addr }).collect();
                 agg.add_stack_nodes(stream, first_id, &nodes);
             }
-            Record::Baseline(b) => agg.set_baseline(Baseline {
-                windows: b.windows,
-                intervals: b.intervals,
-                work_ns: b.work_ns,
-                counters: b
-                    .counters
-                    .iter()
-                    .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
-                    .collect(),
-            }),
+            Record::Baseline(b) => {
+                uncounted = b.uncounted;
+                agg.set_baseline(Baseline {
+                    windows: b.windows,
+                    intervals: b.intervals,
+                    work_ns: b.work_ns,
+                    counters: b
+                        .counters
+                        .iter()
+                        .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
+                        .collect(),
+                    tail: b
+                        .tail
+                        .iter()
+                        .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
+                        .collect(),
+                    uncounted: b.uncounted,
+                })
+            }
             Record::End { stream, end } => {
-                let c = cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
+                // The sampling cycle as the samples measured it (the leader's count per
+                // time sample), else as configured.
+                let nominal = cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
+                let c = nominal.map(|n| agg.measured_cycle(stream, n));
                 if let (true, Some(c)) = (leader_is_time, c.filter(|c| *c > 0.0)) {
                     // What the threads ran before sampling was armed; and, when the
                     // process's own CPU time is known, everything the samples do not
-                    // account for (thread exits, the sampler's own handler).
+                    // account for (a thread's last stretch after its last sample, ended
+                    // before its period came) less what the sampler itself ran with the
+                    // leader stopped.
+                    let n = per_stream.get(&stream).copied().unwrap_or(0) as f64;
                     let before = end.unsampled_ns as f64 / c;
-                    let residual = end.cpu_ns.map_or(0.0, |cpu| {
-                        cpu as f64 / c - per_stream.get(&stream).copied().unwrap_or(0) as f64
-                    });
+                    let residual =
+                        end.cpu_ns.map_or(0.0, |cpu| (cpu as f64 - n * uncounted) / c - n);
                     agg.add_unsampled(before.max(residual));
                 }
             }

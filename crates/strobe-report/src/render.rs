@@ -418,6 +418,7 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
         "total_samples",
         "total_pct",
         "windows",
+        "total_windows",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -426,6 +427,11 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
         cols.push(m.key.to_string());
         cols.push(format!("{}_low", m.key));
         cols.push(format!("{}_high", m.key));
+    }
+    for m in &metrics {
+        cols.push(format!("total_{}", m.key));
+        cols.push(format!("total_{}_low", m.key));
+        cols.push(format!("total_{}_high", m.key));
     }
     cols.push("source".into());
     let mut out = cols.join(",");
@@ -442,9 +448,15 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
             f.total_samples.to_string(),
             format!("{:.2}", report.total_estimate(f).value),
             f.windows.to_string(),
+            f.total_windows.to_string(),
         ];
-        for m in &metrics {
-            match report.metric_estimate(f, m) {
+        let estimates = metrics
+            .iter()
+            .map(|m| (m, report.metric_estimate(f, m)))
+            .chain(metrics.iter().map(|m| (m, report.total_metric_estimate(f, m))))
+            .collect::<Vec<_>>();
+        for (m, e) in estimates {
+            match e {
                 Some(e) => {
                     let prec = m.decimals + 2;
                     r.push(format!("{:.prec$}", e.value));
@@ -480,7 +492,7 @@ impl Serialize for JsonFunction<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let (r, f) = (self.report, self.f);
         let metrics = r.metrics();
-        let mut map = s.serialize_map(Some(12 + 3 * metrics.len()))?;
+        let mut map = s.serialize_map(Some(13 + 6 * metrics.len()))?;
         map.serialize_entry("function", &f.function)?;
         map.serialize_entry("module", &f.module)?;
         map.serialize_entry("samples", &f.samples)?;
@@ -492,12 +504,16 @@ impl Serialize for JsonFunction<'_> {
         map.serialize_entry("total_pct", &round4(r.total_estimate(f).value))?;
         map.serialize_entry("windows", &f.windows)?;
         map.serialize_entry("few_windows", &r.few_windows(f))?;
+        map.serialize_entry("total_windows", &f.total_windows)?;
         let finite = |v: f64| v.is_finite().then(|| round4(v));
-        for m in metrics {
-            let e = r.metric_estimate(f, m);
-            map.serialize_entry(m.key, &e.map(|e| round4(e.value)))?;
-            map.serialize_entry(&format!("{}_low", m.key), &e.and_then(|e| finite(e.low)))?;
-            map.serialize_entry(&format!("{}_high", m.key), &e.and_then(|e| finite(e.high)))?;
+        for (prefix, total) in [("", false), ("total_", true)] {
+            for m in &metrics {
+                let e = if total { r.total_metric_estimate(f, m) } else { r.metric_estimate(f, m) };
+                let key = format!("{prefix}{}", m.key);
+                map.serialize_entry(&key, &e.map(|e| round4(e.value)))?;
+                map.serialize_entry(&format!("{key}_low"), &e.and_then(|e| finite(e.low)))?;
+                map.serialize_entry(&format!("{key}_high"), &e.and_then(|e| finite(e.high)))?;
+            }
         }
         map.serialize_entry("source", &f.source)?;
         map.end()

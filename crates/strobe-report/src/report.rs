@@ -78,6 +78,12 @@ pub struct FunctionStats {
     pub windows: u64,
     /// Net counter deltas over those windows (and their products), baseline subtracted.
     pub sums: WindowSums,
+    /// Windows inside the function's calls, its callees' included (the function is on
+    /// the window's start stack, and the window ended in it or in one of its callers
+    /// on that stack): what a program measures around each call of the function.
+    pub total_windows: u64,
+    /// Net counter deltas over those windows.
+    pub total_sums: WindowSums,
 }
 
 /// One call path (functions from the outermost caller to the sampled function) and what
@@ -139,6 +145,10 @@ pub struct Report {
     pub mean_window: Option<f64>,
     /// The same net of the baseline: the target's own time per window.
     pub net_window: Option<f64>,
+    /// Windows that began inside a system call (at its overflow, not at the handler).
+    pub tail_windows: u64,
+    /// Of those, the ones whose tail alone was a window (scaled to the net window).
+    pub tail_only_windows: u64,
     /// The baseline and whether it was subtracted.
     pub baseline: BaselineUse,
     /// The policy the report was built with.
@@ -152,25 +162,13 @@ impl Report {
         let width = t.width();
         let counters = CounterSet::from_events(&t.info.events);
 
-        // The baseline, for the windows of its kind.
-        let (beta, baseline, baseline_plain) = match t.baseline.take() {
-            None => (vec![0.0; width], BaselineUse::Absent, false),
-            Some(b) if b.counters.len() != width => (
-                vec![0.0; width],
-                BaselineUse::NotApplied(format!(
-                    "the baseline has {} counters, the recording {width}",
-                    b.counters.len()
-                )),
-                false,
-            ),
-            Some(b) => (
-                b.counters.iter().map(|c| c.mean).collect(),
-                BaselineUse::Applied { counters: b.counters.clone(), intervals: b.intervals },
-                !b.windows,
-            ),
-        };
-        let applies = |plain: bool| {
-            matches!(baseline, BaselineUse::Applied { .. }) && plain == baseline_plain
+        // The baseline: the pass subtracted it from every window already.
+        let baseline = match (t.baseline.take(), t.baseline_unused.take()) {
+            (None, _) => BaselineUse::Absent,
+            (Some(_), Some(why)) => BaselineUse::NotApplied(why),
+            (Some(b), None) => {
+                BaselineUse::Applied { counters: b.counters.clone(), intervals: b.intervals }
+            }
         };
 
         // Every unique address once: sampled IPs, both ends of every window bucket, and
@@ -198,7 +196,8 @@ impl Report {
         let used_stacks = sample_keys
             .iter()
             .map(|&((sp, _, st), _)| (sp, st))
-            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)));
+            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)))
+            .chain(t.windows.iter().map(|(k, _)| (k.space, k.end_stack)));
         for (sp, st) in used_stacks {
             if st == 0 || stack_frames.contains_key(&(sp, st)) {
                 continue;
@@ -226,6 +225,8 @@ impl Report {
                             total_samples: 0,
                             windows: 0,
                             sums: WindowSums::new(width),
+                            total_windows: 0,
+                            total_sums: WindowSums::new(width),
                         });
                         hottest.push(0);
                         functions.len() - 1
@@ -283,31 +284,59 @@ impl Report {
         }
 
         let mut all = WindowSums::new(width);
-        let (mut used, mut discarded, mut paired, mut leader_sum, mut leader_beta) =
-            (0u64, 0u64, 0u64, 0f64, 0f64);
-        for ((key, sums), &(s, e)) in t.windows.iter().zip(&window_addrs) {
-            paired += sums.n;
-            leader_sum += sums.sums.first().copied().unwrap_or(0.0);
-            let net = if applies(key.plain) {
-                leader_beta += sums.n as f64 * beta.first().copied().unwrap_or(0.0);
-                sums.net(&beta)
-            } else {
-                sums.clone()
-            };
+        let (mut used, mut discarded) = (0u64, 0u64);
+        // Windows' sums are net already (the pass subtracted the baseline).
+        for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
             let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
             if policy == WindowPolicy::Discard && fs != fe {
-                discarded += sums.n;
+                discarded += net.n;
                 continue;
             }
-            used += sums.n;
-            all.merge(&net);
+            used += net.n;
+            all.merge(net);
             if let Some(f) = functions.get_mut(fe) {
-                f.windows += sums.n;
-                f.sums.merge(&net);
+                f.windows += net.n;
+                f.sums.merge(net);
             }
             let p = path_of(&mut paths, &mut path_index, key.space, key.start_stack, fe);
             if let Some(ps) = paths.get_mut(p) {
-                ps.sums.merge(&net);
+                ps.sums.merge(net);
+            }
+        }
+        // Inclusive: a window counts for every call it stayed inside: the functions its
+        // start and end call paths share from the outermost frame down (the calls active
+        // at both ends). Without an end stack (none recorded), the functions on the start
+        // path down to the one the window ended in.
+        let funcs_of = |space: u32, stack: u32, leaf: usize| -> Vec<usize> {
+            let mut fr: Vec<usize> = stack_frames
+                .get(&(space, stack))
+                .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
+                .unwrap_or_default();
+            fr.push(leaf);
+            fr
+        };
+        for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
+            let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
+            let start = funcs_of(key.space, key.start_stack, fs);
+            let inside: &[usize] = if key.end_stack != 0 || key.start_stack == 0 {
+                let end = funcs_of(key.space, key.end_stack, fe);
+                let k = start.iter().zip(&end).take_while(|(a, b)| a == b).count();
+                &start[..k]
+            } else {
+                match start.iter().rposition(|&g| g == fe) {
+                    Some(k) => &start[..=k],
+                    None => &[],
+                }
+            };
+            seen.clear();
+            for &g in inside {
+                if !seen.contains(&g) {
+                    seen.push(g);
+                    if let Some(f) = functions.get_mut(g) {
+                        f.total_windows += net.n;
+                        f.total_sums.merge(net);
+                    }
+                }
             }
         }
 
@@ -322,6 +351,8 @@ impl Report {
                 total_samples: unsampled,
                 windows: 0,
                 sums: WindowSums::new(width),
+                total_windows: 0,
+                total_sums: WindowSums::new(width),
             });
             paths.push(PathStats {
                 frames: vec![functions.len() - 1],
@@ -351,8 +382,10 @@ impl Report {
         }
         paths.retain(|p| p.samples > 0 || p.sums.n > 0);
 
-        let mean_window = (paired > 0).then(|| leader_sum / paired as f64);
-        let net_window = (paired > 0).then(|| (leader_sum - leader_beta) / paired as f64);
+        let paired = t.paired;
+        let mean_window = (paired > 0).then(|| t.leader_raw / paired as f64);
+        let net_window = (paired > 0).then(|| t.leader_net / paired as f64);
+        let (tail_windows, tail_only_windows) = (t.tail_windows, t.tail_only_windows);
         Report {
             counters,
             has_stacks: !t.stacks.is_empty(),
@@ -367,6 +400,8 @@ impl Report {
             windows_unpaired: t.unpaired,
             mean_window,
             net_window,
+            tail_windows,
+            tail_only_windows,
             baseline,
             policy,
             all,
@@ -413,6 +448,12 @@ impl Report {
     /// baseline's own uncertainty.
     pub fn metric_estimate(&self, f: &FunctionStats, m: &MetricDef) -> Option<Estimate> {
         self.estimate_of(&f.sums, m)
+    }
+
+    /// Metric `m` over the windows inside `f`'s calls, its callees' included, with its
+    /// 95% interval.
+    pub fn total_metric_estimate(&self, f: &FunctionStats, m: &MetricDef) -> Option<Estimate> {
+        self.estimate_of(&f.total_sums, m)
     }
 
     /// Metric `m` over any window sums (a function's, a call path's), with its interval.

@@ -67,6 +67,20 @@ impl WindowSums {
         }
     }
 
+    /// Adds one window's net deltas (baseline subtracted, so possibly negative).
+    #[inline]
+    pub fn add_f64(&mut self, d: &[f64]) {
+        let w = self.width();
+        let d = &d[..w.min(d.len())];
+        self.n += 1;
+        for (i, &x) in d.iter().enumerate() {
+            self.sums[i] += x;
+            for (j, &xj) in d.iter().enumerate().skip(i) {
+                self.prods[tri(w, i, j)] += x * xj;
+            }
+        }
+    }
+
     /// Adds another set of sums.
     pub fn merge(&mut self, o: &WindowSums) {
         self.n += o.n;

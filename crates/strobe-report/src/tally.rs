@@ -24,6 +24,8 @@ pub struct WindowKey {
     pub start_stack: u32,
     /// The end sample's IP.
     pub end_ip: u64,
+    /// The end sample's stack id (0: none recorded).
+    pub end_stack: u32,
     /// Two consecutive fixed-period samples, not an alternation window.
     pub plain: bool,
 }
@@ -66,6 +68,27 @@ pub struct Tally {
     pub sample_count: u64,
     /// The empty-window baseline, if the recording has one.
     pub baseline: Option<Baseline>,
+    /// Why the baseline was not subtracted, when it was not.
+    pub baseline_unused: Option<String>,
+    /// The baseline per counter for alternation windows, fixed-period intervals and
+    /// window tails (zeros when there is none); the pass subtracts it from every window.
+    pub beta_window: Vec<f64>,
+    /// See `beta_window`.
+    pub beta_plain: Vec<f64>,
+    /// See `beta_window`.
+    pub beta_tail: Vec<f64>,
+    /// Paired windows and intervals (tail-only windows excluded), the sum of their
+    /// leaders' raw deltas and of their net ones (for the mean and net window length).
+    pub paired: u64,
+    /// See `paired`.
+    pub leader_raw: f64,
+    /// See `paired`.
+    pub leader_net: f64,
+    /// Windows that began inside a system call, and of those the ones whose tail alone
+    /// was a window (scaled to the mean net window).
+    pub tail_windows: u64,
+    /// See `tail_windows`.
+    pub tail_only_windows: u64,
     /// CPU time no sample could land in (threads before their sampling was armed), in
     /// samples' worth (time over the mean sampling cycle).
     pub unsampled: f64,
@@ -86,6 +109,15 @@ impl Tally {
             lost_by_thread: Vec::new(),
             sample_count: 0,
             baseline: None,
+            baseline_unused: None,
+            beta_window: Vec::new(),
+            beta_plain: Vec::new(),
+            beta_tail: Vec::new(),
+            paired: 0,
+            leader_raw: 0.0,
+            leader_net: 0.0,
+            tail_windows: 0,
+            tail_only_windows: 0,
             unsampled: 0.0,
         }
     }

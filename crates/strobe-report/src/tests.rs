@@ -77,6 +77,10 @@ impl Stream {
     }
 
     fn push(&mut self, tid: u32, kind: SampleKind, ip: u64, add: &[u64]) {
+        self.push_on(tid, kind, ip, 0, add);
+    }
+
+    fn push_on(&mut self, tid: u32, kind: SampleKind, ip: u64, stack: u32, add: &[u64]) {
         let width = self.agg.info().events.len();
         let pos = match self.values.iter().position(|(t, _)| *t == tid) {
             Some(p) => p,
@@ -91,15 +95,7 @@ impl Stream {
         }
         self.time += 1;
         let values = vals.clone();
-        self.agg.push(&Sample {
-            pid: PID,
-            tid,
-            time: self.time,
-            ip,
-            kind,
-            stack: 0,
-            values: &values,
-        });
+        self.agg.push(&Sample { pid: PID, tid, time: self.time, ip, kind, stack, values: &values });
     }
 
     /// A long period ending at `start`, then a window of `deltas` ending at `end`.
@@ -187,6 +183,102 @@ fn small_function_keeps_its_rank_when_its_windows_are_discarded() {
     // Folded, alpha gets the windows that ended in it, still with no time samples.
     let a = folded.function("strobe_test_alpha").unwrap();
     assert_eq!((a.samples, a.windows), (0, 5));
+}
+
+fn counter(mean: f64) -> crate::input::BaselineCounter {
+    crate::input::BaselineCounter { mean, sd: 0.0 }
+}
+
+/// 30 us of every window and 9 us from an overflow to the handler are the sampler's.
+fn tail_baseline() -> crate::input::Baseline {
+    crate::input::Baseline {
+        windows: true,
+        intervals: 100,
+        work_ns: 20_000.0,
+        counters: vec![counter(30_000.0), counter(0.0), counter(0.0)],
+        tail: vec![counter(9_000.0), counter(0.0), counter(0.0)],
+        uncounted: 0.0,
+    }
+}
+
+/// A window that began inside a system call gets the call's remainder (its tail, net of
+/// the usual delay) as its first part; a tail as long as a window is scaled to the mean
+/// net window, so it weighs as one window.
+#[test]
+fn window_tails_add_the_calls_remainder_and_whole_tails_weigh_one_window() {
+    let mut s = Stream::new(SW);
+    s.agg.set_baseline(tail_baseline());
+    // A plain window: 70 us measured, 40 us of it the target's, 10 faults.
+    s.window(1, alpha(0), alpha(2), &[70_000, 10, 0]);
+    // Overflow in a call; the handler read 29 us later (20 us of call, 9 us of delay);
+    // the window's own part: 50 us measured, 20 us the target's, 5 faults.
+    s.push(1, SampleKind::TailStart, alpha(0), &[1_000_000, 0, 0]);
+    s.push(1, SampleKind::WindowStart, alpha(0), &[29_000, 0, 1]);
+    s.push(1, SampleKind::WindowEnd, alpha(2), &[50_000, 5, 0]);
+    // A call 90 us past its overflow: 81 us of call with 3 faults, a window by itself,
+    // scaled to the mean net window (40 us): 40/81 of its counts.
+    s.push(1, SampleKind::TailStart, alpha(0), &[1_000_000, 0, 0]);
+    s.push(1, SampleKind::WindowStart, alpha(0), &[90_000, 3, 0]);
+    s.push(1, SampleKind::WindowEnd, alpha(0), &[0, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    let a = r.function("strobe_test_alpha").unwrap();
+    assert_eq!((a.windows, a.samples), (3, 3));
+    let k = 40_000.0 / 81_000.0;
+    let want = [40_000.0 + 40_000.0 + 40_000.0, 10.0 + 5.0 + 3.0 * k, 1.0];
+    for (got, want) in a.sums.sums.iter().zip(want) {
+        assert!((got - want).abs() < 1e-6, "{:?}", a.sums.sums);
+    }
+    assert_eq!((r.tail_windows, r.tail_only_windows), (2, 1));
+    // The mean and net windows are of windows with a part of their own.
+    assert_eq!((r.mean_window, r.net_window), (Some(60_000.0), Some(40_000.0)));
+}
+
+/// A baseline that comes after samples cannot be subtracted from windows already summed:
+/// the report says so rather than applying it to some windows only.
+#[test]
+fn a_baseline_after_the_samples_is_shown_not_applied() {
+    let mut s = Stream::new(SW);
+    s.window(1, alpha(0), alpha(2), &[70_000, 10, 0]);
+    s.agg.set_baseline(tail_baseline());
+    let r = s.finish(WindowPolicy::Discard);
+    assert!(
+        matches!(&r.baseline, crate::BaselineUse::NotApplied(why) if why.contains("after")),
+        "{:?}",
+        r.baseline
+    );
+    assert_eq!(r.function("strobe_test_alpha").unwrap().sums.sums[0], 70_000.0);
+}
+
+/// Inclusive (total) window metrics count a window for every call active at both of its
+/// ends: one starting in beta (called by alpha) and ending in alpha counts for alpha, not
+/// for beta; one ending in gamma, a sibling of beta under alpha, counts for alpha too.
+#[test]
+fn total_metrics_count_windows_for_the_calls_they_stayed_inside() {
+    let mut s = Stream::new(SW);
+    // Stacks (innermost caller first): 1 = [alpha]; 2 = [delta] (an unrelated caller).
+    s.agg.add_stack_nodes(
+        PID,
+        1,
+        &[
+            crate::input::StackNode { parent: 0, addr: alpha(8) + 1 },
+            crate::input::StackNode { parent: 0, addr: delta(8) + 1 },
+        ],
+    );
+    let window = |s: &mut Stream, start: (u64, u32), end: (u64, u32), d: &[u64]| {
+        let long: Vec<u64> = d.iter().map(|v| v * 50).collect();
+        s.push_on(1, SampleKind::WindowStart, start.0, start.1, &long);
+        s.push_on(1, SampleKind::WindowEnd, end.0, end.1, d);
+    };
+    window(&mut s, (beta(0), 1), (beta(2), 1), &[20_000, 1, 0]); // inside beta
+    window(&mut s, (beta(0), 1), (alpha(2), 0), &[20_000, 2, 0]); // beta returned to alpha
+    window(&mut s, (beta(0), 1), (gamma(2), 1), &[20_000, 4, 0]); // on into gamma
+    window(&mut s, (beta(0), 1), (gamma(2), 2), &[20_000, 8, 0]); // left alpha
+    let r = s.finish(WindowPolicy::Discard);
+    let (a, b) =
+        (r.function("strobe_test_alpha").unwrap(), r.function("strobe_test_beta").unwrap());
+    assert_eq!((b.windows, b.sums.sums[1]), (1, 1.0), "self: beta's own window");
+    assert_eq!((b.total_windows, b.total_sums.sums[1]), (1, 1.0));
+    assert_eq!((a.total_windows, a.total_sums.sums[1]), (3, 1.0 + 2.0 + 4.0));
 }
 
 #[test]

@@ -2,8 +2,32 @@
 //! sample that opens a short window; the window's overflow closes it and starts the next
 //! long period. The deltas of the leader between a window's two samples are its length.
 //!
+//! # Windows that begin inside system calls
+//!
+//! The overflow signal reaches the thread only on its way back to user space, so an
+//! overflow inside a system call is handled when the call returns. A window opened by the
+//! handler would therefore never begin inside a call, and functions that spend part of
+//! their time in long calls (an `munmap` after touching pages) would have that part
+//! under-represented in their windows (measured: +27% page faults per ms on such a
+//! function, against the program's own count). So during a long period the leader runs
+//! without stopping and writes the group's values at its overflow to a small ring (see
+//! `strobe_perf::overflow`), with the mode it interrupted. When the overflow interrupted
+//! a system call (kernel mode, and the thread's user IP follows a `syscall` instruction),
+//! the window begins at the overflow: the handler's read minus the overflow's values,
+//! less the sampler's usual delay between the two ([`Periods::tail_dead`], calibrated),
+//! is the call's remaining part (its *tail*), which becomes the window's first part, and
+//! the window's programmed length is shortened by it, so every window covers about the
+//! same amount of the target's time wherever it began. A tail longer than the window is
+//! a window by itself (its end is the handler's read), which the report scales to a
+//! window's length. (A delay measured against a threshold instead would take the longer
+//! delays after page faults, 10-20 us here against 7-9 us after user code, for calls.)
+//!
+//! The window itself stays one-shot (the leader stops at the window's overflow), as it
+//! was before: re-programming a running timer races with its expiry.
+//!
 //! Owns: the state machine ([`Alternation`]: which sample is a window start or end, the
-//! next period to program), the jitter generator, and [`AltCell`], the per-thread copy of
+//! next period to program and how to arm it, whether an overflow record belongs to the
+//! current long period), the jitter generator, and [`AltCell`], the per-thread copy of
 //! that state the signal handler keeps between overflows. Must never allocate, lock or
 //! panic: the handler runs every function here.
 
@@ -19,6 +43,9 @@ pub enum Kind {
     WindowStart = 1,
     /// The end of a window: its counters minus the window start's are the window's deltas.
     WindowEnd = 2,
+    /// The group's values at the overflow that the next `WindowStart` handled, when the
+    /// window begins there (inside a system call) rather than at the handler.
+    TailStart = 3,
 }
 
 impl Kind {
@@ -27,13 +54,14 @@ impl Kind {
         match w {
             1 => Kind::WindowStart,
             2 => Kind::WindowEnd,
+            3 => Kind::TailStart,
             _ => Kind::Plain,
         }
     }
 }
 
 /// The periods, in the leader's units (ns for task-clock, events for a count).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Periods {
     /// The long period.
     pub period: u64,
@@ -41,6 +69,27 @@ pub struct Periods {
     pub jitter: u64,
     /// The window (0: no windows, every sample is Plain at the long period).
     pub window: u64,
+    /// The shortest period the kernel honours for this leader (10 us for task-clock).
+    pub min_period: u64,
+    /// What the leader counts between the end of a system call (or an overflow in user
+    /// code) and the handler's group read, as the calibration measured it; 0 turns tails
+    /// off.
+    pub tail_dead: u64,
+    /// What the leader counts per cycle beyond the long period and the window: the
+    /// sampler's own time while the group counts, and the delays before each switch
+    /// (calibrated; 0 when unknown). Only a new thread's first period uses it.
+    pub cycle_extra: u64,
+}
+
+/// How the handler arms the leader after programming the next period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    /// The leader is running: programming the period restarts it from now.
+    Running,
+    /// One-shot: enable for one overflow, after which the leader stops (a window).
+    OneShot,
+    /// The leader stopped at a one-shot overflow: enable it, running.
+    Enable,
 }
 
 /// What the handler does for one overflow.
@@ -48,10 +97,18 @@ pub struct Periods {
 pub struct Step {
     /// The sample's kind.
     pub kind: Kind,
-    /// The period to program before re-arming.
+    /// The period to program.
     pub next_period: u64,
+    /// How to arm the leader after programming it.
+    pub arm: Arm,
     /// For a window end: the leader's delta since the window start.
     pub window_delta: Option<u64>,
+    /// A window start whose window begins at the overflow: record the overflow's values
+    /// (a `TailStart`) before the start.
+    pub tail: bool,
+    /// A window start whose tail is a whole window: close it at once (a `WindowEnd` with
+    /// the start's own values).
+    pub close_now: bool,
 }
 
 /// One thread's alternation state between overflows.
@@ -63,12 +120,22 @@ pub struct Alternation {
     pub rng: u64,
     /// The leader's value at the last window start.
     pub window_start: u64,
+    /// The leader's value when the current long period was programmed.
+    pub armed_at: u64,
+    /// The long period programmed then.
+    pub armed_period: u64,
 }
 
 impl Alternation {
-    /// The state of a thread whose first period is a long one.
-    pub const fn new(seed: u64) -> Alternation {
-        Alternation { in_window: false, rng: seed, window_start: 0 }
+    /// The state of a thread whose first period, `first`, is a long one.
+    pub const fn new(seed: u64, first: u64) -> Alternation {
+        Alternation {
+            in_window: false,
+            rng: seed,
+            window_start: 0,
+            armed_at: 0,
+            armed_period: first,
+        }
     }
 
     /// The next long period: the base plus a uniform jitter in `0..=jitter` (xorshift64).
@@ -86,40 +153,87 @@ impl Alternation {
         p.period.wrapping_add(p.jitter.checked_add(1).map_or(x, |m| x % m))
     }
 
-    /// The leader overflowed with value `leader`: what the sample is and what comes next.
+    /// Whether an overflow record with leader value `leader` is the current long period's
+    /// overflow. A record below half the period past the arming is stale: the timer of
+    /// the window that just ended, firing again before the handler re-programmed it.
     #[inline]
-    pub fn on_overflow(&mut self, p: &Periods, leader: u64) -> Step {
-        if p.window == 0 {
-            let next_period = self.next_long(p);
-            return Step { kind: Kind::Plain, next_period, window_delta: None };
-        }
-        if !self.in_window {
-            self.window_start = leader;
-            self.in_window = true;
-            return Step { kind: Kind::WindowStart, next_period: p.window, window_delta: None };
-        }
-        self.in_window = false;
-        let next_period = self.next_long(p);
-        Step {
-            kind: Kind::WindowEnd,
-            next_period,
-            window_delta: Some(leader.wrapping_sub(self.window_start)),
+    pub fn is_long_overflow(&self, leader: u64) -> bool {
+        !self.in_window && leader >= self.armed_at.saturating_add(self.armed_period / 2)
+    }
+
+    /// The part of a system call that ran after the overflow, given the leader's count
+    /// `since` between the overflow and the handler's read.
+    #[inline]
+    pub fn tail_of(p: &Periods, since: u64) -> u64 {
+        if p.tail_dead == 0 {
+            0
+        } else {
+            since.saturating_sub(p.tail_dead)
         }
     }
 
-    /// An overflow that cannot be recorded (a late, asynchronous signal): abandon any open
-    /// window and return the long period to program.
+    /// The leader overflowed and reads `leader` now; `since` is the leader's count since
+    /// the overflow when the overflow interrupted a system call and its values are known.
+    /// What the sample is and how to continue.
     #[inline]
-    pub fn restart(&mut self, p: &Periods) -> u64 {
+    pub fn on_overflow(&mut self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
+        let step = |kind, next_period, arm| Step {
+            kind,
+            next_period,
+            arm,
+            window_delta: None,
+            tail: false,
+            close_now: false,
+        };
+        if p.window == 0 {
+            let next = self.long(p, leader);
+            return step(Kind::Plain, next, Arm::Running);
+        }
+        if self.in_window {
+            self.in_window = false;
+            let delta = leader.wrapping_sub(self.window_start);
+            let next = self.long(p, leader);
+            return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, Arm::Enable) };
+        }
+        let tail = since.map_or(0, |s| Self::tail_of(p, s));
+        let shortest = (p.window / 5).max(p.min_period).max(1);
+        if tail > 0 && tail.saturating_add(shortest) >= p.window {
+            // The tail is a whole window: it ends here; the long period runs on.
+            let next = self.long(p, leader);
+            return Step {
+                tail: true,
+                close_now: true,
+                ..step(Kind::WindowStart, next, Arm::Running)
+            };
+        }
+        self.in_window = true;
+        self.window_start = leader;
+        Step { tail: tail > 0, ..step(Kind::WindowStart, p.window - tail, Arm::OneShot) }
+    }
+
+    /// A new long period programmed at leader value `leader`.
+    #[inline]
+    fn long(&mut self, p: &Periods, leader: u64) -> u64 {
+        let next = self.next_long(p);
+        self.armed_at = leader;
+        self.armed_period = next;
+        next
+    }
+
+    /// An overflow that cannot be recorded (a late, asynchronous signal) with the leader
+    /// at `leader`: abandon any open window; the long period to program and how to arm.
+    #[inline]
+    pub fn restart(&mut self, p: &Periods, leader: u64) -> (u64, Arm) {
+        let arm = if self.in_window { Arm::Enable } else { Arm::Running };
         self.in_window = false;
-        self.next_long(p)
+        (self.long(p, leader), arm)
     }
 }
 
-/// A thread's [`Alternation`] and its window statistics, in atomics so the writer thread
-/// may read the statistics while the owner runs. Only the owner (and its handler, on the
-/// same thread) writes, so every access is Relaxed: the owner reads its own stores, and
-/// the writer's reads are made exact by the slot's Release/Acquire of DEAD (and are
+/// A thread's [`Alternation`] and its window statistics, in atomics so the recorder may
+/// read the statistics while the owner runs. Only the owner (and its handler, on the same
+/// thread) writes, so every access is Relaxed: the owner reads its own stores, and the
+/// recorder's reads are made exact by the slot's Release/Acquire of DEAD (and are
 /// approximate, but whole words, for a live thread).
 #[repr(C)]
 #[derive(Debug)]
@@ -127,6 +241,8 @@ pub struct AltCell {
     in_window: AtomicU8,
     rng: AtomicU64,
     window_start: AtomicU64,
+    armed_at: AtomicU64,
+    armed_period: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
 }
@@ -140,15 +256,17 @@ impl AltCell {
                 in_window: AtomicU8::new(0),
                 rng: AtomicU64::new(0),
                 window_start: AtomicU64::new(0),
+                armed_at: AtomicU64::new(0),
+                armed_period: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
             }
         }
     }
 
-    /// Starts a new owner's state (seeded jitter, long phase, no windows).
-    pub fn reset(&self, seed: u64) {
-        self.store(Alternation::new(seed));
+    /// Starts a new owner's state (seeded jitter, a first long period `first`, no windows).
+    pub fn reset(&self, seed: u64, first: u64) {
+        self.store(Alternation::new(seed, first));
         self.windows.store(0, Ordering::Relaxed);
         self.window_sum.store(0, Ordering::Relaxed);
     }
@@ -160,6 +278,8 @@ impl AltCell {
             in_window: self.in_window.load(Ordering::Relaxed) != 0,
             rng: self.rng.load(Ordering::Relaxed),
             window_start: self.window_start.load(Ordering::Relaxed),
+            armed_at: self.armed_at.load(Ordering::Relaxed),
+            armed_period: self.armed_period.load(Ordering::Relaxed),
         }
     }
 
@@ -169,27 +289,35 @@ impl AltCell {
         self.in_window.store(u8::from(a.in_window), Ordering::Relaxed);
         self.rng.store(a.rng, Ordering::Relaxed);
         self.window_start.store(a.window_start, Ordering::Relaxed);
+        self.armed_at.store(a.armed_at, Ordering::Relaxed);
+        self.armed_period.store(a.armed_period, Ordering::Relaxed);
+    }
+
+    /// Counts a completed window of leader length `delta`.
+    #[inline]
+    pub fn count_window(&self, delta: u64) {
+        self.windows.store(self.windows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let sum = self.window_sum.load(Ordering::Relaxed).wrapping_add(delta);
+        self.window_sum.store(sum, Ordering::Relaxed);
     }
 
     /// Runs one overflow through the state machine and counts a completed window.
     #[inline]
-    pub fn on_overflow(&self, p: &Periods, leader: u64) -> Step {
+    pub fn on_overflow(&self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
         let mut a = self.load();
-        let step = a.on_overflow(p, leader);
+        let step = a.on_overflow(p, leader, since);
         self.store(a);
         if let Some(d) = step.window_delta {
-            self.windows.store(self.windows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            let sum = self.window_sum.load(Ordering::Relaxed).wrapping_add(d);
-            self.window_sum.store(sum, Ordering::Relaxed);
+            self.count_window(d);
         }
         step
     }
 
     /// [`Alternation::restart`] on the stored state.
     #[inline]
-    pub fn restart(&self, p: &Periods) -> u64 {
+    pub fn restart(&self, p: &Periods, leader: u64) -> (u64, Arm) {
         let mut a = self.load();
-        let next = a.restart(p);
+        let next = a.restart(p, leader);
         self.store(a);
         next
     }
@@ -204,91 +332,148 @@ impl AltCell {
 mod tests {
     use super::*;
 
-    const P: Periods = Periods { period: 1_000_000, jitter: 0, window: 20_000 };
+    const P: Periods = Periods {
+        period: 1_000_000,
+        jitter: 0,
+        window: 20_000,
+        min_period: 10_000,
+        tail_dead: 0,
+        cycle_extra: 0,
+    };
 
     #[test]
     fn samples_alternate_start_and_end_and_windows_measure_the_leader() {
-        let mut a = Alternation::new(1);
+        let mut a = Alternation::new(1, 1_000_000);
         let mut leader = 0;
         let mut kinds = Vec::new();
         for i in 0..6 {
             // The leader advances by the period just programmed (plus some handler noise).
             leader += if i % 2 == 0 { 1_000_000 } else { 20_000 + i };
-            let s = a.on_overflow(&P, leader);
-            kinds.push((s.kind, s.next_period, s.window_delta));
+            let s = a.on_overflow(&P, leader, None);
+            kinds.push((s.kind, s.next_period, s.arm, s.window_delta));
         }
+        use Arm::*;
         use Kind::*;
         assert_eq!(
             kinds,
             [
-                (WindowStart, 20_000, None),
-                (WindowEnd, 1_000_000, Some(20_001)),
-                (WindowStart, 20_000, None),
-                (WindowEnd, 1_000_000, Some(20_003)),
-                (WindowStart, 20_000, None),
-                (WindowEnd, 1_000_000, Some(20_005)),
+                (WindowStart, 20_000, OneShot, None),
+                (WindowEnd, 1_000_000, Enable, Some(20_001)),
+                (WindowStart, 20_000, OneShot, None),
+                (WindowEnd, 1_000_000, Enable, Some(20_003)),
+                (WindowStart, 20_000, OneShot, None),
+                (WindowEnd, 1_000_000, Enable, Some(20_005)),
             ]
         );
     }
 
     #[test]
-    fn without_a_window_every_sample_is_plain_at_the_long_period() {
-        let mut a = Alternation::new(1);
+    fn without_a_window_every_sample_is_plain_at_the_long_period_running() {
+        let mut a = Alternation::new(1, 1_000_000);
         let p = Periods { window: 0, ..P };
         for v in 0..5 {
-            assert_eq!(
-                a.on_overflow(&p, v),
-                Step { kind: Kind::Plain, next_period: 1_000_000, window_delta: None }
-            );
+            let s = a.on_overflow(&p, v, Some(v));
+            assert_eq!((s.kind, s.next_period, s.arm), (Kind::Plain, 1_000_000, Arm::Running));
+            assert!(!s.tail && !s.close_now);
         }
     }
 
     #[test]
     fn jitter_stays_in_range_spreads_and_never_touches_the_window() {
-        let p = Periods { period: 1_000, jitter: 99, window: 10 };
-        let mut a = Alternation::new(0x1234_5678);
+        let p = Periods { period: 1_000, jitter: 99, window: 10, min_period: 1, ..P };
+        let mut a = Alternation::new(0x1234_5678, 1_000);
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..2_000 {
-            let start = a.on_overflow(&p, 0);
+            let start = a.on_overflow(&p, 0, None);
             assert_eq!(start.next_period, 10, "the window is never jittered");
-            let end = a.on_overflow(&p, 10);
+            let end = a.on_overflow(&p, 10, None);
             assert!((1_000..=1_099).contains(&end.next_period), "{}", end.next_period);
             seen.insert(end.next_period);
         }
         assert!(seen.len() > 90, "jitter covers its range: {} distinct values", seen.len());
         // Edge: a jitter of u64::MAX neither divides by zero nor panics.
-        let huge = Periods { period: 5, jitter: u64::MAX, window: 0 };
+        let huge = Periods { period: 5, jitter: u64::MAX, window: 0, ..P };
         a.next_long(&huge);
         // A zero seed still produces jitter (the state is forced odd).
-        let mut z = Alternation::new(0);
-        let j = Periods { period: 0, jitter: 1 << 20, window: 0 };
+        let mut z = Alternation::new(0, 0);
+        let j = Periods { period: 0, jitter: 1 << 20, window: 0, ..P };
         assert!((0..8).map(|_| z.next_long(&j)).any(|v| v != 0));
     }
 
     #[test]
     fn a_late_signal_abandons_the_open_window() {
-        let mut a = Alternation::new(3);
-        assert_eq!(a.on_overflow(&P, 100).kind, Kind::WindowStart);
-        assert_eq!(a.restart(&P), 1_000_000);
+        let mut a = Alternation::new(3, 1_000_000);
+        assert_eq!(a.on_overflow(&P, 100, None).kind, Kind::WindowStart);
+        // The window's one-shot leader stopped: it must be enabled again.
+        assert_eq!(a.restart(&P, 150), (1_000_000, Arm::Enable));
+        assert_eq!(a.restart(&P, 160), (1_000_000, Arm::Running));
         // The next overflow ends a long period again: a start, not an end.
-        let s = a.on_overflow(&P, 5_000);
+        let s = a.on_overflow(&P, 5_000, None);
         assert_eq!((s.kind, s.window_delta), (Kind::WindowStart, None));
+    }
+
+    /// A window whose overflow interrupted a system call begins there: the call's tail
+    /// shortens the window; a tail as long as a window is one.
+    #[test]
+    fn a_tail_shortens_the_window_or_is_a_window_by_itself() {
+        let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
+        let run = |since| {
+            let mut a = Alternation::new(1, 1_000_000);
+            let s = a.on_overflow(&p, 2_000_000, Some(since));
+            (s.kind, s.next_period, s.arm, s.tail, s.close_now, a.in_window)
+        };
+        use Arm::*;
+        use Kind::*;
+        // The usual delay or less: the call had ended; a whole window.
+        assert_eq!(run(8_000), (WindowStart, 50_000, OneShot, false, false, true));
+        assert_eq!(run(9_000), (WindowStart, 50_000, OneShot, false, false, true));
+        // 30 us since the overflow: 21 us of it was the call's.
+        assert_eq!(run(30_000), (WindowStart, 29_000, OneShot, true, false, true));
+        assert_eq!(run(45_000), (WindowStart, 14_000, OneShot, true, false, true));
+        // The window's remainder would be shorter than the kernel allows: the tail is the
+        // window, closed at once, and the long period runs on.
+        assert_eq!(run(50_000), (WindowStart, 1_000_000, Running, true, true, false));
+        assert_eq!(run(900_000), (WindowStart, 1_000_000, Running, true, true, false));
+        // Unknown delay (no calibration): never a tail.
+        let off = Periods { tail_dead: 0, ..p };
+        let mut a = Alternation::new(1, 1_000_000);
+        let s = a.on_overflow(&off, 2_000_000, Some(900_000));
+        assert_eq!((s.next_period, s.tail), (50_000, false));
+        // Without the overflow's values (no ring): never a tail.
+        let mut a = Alternation::new(1, 1_000_000);
+        assert!(!a.on_overflow(&p, 2_000_000, None).tail);
+    }
+
+    /// Records of the window's timer that fired again before the handler re-programmed it
+    /// are not taken for the next long period's overflow.
+    #[test]
+    fn stale_overflow_records_are_told_apart() {
+        let mut a = Alternation::new(1, 1_000_000);
+        assert!(a.is_long_overflow(1_000_000), "the first period's overflow");
+        assert!(a.is_long_overflow(600_000), "late half of the first period");
+        assert!(!a.is_long_overflow(400_000));
+        a.on_overflow(&P, 1_000_000, None);
+        assert!(!a.is_long_overflow(5_000_000), "in a window nothing is a long overflow");
+        a.on_overflow(&P, 1_020_000, None);
+        assert!(!a.is_long_overflow(1_040_000), "the window's timer again");
+        assert!(a.is_long_overflow(2_020_000));
     }
 
     #[test]
     fn the_cell_counts_windows_and_their_sum() {
         let c = AltCell::new();
-        c.reset(9);
+        c.reset(9, 1_000_000);
         for (i, v) in [10u64, 30, 100, 125, 200].into_iter().enumerate() {
-            let s = c.on_overflow(&P, v);
+            let s = c.on_overflow(&P, v, None);
             assert_eq!(s.kind, if i % 2 == 0 { Kind::WindowStart } else { Kind::WindowEnd });
         }
         assert_eq!(c.windows(), (2, 20 + 25));
         assert!(c.load().in_window, "the last window is still open");
-        c.reset(9);
+        c.reset(9, 1_000_000);
         assert_eq!(c.windows(), (0, 0));
-        assert_eq!(c.on_overflow(&P, 1).kind, Kind::WindowStart);
+        assert_eq!(c.on_overflow(&P, 1, None).kind, Kind::WindowStart);
         assert_eq!(Kind::from_word(Kind::WindowEnd as u64), Kind::WindowEnd);
+        assert_eq!(Kind::from_word(Kind::TailStart as u64), Kind::TailStart);
         assert_eq!(Kind::from_word(77), Kind::Plain);
     }
 }

@@ -33,7 +33,7 @@ pub mod mpsc;
 pub mod ring;
 pub mod slot;
 
-pub use alternate::{AltCell, Alternation, Kind, Periods, Step};
+pub use alternate::{AltCell, Alternation, Arm, Kind, Periods, Step};
 pub use mpsc::MpscRing;
 pub use ring::{Push, SampleRing, MAX_COUNTERS, MAX_STRIDE, RECORD_HEAD};
 pub use slot::SlotCtl;

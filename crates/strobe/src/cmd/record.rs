@@ -199,9 +199,10 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
     }
     let t = &r.totals;
     let mut line = format!(
-        "strobe record: {} samples and {} window ends ({} lost) from {} process{}, {} thread{}; {} written to {}",
+        "strobe record: {} samples and {} window ends{} ({} lost) from {} process{}, {} thread{}; {} written to {}",
         t.samples,
         t.window_ends,
+        if t.tails > 0 { format!(" ({} windows began inside a system call)", t.tails) } else { String::new() },
         t.lost,
         r.processes,
         if r.processes == 1 { "" } else { "es" },
@@ -232,6 +233,12 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
                     ", {:.1}{unit} of each window is the sampler's (measured before the start)",
                     lead.mean / scale
                 ));
+                if let Some(t) = b.tail.first() {
+                    line.push_str(&format!(
+                        ", {:.1}{unit} from an overflow to the handler",
+                        t.mean / scale
+                    ));
+                }
             }
         }
     }

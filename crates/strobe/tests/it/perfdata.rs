@@ -118,7 +118,12 @@ fn strobe_counts(json: &serde_json::Value) -> Counts {
         let module = f["module"].as_str().unwrap().to_string();
         let function = f["function"].as_str().unwrap().to_string();
         let key = if module == KERNEL { (module.clone(), module) } else { (module, function) };
-        *counts.entry(key).or_default() += f["samples"].as_u64().unwrap();
+        // Functions met only as callers (call chains) have no samples of their own; perf's
+        // self counts do not list them.
+        let n = f["samples"].as_u64().unwrap();
+        if n > 0 {
+            *counts.entry(key).or_default() += n;
+        }
     }
     counts
 }
@@ -365,6 +370,16 @@ fn callchain_recording_counts_as_perf_report() {
     let json = strobe_json(&file, &[]);
     assert_same_counts(&file, &only_section(&file), &strobe_counts(&json));
     assert!(samples_of(&json, "leaf") > 50);
+    // The chains are the samples' stacks: leaf runs only under main -> outer -> middle, so
+    // the total (inclusive) counts of outer and main hold every sample of leaf. (Not
+    // middle's: leaf sets up no frame, so a frame-pointer chain taken in it skips its
+    // caller, in perf as anywhere.)
+    let total = |name: &str| {
+        let f = json["functions"].as_array().unwrap().iter().find(|f| f["function"] == name);
+        f.map_or(0, |f| f["total_samples"].as_u64().unwrap())
+    };
+    let leaf = samples_of(&json, "leaf");
+    assert!(total("outer") >= leaf && total("main") >= leaf, "{json:#}");
 }
 
 #[test]

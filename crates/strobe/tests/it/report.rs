@@ -399,23 +399,23 @@ fn workload_writes_its_ground_truth() {
 // more): sqrt(0.25 * 0.75 / N).
 //
 // N is made independent of the machine's load: the workload does fixed work
-// (`--rounds`: each thread calls every function E2E_ROUNDS times, about 7 ms of CPU
+// (`--rounds`: each thread calls every function E2E_ROUNDS times, about 5 ms of CPU
 // per round) and the period is fixed at 1 ms of task-clock, so N is the CPU time
-// spent divided by the period however long the run takes on a busy machine: 2 threads
-// x 350 rounds x ~7 ms = ~5 s of CPU, ~5,000 time samples. That is a standard error of
-// at most 0.61 points, so 3 points lie beyond 4.9 standard errors (a chance below 1e-6
-// per function). The test asserts at least 4,000 samples (3 points = 4.4 standard
+// spent divided by the sampling cycle (the period, the window and the sampler's own
+// counted time: about 1.1 ms) however long the run takes on a busy machine: 2 threads
+// x 500 rounds x ~5 ms = ~5 s of CPU, ~4,500 time samples. That is a standard error of
+// at most 0.65 points, so 3 points lie beyond 4.6 standard errors (a chance below 1e-5
+// per function). The test asserts at least 3,500 samples (3 points = 4.1 standard
 // errors even then), so a recording that lost its samples fails with that message
 // rather than with a noisy share.
 //
-// A 1 ms period costs about 4% here (two ~20 us samples per period). The handler's
-// time is in the truth's denominator (process CPU) but never sampled, which lowers
-// every true share relative to the sampled one by that fraction: 0.8 points on a 20%
-// share, inside the allowance.
+// A 1 ms period costs about 6% here (two ~30 us samples per period). The handler's time
+// falls where the samples are taken, in proportion to each function's own time, in the
+// truth's clocks as in the leader's count: it moves no share.
 
-const E2E_ROUNDS: &str = "350";
+const E2E_ROUNDS: &str = "500";
 const E2E_SPEC: &str = "{task-clock/period=1ms/,page-faults,context-switches}";
-const E2E_MIN_SAMPLES: u64 = 4_000;
+const E2E_MIN_SAMPLES: u64 = 3_500;
 
 struct Recorded {
     report: serde_json::Value,
@@ -512,25 +512,23 @@ fn recorded_time_shares_match_the_ground_truth_within_3_points() {
     eprintln!("{comparison}\nlargest time-share error: {} by {:.2} points", worst.0, worst.1);
 }
 
+/// The page-faulting function's faults per ms of its CPU against the workload's own
+/// count around every call: within 25% (the precise error is `strobe bench accuracy`'s).
 #[test]
-fn recorded_page_faulting_function_has_the_most_page_faults_per_ms() {
+fn recorded_page_faulting_function_has_its_own_page_fault_rate() {
     let r = recorded_workload();
     let pf = reported(r, "workload_page_faults").expect("workload_page_faults reported");
-    let rate = pf["page_faults_per_ms"].as_f64().expect("it has windows with faults");
-    assert!(rate > 0.0, "{}", r.table);
-    // Rates resting on a handful of windows are noise (one fault in one 30 us window is
-    // 33 faults/ms); compare against functions with at least 5 windows.
-    for f in r.report["functions"].as_array().unwrap() {
-        if f["function"] == "workload_page_faults" || f["windows"].as_u64().unwrap() < 5 {
-            continue;
-        }
-        if let Some(other) = f["page_faults_per_ms"].as_f64() {
-            assert!(
-                other < rate,
-                "{} has {other:.2} faults/ms >= {rate:.2}\n{}",
-                f["function"],
-                r.table
-            );
-        }
-    }
+    let got = pf["page_faults_per_ms"].as_f64().expect("it has windows with faults");
+    let truth = r.truth["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "workload_page_faults")
+        .and_then(|f| f["page_faults_per_ms"].as_f64())
+        .unwrap();
+    assert!(
+        (got - truth).abs() <= 0.25 * truth,
+        "{got:.1} faults/ms, truth {truth:.1}\n{}",
+        r.table
+    );
 }
