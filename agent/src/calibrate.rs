@@ -280,6 +280,10 @@ static NCOUNTERS: AtomicUsize = AtomicUsize::new(0);
 static TAILS: [AtomicU64; MAX_INTERVALS * MAX_GROUP] =
     [const { AtomicU64::new(0) }; MAX_INTERVALS * MAX_GROUP];
 static TAIL_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Window end boundaries the baseline keeps (from a window's overflow to the read).
+static ENDS: [AtomicU64; MAX_INTERVALS * MAX_GROUP] =
+    [const { AtomicU64::new(0) }; MAX_INTERVALS * MAX_GROUP];
+static END_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Time samples (window starts, plain samples) the baseline's run took.
 static TIME_SAMPLES: AtomicU64 = AtomicU64::new(0);
 
@@ -297,13 +301,26 @@ fn baseline_sample(h: &sampler::Handled) {
     if ends {
         let i = COUNT.load(Ordering::Relaxed);
         let first = FIRST.load(Ordering::Relaxed);
+        // A window's interior ends at its overflow, when the ring gave its values (the
+        // loop's last time-stamp is from just before it); the rest, to the handler's
+        // read, is the window's end boundary.
+        let end: &[u64] = match (&h.overflow, h.kind) {
+            (Some(o), Kind::WindowEnd) => o.get(..n).unwrap_or(&[]),
+            _ => counters,
+        };
         if i < MAX_INTERVALS && first != 0 && last >= first {
             INTERVALS[i * STRIDE].store(last - first, Ordering::Relaxed);
-            for (k, &c) in counters.iter().enumerate() {
+            for (k, &c) in end.iter().enumerate() {
                 let d = c.wrapping_sub(START[k].load(Ordering::Relaxed));
                 INTERVALS[i * STRIDE + 1 + k].store(d, Ordering::Relaxed);
             }
             COUNT.store(i + 1, Ordering::Relaxed);
+            if h.kind == Kind::WindowEnd && h.overflow.is_some() && i < MAX_INTERVALS {
+                for (k, (&c, &e)) in counters.iter().zip(end).enumerate() {
+                    ENDS[i * MAX_GROUP + k].store(c.wrapping_sub(e), Ordering::Relaxed);
+                }
+                END_COUNT.store(END_COUNT.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            }
         }
         OPEN.store(false, Ordering::Relaxed);
     }
@@ -423,6 +440,7 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     let saved = (a.period.swap(long, Ordering::Relaxed), a.jitter.swap(0, Ordering::Relaxed));
     COUNT.store(0, Ordering::Relaxed);
     TAIL_COUNT.store(0, Ordering::Relaxed);
+    END_COUNT.store(0, Ordering::Relaxed);
     TIME_SAMPLES.store(0, Ordering::Relaxed);
     OPEN.store(false, Ordering::Relaxed);
     let result = (|| {
@@ -500,10 +518,7 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
                 // sampling subtract 0.5 switches/ms from a target's 0.67). Page faults
                 // are the sampler's (the first touch of each shared buffer page): kept
                 // when they stand clear of noise (three standard errors).
-                let scheduler = e.kind == strobe_perf::names::EventKind::Software
-                    && (e.config == u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES)
-                        || e.config == u64::from(sys::PERF_COUNT_SW_CPU_MIGRATIONS));
-                let significant = !scheduler
+                let significant = !scheduler_event(e)
                     && (e.kind != strobe_perf::names::EventKind::Software
                         || mean.abs() > 3.0 * var.sqrt() / nv.sqrt());
                 CounterBaseline { mean: if significant { mean } else { 0.0 }, sd: var.sqrt() }
@@ -515,21 +530,43 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     // The tails: the delay from each window start's overflow to the handler's read, in a
     // loop that makes no system calls. The leader's whole distribution (its spread sets
     // how much longer a delay must be to mean a system call); other counters' means.
-    let ntails = TAIL_COUNT.load(Ordering::Relaxed).min(MAX_INTERVALS);
-    let tail = if ntails >= 20 {
+    let boundary = |store: &[AtomicU64], count: usize| -> Vec<CounterBaseline> {
+        let count = count.min(MAX_INTERVALS);
+        if count < 20 {
+            return Vec::new();
+        }
         (0..n.min(NCOUNTERS.load(Ordering::Relaxed)))
             .map(|k| {
-                let mut v: Vec<f64> = (0..ntails)
-                    .map(|i| TAILS[i * MAX_GROUP + k].load(Ordering::Relaxed) as f64)
+                let mut v: Vec<f64> = (0..count)
+                    .map(|i| store[i * MAX_GROUP + k].load(Ordering::Relaxed) as f64)
                     .collect();
                 let (mean, sd) = trimmed(&mut v);
+                // As for windows: what the scheduler does is not the sampler's.
+                let mean = if scheduler_event(&a.spec.events[k]) { 0.0 } else { mean };
                 CounterBaseline { mean, sd }
             })
             .collect()
-    } else {
-        Vec::new()
     };
-    Ok(Baseline { windows, requested, intervals: count as u64, work_ns, counters, tail, uncounted })
+    let tail = boundary(&TAILS, TAIL_COUNT.load(Ordering::Relaxed));
+    let end = boundary(&ENDS, END_COUNT.load(Ordering::Relaxed));
+    Ok(Baseline {
+        windows,
+        requested,
+        intervals: count as u64,
+        work_ns,
+        counters,
+        tail,
+        end,
+        uncounted,
+    })
+}
+
+/// Context switches and migrations: the scheduler's, never the sampler's (its handler
+/// never blocks), so no baseline of theirs is subtracted.
+fn scheduler_event(e: &strobe_perf::spec::EventSpec) -> bool {
+    e.kind == strobe_perf::names::EventKind::Software
+        && (e.config == u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES)
+            || e.config == u64::from(sys::PERF_COUNT_SW_CPU_MIGRATIONS))
 }
 
 /// Runs the whole calibration and stores the result in the arena.

@@ -322,11 +322,12 @@ impl Overflows {
     const EMPTY: Overflows =
         Overflows { values: [[0; MAX_GROUP]; MAX_OVERFLOWS], n: 0, kernel: false };
 
-    /// The ring's records of the current long period's overflows. After an overflow the
-    /// timer fires again every period until the handler re-programs it: in a system call
-    /// longer than a long period each such overflow is a sample of the call, kept; the
-    /// re-firings of a short first period (or of anything shorter than half a long
-    /// period) are not samples of the design, skipped.
+    /// The ring's records of the current period's overflows (long period or window),
+    /// oldest first. After an overflow the timer fires again every period until the
+    /// handler re-programs it: in a system call longer than a long period each such
+    /// overflow is a sample of the call, kept; the re-firings of a short period (a first
+    /// period, a window, anything shorter than half a long period) are not samples of the
+    /// design, skipped.
     fn take(ring: &strobe_perf::overflow::OverflowRing, st: &Alternation, p: &Periods) -> Overflows {
         let mut o = Overflows::EMPTY;
         let spacing = p.period / 2;
@@ -334,7 +335,7 @@ impl Overflows {
             // nr, time_enabled, time_running, values.
             let vals = w.get(READ_HEAD..).unwrap_or(&[]);
             let Some(&leader) = vals.first() else { return };
-            if !st.is_long_overflow(leader) {
+            if !st.is_due(leader) {
                 return;
             }
             if let Some(prev) = o.last() {
@@ -354,6 +355,10 @@ impl Overflows {
             }
         });
         o
+    }
+
+    fn first(&self) -> Option<&[u64; MAX_GROUP]> {
+        self.values.get(..self.n).and_then(|v| v.first())
     }
 
     fn last(&self) -> Option<&[u64; MAX_GROUP]> {
@@ -397,7 +402,8 @@ pub struct Handled {
     pub counters: [u64; MAX_GROUP],
     /// Counters read.
     pub n: usize,
-    /// The group at the overflow itself (from the ring), for a window start.
+    /// The group at the overflow itself (from the ring): where the window began, or
+    /// ended.
     pub overflow: Option<[u64; MAX_GROUP]>,
 }
 
@@ -471,7 +477,8 @@ pub fn handle_overflow(
         // The overflow ended a long period (a time sample) or a window (not one: the
         // window is abandoned; the report counts it unpaired).
         let was_long = !st.in_window;
-        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0));
+        let ring = local.ring().is_some();
+        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0), ring);
         program(local, next, arm);
         slot.alt.store(st);
         if was_long {
@@ -481,12 +488,15 @@ pub fn handle_overflow(
         return None;
     }
     let long = p.window > 0 && !st.in_window;
-    let overflows = match local.ring() {
+    let ring = local.ring();
+    let has_ring = ring.is_some();
+    let overflows = match ring {
         Some(ring) => {
             let o = Overflows::take(ring, &st, &p);
-            if long && o.n == 0 {
-                // The overflow this signal announced was taken by an earlier handler
-                // (a record written just before that handler read the ring): nothing new.
+            if p.window > 0 && o.n == 0 {
+                // No overflow of the current period: the signal of one an earlier handler
+                // took (its record written just before that handler read the ring), or of
+                // a timer firing again before it was re-programmed. Nothing new.
                 return None;
             }
             o
@@ -508,9 +518,9 @@ pub fn handle_overflow(
     // The window begins at the overflow only if it interrupted a system call: its
     // remainder is the target's work. After user code or a page fault the delay is the
     // sampler's own.
-    let in_call = overflows.kernel && follows_syscall(r.ip);
+    let in_call = long && overflows.kernel && follows_syscall(r.ip);
     let since = overflows.last().filter(|_| in_call).map(|o| leader.wrapping_sub(o[0]));
-    let step = st.on_overflow(&p, leader, since);
+    let step = st.on_overflow(&p, leader, since, has_ring);
     program(local, step.next_period, step.arm);
     slot.alt.store(st);
     if let Some(d) = step.window_delta {
@@ -526,26 +536,24 @@ pub fn handle_overflow(
                 break;
             };
             let (from, to) = (from.get(..n).unwrap_or(&[]), to.get(..n).unwrap_or(&[]));
-            put(&rec(Kind::TailStart, time, r.ip, from, &[], 0));
+            put(&rec(Kind::CallTail, time, r.ip, from, &[], 0));
             put(&rec(Kind::WindowStart, time, r.ip, to, frames, flags));
             put(&rec(Kind::WindowEnd, time, r.ip, to, frames, flags));
         }
     }
-    if step.tail {
-        if let Some(o) = overflows.last() {
-            put(&rec(Kind::TailStart, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
-        }
+    // The overflow this sample handled: where a window began (the last of a long
+    // period's) or ended (a window's first).
+    let overflow = if long { overflows.last() } else { overflows.first() };
+    if let Some(o) = overflow.filter(|_| p.window > 0) {
+        let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
+        put(&rec(kind, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
     }
     put(&rec(step.kind, time, r.ip, counters, frames, flags));
     if step.close_now {
         put(&rec(Kind::WindowEnd, time, r.ip, counters, frames, flags));
     }
-    let mut out = Handled {
-        kind: step.kind,
-        counters: [0; MAX_GROUP],
-        n,
-        overflow: overflows.last().copied(),
-    };
+    let mut out =
+        Handled { kind: step.kind, counters: [0; MAX_GROUP], n, overflow: overflow.copied() };
     if let Some(dst) = out.counters.get_mut(..n) {
         dst.copy_from_slice(counters);
     }

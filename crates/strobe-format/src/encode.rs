@@ -270,7 +270,7 @@ impl Encoder {
         put(b, bl.intervals);
         b.extend_from_slice(&bl.work_ns.to_bits().to_le_bytes());
         b.extend_from_slice(&bl.uncounted.to_bits().to_le_bytes());
-        for list in [&bl.counters, &bl.tail] {
+        for list in [&bl.counters, &bl.tail, &bl.end] {
             put(b, list.len() as u64);
             for c in list {
                 b.extend_from_slice(&c.mean.to_bits().to_le_bytes());
@@ -310,7 +310,7 @@ impl Encoder {
 }
 
 /// Encodes one thread's samples into a SAMPLES chunk: per sample, the time delta shifted
-/// left two bits with the kind in the low bits, the zigzagged IP delta, the zigzagged
+/// left three bits with the kind in the low bits, the zigzagged IP delta, the zigzagged
 /// stack id delta, and each counter's delta, all varints, each relative to the previous
 /// sample of the batch.
 #[derive(Debug)]
@@ -333,8 +333,8 @@ impl SampleBatchEncoder<'_> {
     #[inline]
     pub fn push(&mut self, kind: SampleKind, time: u64, ip: u64, stack: u32, counters: &[u64]) {
         let b = &mut self.enc.buf;
-        let time = time.max(self.prev_time).min(u64::MAX >> 2);
-        put(b, (time - self.prev_time) << 2 | kind as u64);
+        let time = time.max(self.prev_time).min(u64::MAX >> 3);
+        put(b, (time - self.prev_time) << 3 | kind as u64);
         self.prev_time = time;
         put(b, zigzag(ip.wrapping_sub(self.prev_ip) as i64));
         self.prev_ip = ip;

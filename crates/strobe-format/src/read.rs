@@ -179,10 +179,10 @@ impl Iterator for SampleIter<'_> {
             return None;
         }
         let Some(tk) = self.cur.varint() else { return self.corrupt("sample time cut short") };
-        let Some(kind) = SampleKind::from_bits(tk & 3) else {
+        let Some(kind) = SampleKind::from_bits(tk & 7) else {
             return self.corrupt("unknown sample kind 3");
         };
-        self.time = self.time.wrapping_add(tk >> 2);
+        self.time = self.time.wrapping_add(tk >> 3);
         let Some(dip) = self.cur.varint() else { return self.corrupt("sample IP cut short") };
         self.ip = self.ip.wrapping_add(unzigzag(dip) as u64);
         let Some(ds) = self.cur.varint() else { return self.corrupt("sample stack cut short") };
@@ -631,7 +631,7 @@ impl<R: Read> Reader<R> {
                 let intervals = v!("baseline interval count");
                 let work_ns = f(&mut c).ok_or_else(|| bad(&c, "bad baseline work"))?;
                 let uncounted = f(&mut c).ok_or_else(|| bad(&c, "bad baseline uncounted time"))?;
-                let mut lists = [Vec::new(), Vec::new()];
+                let mut lists = [Vec::new(), Vec::new(), Vec::new()];
                 for list in &mut lists {
                     let n = v!("baseline counter count");
                     if n > MAX_COUNTERS as u64 {
@@ -643,7 +643,7 @@ impl<R: Read> Reader<R> {
                         list.push(BaselineCounter { mean, sd });
                     }
                 }
-                let [counters, tail] = lists;
+                let [counters, tail, end] = lists;
                 Record::Baseline(Baseline {
                     windows,
                     requested,
@@ -651,6 +651,7 @@ impl<R: Read> Reader<R> {
                     work_ns,
                     counters,
                     tail,
+                    end,
                     uncounted,
                 })
             }

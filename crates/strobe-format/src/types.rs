@@ -144,9 +144,12 @@ pub struct Baseline {
     /// Per counter, leader first.
     pub counters: Vec<BaselineCounter>,
     /// Per counter, leader first: the counts between an overflow in user code and the
-    /// handler's group read, which a `TailStart`..`WindowStart` interval carries besides
+    /// handler's group read, which a `CallTail`..`WindowStart` or `Overflow`..`WindowStart` interval carries besides
     /// the system call's remainder (empty: no window began inside a call).
     pub tail: Vec<BaselineCounter>,
+    /// Per counter, leader first: the counts between a window's ending overflow and the
+    /// end handler's read (an `Overflow`..`WindowEnd` interval; empty: not measured).
+    pub end: Vec<BaselineCounter>,
     /// What the leader does not count per time sample (leader units): the thread's CPU
     /// time while the group is stopped.
     pub uncounted: f64,
@@ -337,7 +340,12 @@ pub enum SampleKind {
     /// The counters at the overflow the next `WindowStart` of the thread handled, when
     /// that overflow happened inside a system call: the window begins here, and the call's
     /// remainder (from this sample to the start) is its first part. Not a time sample.
-    TailStart = 3,
+    CallTail = 3,
+    /// The counters at the overflow the thread's next sample handled, when the delay from
+    /// the overflow to the handler was the sampler's own: what happened in that delay
+    /// (before a `WindowStart`, or before a `WindowEnd`) is a boundary of the window,
+    /// counted once per sampling cycle. Not a time sample.
+    Overflow = 4,
 }
 
 impl SampleKind {
@@ -346,7 +354,8 @@ impl SampleKind {
             0 => Some(SampleKind::Plain),
             1 => Some(SampleKind::WindowStart),
             2 => Some(SampleKind::WindowEnd),
-            3 => Some(SampleKind::TailStart),
+            3 => Some(SampleKind::CallTail),
+            4 => Some(SampleKind::Overflow),
             _ => None,
         }
     }

@@ -194,6 +194,10 @@ fn baseline() -> Baseline {
             BaselineCounter { mean: 8_700.0, sd: 300.0 },
             BaselineCounter { mean: 0.0, sd: 0.0 },
         ],
+        end: vec![
+            BaselineCounter { mean: 13_100.0, sd: 700.0 },
+            BaselineCounter { mean: 0.0, sd: 0.0 },
+        ],
         uncounted: 4_100.25,
     }
 }
@@ -243,7 +247,7 @@ fn random_sample_batches_round_trip() {
         let nc = round % (MAX_COUNTERS + 1);
         let n = rng.below(200) as usize;
         let mut samples = Vec::new();
-        let mut t = rng.next() >> 3;
+        let mut t = rng.next() >> 4;
         for _ in 0..n {
             // Edge values: huge jumps, wrapping IPs, counters that go down (reset).
             t = t
@@ -253,7 +257,7 @@ fn random_sample_batches_round_trip() {
                     2 => rng.next() >> 40,
                     _ => rng.next() >> 8,
                 })
-                .min(u64::MAX >> 2);
+                .min(u64::MAX >> 3);
             let ip = match rng.below(3) {
                 0 => rng.next(),
                 1 => u64::MAX - rng.below(10),
@@ -266,8 +270,9 @@ fn random_sample_batches_round_trip() {
                 SampleKind::Plain,
                 SampleKind::WindowStart,
                 SampleKind::WindowEnd,
-                SampleKind::TailStart,
-            ][rng.below(4) as usize];
+                SampleKind::CallTail,
+                SampleKind::Overflow,
+            ][rng.below(5) as usize];
             samples.push(sample(77, t, ip, kind, &c));
         }
         let mut e = Encoder::new();

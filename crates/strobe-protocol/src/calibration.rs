@@ -52,6 +52,9 @@ pub struct Baseline {
     /// the handler's group read (the delay a window's tail is measured against); empty
     /// when the overflows' own values could not be read (no ring).
     pub tail: Vec<CounterBaseline>,
+    /// Per counter, leader first: what each counts between a window's ending overflow
+    /// and the end handler's group read (empty: no ring).
+    pub end: Vec<CounterBaseline>,
     /// What the leader does not count per time sample (leader units): the thread's CPU
     /// time while the group is stopped (a window's end handler).
     pub uncounted: f64,
@@ -88,7 +91,7 @@ impl Calibration {
             Some(b) => {
                 w.bool(true).bool(b.windows).u64(b.requested).u64(b.intervals).f64(b.work_ns);
                 w.f64(b.uncounted);
-                for list in [&b.counters, &b.tail] {
+                for list in [&b.counters, &b.tail, &b.end] {
                     w.u64(list.len() as u64);
                     for c in list {
                         w.f64(c.mean).f64(c.sd);
@@ -143,7 +146,17 @@ impl Calibration {
             };
             let counters = list()?;
             let tail = list()?;
-            Some(Baseline { windows, requested, intervals, work_ns, counters, tail, uncounted })
+            let end = list()?;
+            Some(Baseline {
+                windows,
+                requested,
+                intervals,
+                work_ns,
+                counters,
+                tail,
+                end,
+                uncounted,
+            })
         } else {
             None
         };
@@ -175,6 +188,10 @@ mod tests {
                 ],
                 tail: vec![
                     CounterBaseline { mean: 9_300.0, sd: 1_500.0 },
+                    CounterBaseline { mean: 0.0, sd: 0.0 },
+                ],
+                end: vec![
+                    CounterBaseline { mean: 13_000.0, sd: 900.0 },
                     CounterBaseline { mean: 0.0, sd: 0.0 },
                 ],
                 uncounted: 12_000.0,

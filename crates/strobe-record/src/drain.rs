@@ -63,7 +63,7 @@ pub struct Totals {
     pub samples: u64,
     /// Window ends.
     pub window_ends: u64,
-    /// Windows that began inside a system call (their `TailStart` samples).
+    /// Windows that began inside a system call (their `CallTail` samples).
     pub tails: u64,
     /// Samples lost, all threads.
     pub lost: u64,
@@ -101,7 +101,8 @@ fn kind_of(byte: u8) -> SampleKind {
         strobe_sampler::Kind::Plain => SampleKind::Plain,
         strobe_sampler::Kind::WindowStart => SampleKind::WindowStart,
         strobe_sampler::Kind::WindowEnd => SampleKind::WindowEnd,
-        strobe_sampler::Kind::TailStart => SampleKind::TailStart,
+        strobe_sampler::Kind::CallTail => SampleKind::CallTail,
+        strobe_sampler::Kind::Overflow => SampleKind::Overflow,
     }
 }
 
@@ -196,9 +197,9 @@ impl<'a> Drainer<'a> {
                                 0
                             };
                             match kind {
-                                SampleKind::WindowEnd | SampleKind::TailStart => {
-                                    st.window_ends += 1
-                                }
+                                SampleKind::WindowEnd
+                                | SampleKind::CallTail
+                                | SampleKind::Overflow => st.window_ends += 1,
                                 _ => st.samples += 1,
                             }
                             let mut counters = [0u64; strobe_format::MAX_COUNTERS];
@@ -305,7 +306,8 @@ impl<'a> Drainer<'a> {
         for p in &self.pending {
             match p.kind {
                 SampleKind::WindowEnd => self.totals.window_ends += 1,
-                SampleKind::TailStart => self.totals.tails += 1,
+                SampleKind::CallTail => self.totals.tails += 1,
+                SampleKind::Overflow => {}
                 _ => self.totals.samples += 1,
             }
         }

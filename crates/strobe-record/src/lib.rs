@@ -182,13 +182,19 @@ fn tail_dead(b: &strobe_protocol::Baseline) -> u64 {
 
 /// What the leader counts per sampling cycle beyond the long period and the window, from
 /// the calibration: each measured interval's excess over the one asked for (the window's
-/// overshoot and the handler's counted time), and with windows the delay from the long
-/// period's overflow to the handler (during which the leader runs on).
+/// overshoot and the handler's counted time), and with windows the delays from each
+/// overflow to its handler's read (during which the leader runs on).
 fn cycle_extra(b: &strobe_protocol::Baseline) -> u64 {
     let Some(lead) = b.counters.first() else { return 0 };
     let measured = b.work_ns + lead.mean;
     let excess = (measured - b.requested as f64).max(0.0);
-    let delay = if b.windows { b.tail.first().map_or(0.0, |t| t.mean) } else { 0.0 };
+    // With windows the leader runs on from the long period's overflow to the start
+    // handler's read, and from the window's overflow to the end handler's read.
+    let delay = if b.windows {
+        b.tail.first().map_or(0.0, |t| t.mean) + b.end.first().map_or(0.0, |t| t.mean)
+    } else {
+        0.0
+    };
     let extra = excess + delay;
     if extra.is_finite() {
         extra.round() as u64
@@ -297,6 +303,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
                     .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
                     .collect(),
                 tail: b.tail.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect(),
+                end: b.end.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect(),
                 uncounted: b.uncounted,
             });
             file.write_all(enc.as_bytes()).map_err(out_err)?;

@@ -32,6 +32,11 @@ use crate::ReportError;
 /// by the PMU to far fewer hardware counters; software events rarely exceed a handful.
 pub const MAX_COUNTERS: usize = 16;
 
+/// Time samples a thread must have had before the gaps between its samples measure the
+/// sampling cycle: in a thread that lived a few periods the gaps are biased short (a long
+/// gap would not fit in its life).
+const LONG_LIVED: u64 = 8;
+
 /// Per-thread pairing state.
 #[derive(Debug, Clone)]
 struct ThreadSlot {
@@ -42,11 +47,12 @@ struct ThreadSlot {
     start_ip: u64,
     start_stack: u32,
     start_values: [u64; MAX_COUNTERS],
-    /// A `TailStart` came: the next window begins at `tail_values`.
-    tail: bool,
-    /// The open window began at `tail_values` (its `TailStart`).
-    window_tail: bool,
-    tail_values: [u64; MAX_COUNTERS],
+    /// An overflow's values came (`CallTail` or `Overflow`), for the next sample.
+    pending: Option<SampleKind>,
+    pending_values: [u64; MAX_COUNTERS],
+    /// The open window's starting overflow (`CallTail` or `Overflow`) and its values.
+    start_overflow: Option<SampleKind>,
+    start_overflow_values: [u64; MAX_COUNTERS],
     /// The process the thread's samples came under, and its leader at its first and
     /// last time sample, and its time samples: the measured sampling cycle.
     pid: u32,
@@ -146,6 +152,7 @@ impl Aggregator {
             let own = means(&b.counters);
             (t.beta_window, t.beta_plain) = if b.windows { (own, zero) } else { (zero, own) };
             t.beta_tail = means(&b.tail);
+            t.beta_end = means(&b.end);
         }
         t.baseline = Some(b);
     }
@@ -157,7 +164,6 @@ impl Aggregator {
     /// its life). Without such threads: `nominal` plus what the windows measured beyond
     /// the requested window and the calibrated delay before each window starts.
     pub fn measured_cycle(&self, pid: u32, nominal: f64) -> f64 {
-        const LONG_LIVED: u64 = 8;
         let (mut sum, mut n) = (0u64, 0u64);
         for s in self.slots.iter().filter(|s| s.pid == pid && s.time_samples >= LONG_LIVED) {
             sum = sum.saturating_add(s.last_leader.saturating_sub(s.first_leader));
@@ -229,9 +235,10 @@ impl Aggregator {
                         start_ip: 0,
                         start_stack: 0,
                         start_values: [0; MAX_COUNTERS],
-                        tail: false,
-                        window_tail: false,
-                        tail_values: [0; MAX_COUNTERS],
+                        pending: None,
+                        pending_values: [0; MAX_COUNTERS],
+                        start_overflow: None,
+                        start_overflow_values: [0; MAX_COUNTERS],
                         pid: 0,
                         first_leader: 0,
                         last_leader: 0,
@@ -254,17 +261,14 @@ impl Aggregator {
         let n = width.min(s.values.len());
         let Some(slot) = self.slots.get_mut(slot_i) else { return };
         let t = &mut self.t;
-        if s.kind == SampleKind::TailStart {
-            // The overflow's own values: the next window start of this thread begins here.
-            if slot.open && !slot.plain {
-                t.unpaired += 1; // a window never ended
-                slot.open = false;
-            }
-            slot.tail = true;
-            slot.tail_values[..n].copy_from_slice(&s.values[..n]);
-            slot.tail_values[n..].fill(0);
+        if matches!(s.kind, SampleKind::CallTail | SampleKind::Overflow) {
+            // An overflow's own values, for the thread's next sample.
+            slot.pending = Some(s.kind);
+            slot.pending_values[..n].copy_from_slice(&s.values[..n]);
+            slot.pending_values[n..].fill(0);
             return;
         }
+        let pending = slot.pending.take();
         // An open interval this sample ends: a window start's end, or the previous plain
         // sample's successor.
         let closes = match s.kind {
@@ -276,6 +280,7 @@ impl Aggregator {
                 }
                 true
             }
+            SampleKind::CallTail | SampleKind::Overflow => false,
             SampleKind::Plain => {
                 if slot.open && !slot.plain {
                     t.unpaired += 1; // a window never ended
@@ -288,13 +293,15 @@ impl Aggregator {
                 }
                 false
             }
-            SampleKind::TailStart => false,
         };
         if closes {
+            let end_overflow = (s.kind == SampleKind::WindowEnd
+                && pending == Some(SampleKind::Overflow))
+            .then_some(&slot.pending_values);
             let net = if slot.space != space {
                 None // the image changed (exec): not a window of this thread's group
             } else {
-                close_window(t, slot, &s.values[..n], width)
+                close_window(t, slot, &s.values[..n], end_overflow, width)
             };
             match net {
                 Some(net) => {
@@ -333,17 +340,22 @@ impl Aggregator {
                 let (dst, src) = (&mut slot.start_values[..n], &s.values[..n]);
                 dst.copy_from_slice(src);
                 slot.start_values[n..].fill(0);
-                slot.window_tail = std::mem::take(&mut slot.tail) && !slot.plain;
+                slot.start_overflow = pending.filter(|_| !slot.plain);
+                slot.start_overflow_values = slot.pending_values;
                 let leader = s.values.first().copied().unwrap_or(0);
                 if slot.time_samples == 0 || slot.pid != s.pid {
                     slot.pid = s.pid;
                     slot.first_leader = leader;
                     slot.time_samples = 0;
                 }
+                if slot.time_samples >= LONG_LIVED {
+                    t.cycle_sum += leader.saturating_sub(slot.last_leader) as f64;
+                    t.cycle_n += 1;
+                }
                 slot.last_leader = leader;
                 slot.time_samples += 1;
             }
-            SampleKind::WindowEnd | SampleKind::TailStart => {}
+            SampleKind::WindowEnd | SampleKind::CallTail | SampleKind::Overflow => {}
         }
     }
 
@@ -357,60 +369,106 @@ impl Aggregator {
 }
 
 /// The net deltas of the window (or fixed-period interval) `slot` has open, ended by a
-/// sample with values `end`: the baseline subtracted, the tail added, a tail that is a
-/// whole window scaled to the mean net window. `None` when a counter went backwards or
-/// the tail is degenerate.
+/// sample with values `end` (and, when the ring gave it, the values at the window's own
+/// overflow, `end_overflow`). `None` when a counter went backwards or a tail is
+/// degenerate.
+///
+/// A window's parts (see `strobe_sampler::alternate`): its interior, from the start
+/// handler's read to its ending overflow, net of the baseline; a system call's remainder
+/// before it (a `CallTail`), net of the usual delay; and its boundaries (from each
+/// overflow to the handler's read), whose counts (not time) happen once per sampling
+/// cycle, so they are added scaled by the mean net window over the mean cycle. A tail as
+/// long as a window is a window by itself, scaled to the mean net window.
 fn close_window(
     t: &mut crate::tally::Tally,
     slot: &ThreadSlot,
     end: &[u64],
+    end_overflow: Option<&[u64; MAX_COUNTERS]>,
     width: usize,
 ) -> Option<[f64; MAX_COUNTERS]> {
-    let delta = |from: &[u64; MAX_COUNTERS], to: &[u64]| -> Option<[f64; MAX_COUNTERS]> {
+    let delta = |from: &[u64], to: &[u64]| -> Option<[f64; MAX_COUNTERS]> {
         let mut d = [0f64; MAX_COUNTERS];
         for ((d, &b), &a) in d.iter_mut().zip(to).zip(from) {
             *d = b.checked_sub(a)? as f64;
         }
         Some(d)
     };
-    let raw = delta(&slot.start_values, end)?;
     let beta = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
     let mut net = [0f64; MAX_COUNTERS];
     if slot.plain {
+        let raw = delta(&slot.start_values, end)?;
         for (i, x) in net.iter_mut().enumerate().take(width) {
             *x = raw[i] - beta(&t.beta_plain, i);
         }
-    } else if !slot.window_tail {
-        for (i, x) in net.iter_mut().enumerate().take(width) {
-            *x = raw[i] - beta(&t.beta_window, i);
-        }
+        t.paired += 1;
+        t.leader_raw += raw[0];
+        t.leader_net += net[0];
+        return Some(net);
+    }
+    let start = &slot.start_values[..width];
+    let interior_end: &[u64] = end_overflow.map_or(end, |o| &o[..width]);
+    let raw = delta(start, interior_end)?;
+    // Without the ring the window stopped at its overflow and the end handler read
+    // it: its interior holds the end's delay, whose baseline is the end boundary's.
+    let stopped = end_overflow.is_none();
+    for (i, x) in net.iter_mut().enumerate().take(width) {
+        let b = beta(&t.beta_window, i) + if stopped { beta(&t.beta_end, i) } else { 0.0 };
+        *x = raw[i] - b;
+    }
+    let mean_net = if t.paired > 0 && t.leader_net > 0.0 {
+        t.leader_net / t.paired as f64
     } else {
-        // The tail: from the overflow to the handler's read (the system call's remainder
-        // plus the sampler's usual delay, which the tail baseline removes).
-        let tail = delta(&slot.tail_values, &slot.start_values[..width])?;
-        let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
-        let tail_time = tail_net.first().copied().unwrap_or(0.0);
-        if tail_time <= 0.0 {
-            return None;
-        }
-        t.tail_windows += 1;
-        if raw[0] == 0.0 {
-            // The tail was a whole window: scaled to what a window covers on average, so
-            // it weighs as one window, not as the call's whole remainder.
-            let mean = if t.paired > 0 && t.leader_net > 0.0 {
-                t.leader_net / t.paired as f64
-            } else {
-                t.info.window as f64
-            };
-            let k = mean / tail_time;
-            for (i, x) in net.iter_mut().enumerate().take(width) {
-                *x = tail_net[i] * k;
+        t.info.window as f64
+    };
+    let mut boundary = [0f64; MAX_COUNTERS];
+    match slot.start_overflow {
+        Some(SampleKind::CallTail) => {
+            // The call's remainder, net of the usual delay, is the window's first part.
+            let tail = delta(&slot.start_overflow_values[..width], start)?;
+            let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
+            let tail_time = tail_net.first().copied().unwrap_or(0.0);
+            if tail_time <= 0.0 {
+                return None;
             }
-            t.tail_only_windows += 1;
-            return Some(net);
+            t.tail_windows += 1;
+            if raw[0] == 0.0 {
+                // The tail was a whole window: scaled to what a window covers on
+                // average, so it weighs as one window, not as the call's remainder.
+                let k = mean_net / tail_time;
+                for (i, x) in net.iter_mut().enumerate().take(width) {
+                    *x = tail_net[i] * k;
+                }
+                t.tail_only_windows += 1;
+                return Some(net);
+            }
+            for (x, v) in net.iter_mut().zip(&tail_net) {
+                *x += v;
+            }
         }
-        for (i, x) in net.iter_mut().enumerate().take(width) {
-            *x = raw[i] - beta(&t.beta_window, i) + tail_net[i];
+        Some(_) => {
+            let b = delta(&slot.start_overflow_values[..width], start)?;
+            for (i, x) in boundary.iter_mut().enumerate().take(width) {
+                *x += b[i] - beta(&t.beta_tail, i);
+            }
+        }
+        None => {}
+    }
+    if let Some(o) = end_overflow {
+        let b = delta(&o[..width], end)?;
+        for (i, x) in boundary.iter_mut().enumerate().take(width) {
+            *x += b[i] - beta(&t.beta_end, i);
+        }
+    }
+    // Boundaries happen once per cycle: spread over it (the leader's own boundary time is
+    // the sampler's, not the window's).
+    let cycle = if t.cycle_n > 0 {
+        t.cycle_sum / t.cycle_n as f64
+    } else {
+        (t.info.period + t.info.jitter / 2 + t.info.window) as f64
+    };
+    if cycle > 0.0 {
+        for (x, b) in net.iter_mut().zip(&boundary).take(width).skip(1) {
+            *x += b * mean_net / cycle;
         }
     }
     t.paired += 1;

@@ -57,7 +57,12 @@ pub enum SampleKind {
     Plain,
     /// The counters at the overflow the thread's next `WindowStart` handled, when that
     /// overflow was inside a system call: the window begins here. Not a time sample.
-    TailStart,
+    CallTail,
+    /// The counters at the overflow the thread's next sample (a window's start or end)
+    /// handled, when the delay to the handler was the sampler's own: that delay is a
+    /// boundary of the window, whose counts the report spreads over the sampling cycle.
+    /// Not a time sample.
+    Overflow,
 }
 
 /// One sample, borrowed from the reader's buffer: feeding it to the engine never
@@ -113,9 +118,13 @@ pub struct Baseline {
     pub work_ns: f64,
     /// Per counter, in the order of [`RecordInfo::events`].
     pub counters: Vec<BaselineCounter>,
-    /// Per counter: what a window's tail (from its `TailStart` to its `WindowStart`)
-    /// carries besides the system call's remainder (empty: none measured).
+    /// Per counter: what the delay from a window's starting overflow to the handler's
+    /// read counts that is the sampler's (from a `CallTail` or `Overflow` to its
+    /// `WindowStart`; empty: none measured).
     pub tail: Vec<BaselineCounter>,
+    /// Per counter: the same from a window's ending overflow to the end handler's read
+    /// (an `Overflow` to its `WindowEnd`; empty: none measured).
+    pub end: Vec<BaselineCounter>,
     /// What the leader does not count per time sample (leader units): the thread's CPU
     /// time while the group is stopped (0: unknown).
     pub uncounted: f64,

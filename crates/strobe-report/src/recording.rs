@@ -38,7 +38,8 @@ fn kind(k: strobe_format::SampleKind) -> SampleKind {
         strobe_format::SampleKind::Plain => SampleKind::Plain,
         strobe_format::SampleKind::WindowStart => SampleKind::WindowStart,
         strobe_format::SampleKind::WindowEnd => SampleKind::WindowEnd,
-        strobe_format::SampleKind::TailStart => SampleKind::TailStart,
+        strobe_format::SampleKind::CallTail => SampleKind::CallTail,
+        strobe_format::SampleKind::Overflow => SampleKind::Overflow,
     }
 }
 
@@ -137,20 +138,16 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
             }
             Record::Baseline(b) => {
                 uncounted = b.uncounted;
+                let list = |v: &[strobe_format::BaselineCounter]| -> Vec<BaselineCounter> {
+                    v.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect()
+                };
                 agg.set_baseline(Baseline {
                     windows: b.windows,
                     intervals: b.intervals,
                     work_ns: b.work_ns,
-                    counters: b
-                        .counters
-                        .iter()
-                        .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
-                        .collect(),
-                    tail: b
-                        .tail
-                        .iter()
-                        .map(|c| BaselineCounter { mean: c.mean, sd: c.sd })
-                        .collect(),
+                    counters: list(&b.counters),
+                    tail: list(&b.tail),
+                    end: list(&b.end),
                     uncounted: b.uncounted,
                 })
             }

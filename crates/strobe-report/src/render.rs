@@ -392,7 +392,7 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
     } else {
         out.push_str(
             "\n±: half-width of the 95% interval (time shares: Wilson; metrics: the windows' \
-             spread and the baseline's); *: fewer than 30 windows\n",
+             spread and the baseline's, at least a Poisson count's); *: fewer than 30 windows\n",
         );
     }
     out

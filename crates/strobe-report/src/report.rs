@@ -485,7 +485,11 @@ impl Report {
                 let (r, var) = sums.ratio(a, b)?;
                 let sb = sums.sums[b];
                 let sys = (n / sb).powi(2) * (beta_var(a) + r * r * beta_var(b));
-                Some(Estimate::from_var(r, var + sys, 0.0).scaled(1e6))
+                // Events counted one by one (faults, switches) are at least as uncertain
+                // as a Poisson count: with a handful of them the windows' spread says
+                // little (none at all with none), and the interval must not collapse.
+                let poisson = sums.sums[a].max(1.0) / (sb * sb);
+                Some(Estimate::from_var(r, var.max(poisson) + sys, 0.0).scaled(1e6))
             }
             Formula::Share(c) => {
                 let i = idx(c)?;

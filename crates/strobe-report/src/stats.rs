@@ -8,10 +8,15 @@
 //! and the products `Σa²`, `Σab`, `Σb²`: [`WindowSums`] keeps, for every counter pair,
 //! the sum of products, so any metric's interval can be computed after the fact.
 //!
+//! A per-ms rate of events counted one by one (page faults, context switches) is given
+//! at least the variance of a Poisson count, so a metric resting on a handful of events
+//! (or none) has an interval that says so rather than one collapsed by a spread that a
+//! few windows cannot show.
+//!
 //! The baseline (what every counter counts in a window that is not the target's, measured
-//! before the target started) is subtracted per window: with `a' = a - β_a`, the sums
-//! and products of the net values follow exactly from the raw ones. Its own uncertainty
-//! (the calibration's spread over its windows) adds a systematic term to the variance.
+//! before the target started) is subtracted from each window before it is summed (the
+//! aggregation pass does it, [`WindowSums::add_f64`]). Its own uncertainty (the
+//! calibration's spread over its windows) adds a systematic term to the variance.
 //!
 //! Time shares get a Wilson score interval on the function's sample count.
 //!
@@ -90,24 +95,6 @@ impl WindowSums {
         for (a, b) in self.prods.iter_mut().zip(&o.prods) {
             *a += b;
         }
-    }
-
-    /// The same sums over the windows' net deltas, `x - β` per window.
-    pub fn net(&self, beta: &[f64]) -> WindowSums {
-        let w = self.width();
-        let n = self.n as f64;
-        let b = |i: usize| beta.get(i).copied().unwrap_or(0.0);
-        let mut out = WindowSums::new(w);
-        out.n = self.n;
-        for i in 0..w {
-            out.sums[i] = self.sums[i] - n * b(i);
-            for j in i..w {
-                let k = tri(w, i, j);
-                out.prods[k] =
-                    self.prods[k] - b(j) * self.sums[i] - b(i) * self.sums[j] + n * b(i) * b(j);
-            }
-        }
-        out
     }
 
     /// `Σ x_i x_j`.
@@ -212,30 +199,6 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&s| s));
-    }
-
-    /// The net sums equal sums of the net deltas computed one by one.
-    #[test]
-    fn net_sums_match_window_by_window_subtraction() {
-        let windows = [[40_000u64, 9, 1], [38_000, 7, 0], [45_000, 12, 2], [41_000, 8, 0]];
-        let beta = [28_000.0, 0.5, 0.25];
-        let mut raw = WindowSums::new(3);
-        let mut direct = WindowSums::new(3);
-        for w in &windows {
-            raw.add(w);
-            let net: Vec<f64> = w.iter().zip(&beta).map(|(&x, b)| x as f64 - b).collect();
-            direct.n += 1;
-            for i in 0..3 {
-                direct.sums[i] += net[i];
-                for j in i..3 {
-                    direct.prods[tri(3, i, j)] += net[i] * net[j];
-                }
-            }
-        }
-        let net = raw.net(&beta);
-        for (a, b) in net.sums.iter().zip(&direct.sums).chain(net.prods.iter().zip(&direct.prods)) {
-            assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
-        }
     }
 
     /// A ratio whose windows all have the same rate has no spread; noisy windows give an

@@ -77,6 +77,13 @@ pub struct Tally {
     pub beta_plain: Vec<f64>,
     /// See `beta_window`.
     pub beta_tail: Vec<f64>,
+    /// See `beta_window`: a window's end boundary.
+    pub beta_end: Vec<f64>,
+    /// Leader counts between consecutive time samples of long-lived threads, summed, and
+    /// how many: the measured sampling cycle.
+    pub cycle_sum: f64,
+    /// See `cycle_sum`.
+    pub cycle_n: u64,
     /// Paired windows and intervals (tail-only windows excluded), the sum of their
     /// leaders' raw deltas and of their net ones (for the mean and net window length).
     pub paired: u64,
@@ -113,6 +120,9 @@ impl Tally {
             beta_window: Vec::new(),
             beta_plain: Vec::new(),
             beta_tail: Vec::new(),
+            beta_end: Vec::new(),
+            cycle_sum: 0.0,
+            cycle_n: 0,
             paired: 0,
             leader_raw: 0.0,
             leader_net: 0.0,

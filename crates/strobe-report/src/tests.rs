@@ -197,6 +197,7 @@ fn tail_baseline() -> crate::input::Baseline {
         work_ns: 20_000.0,
         counters: vec![counter(30_000.0), counter(0.0), counter(0.0)],
         tail: vec![counter(9_000.0), counter(0.0), counter(0.0)],
+        end: vec![counter(0.0), counter(0.0), counter(0.0)],
         uncounted: 0.0,
     }
 }
@@ -212,12 +213,12 @@ fn window_tails_add_the_calls_remainder_and_whole_tails_weigh_one_window() {
     s.window(1, alpha(0), alpha(2), &[70_000, 10, 0]);
     // Overflow in a call; the handler read 29 us later (20 us of call, 9 us of delay);
     // the window's own part: 50 us measured, 20 us the target's, 5 faults.
-    s.push(1, SampleKind::TailStart, alpha(0), &[1_000_000, 0, 0]);
+    s.push(1, SampleKind::CallTail, alpha(0), &[1_000_000, 0, 0]);
     s.push(1, SampleKind::WindowStart, alpha(0), &[29_000, 0, 1]);
     s.push(1, SampleKind::WindowEnd, alpha(2), &[50_000, 5, 0]);
     // A call 90 us past its overflow: 81 us of call with 3 faults, a window by itself,
     // scaled to the mean net window (40 us): 40/81 of its counts.
-    s.push(1, SampleKind::TailStart, alpha(0), &[1_000_000, 0, 0]);
+    s.push(1, SampleKind::CallTail, alpha(0), &[1_000_000, 0, 0]);
     s.push(1, SampleKind::WindowStart, alpha(0), &[90_000, 3, 0]);
     s.push(1, SampleKind::WindowEnd, alpha(0), &[0, 0, 0]);
     let r = s.finish(WindowPolicy::Discard);
@@ -231,6 +232,32 @@ fn window_tails_add_the_calls_remainder_and_whole_tails_weigh_one_window() {
     assert_eq!((r.tail_windows, r.tail_only_windows), (2, 1));
     // The mean and net windows are of windows with a part of their own.
     assert_eq!((r.mean_window, r.net_window), (Some(60_000.0), Some(40_000.0)));
+}
+
+/// Events at the sampler's own overflows (a context switch where the overflow gave the
+/// scheduler its chance) are counted once per sampling cycle, not per window: a window's
+/// boundary counts are scaled by the mean net window over the mean cycle.
+#[test]
+fn boundary_counts_are_spread_over_the_cycle() {
+    let mut s = Stream::new(SW);
+    s.agg.set_baseline(tail_baseline());
+    // Each cycle: a long period ends in an overflow (1 ms of leader), 9 us to the start
+    // handler's read with one context switch every other cycle, a window interior of 70
+    // us (40 us net) ending at its overflow, then 14 us to the end handler's read.
+    for i in 0..40u64 {
+        s.push(1, SampleKind::Overflow, alpha(0), &[1_000_000 - 9_000, 0, 0]);
+        s.push(1, SampleKind::WindowStart, alpha(0), &[9_000, 0, i % 2]);
+        s.push(1, SampleKind::Overflow, alpha(2), &[70_000, 0, 0]);
+        s.push(1, SampleKind::WindowEnd, alpha(2), &[14_000, 0, 0]);
+    }
+    let r = s.finish(WindowPolicy::Discard);
+    let a = r.function("strobe_test_alpha").unwrap();
+    // The cycle: 1 ms + 70 us + 14 us (after the first eight, measured between starts).
+    let cycle = 1_084_000.0;
+    // Half a switch per cycle: 0.5 / 1.084 ms, whatever the window's length.
+    let cs_per_ms = a.sums.sums[2] / a.sums.sums[0] * 1e6;
+    assert!((cs_per_ms - 0.5 / (cycle / 1e6)).abs() < 0.02, "{cs_per_ms}");
+    assert_eq!(a.sums.sums[0], 40.0 * 40_000.0, "interior time only, net of the baseline");
 }
 
 /// A baseline that comes after samples cannot be subtracted from windows already summed:

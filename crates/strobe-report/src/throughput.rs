@@ -215,7 +215,8 @@ pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), Throu
                 SampleKind::WindowStart => f::SampleKind::WindowStart,
                 SampleKind::WindowEnd => f::SampleKind::WindowEnd,
                 SampleKind::Plain => f::SampleKind::Plain,
-                SampleKind::TailStart => f::SampleKind::TailStart,
+                SampleKind::CallTail => f::SampleKind::CallTail,
+                SampleKind::Overflow => f::SampleKind::Overflow,
             };
             b.push(kind, (i * 512 + j) as u64, *ip, 0, values);
         }

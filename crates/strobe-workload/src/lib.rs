@@ -591,8 +591,10 @@ mod tests {
         }
         assert!(share("workload_sleep") < 5.0, "{}", t.to_json());
         let pf = t.function("workload_page_faults").unwrap();
+        // workload_setup_chain allocates the chain it builds, so it faults too, at a rate
+        // that depends on what the allocator has in hand (75 to 230 per ms seen).
         for f in &t.functions {
-            if f.function != pf.function {
+            if f.function != pf.function && f.function != "workload_setup_chain" {
                 assert!(pf.page_faults_per_ms > 10.0 * f.page_faults_per_ms, "{}", t.to_json());
             }
         }
