@@ -51,7 +51,8 @@ pub fn data(report: &Report, file: Option<&str>) -> Value {
         .functions
         .iter()
         .map(|f| {
-            let mv: Vec<Value> = metrics.iter().map(|m| est(report.metric_estimate(f, m))).collect();
+            let mv: Vec<Value> =
+                metrics.iter().map(|m| est(report.metric_estimate(f, m))).collect();
             json!({
                 "n": f.function,
                 "m": f.module,
@@ -111,8 +112,8 @@ pub fn write_with<W: Write>(
         let key = crate::flamegraph::find_metric(report, m)?.key;
         doc["colour_by"] = json!(key);
     }
-    let json = serde_json::to_string(&doc)
-        .map_err(|e| ReportError::write("the HTML page", e.into()))?;
+    let json =
+        serde_json::to_string(&doc).map_err(|e| ReportError::write("the HTML page", e.into()))?;
     // Inside a script element only `</` could end it early (`</script>`); `<\/` is the
     // same JSON string.
     let json = json.replace("</", "<\\/");

@@ -17,8 +17,9 @@
 //! - A stripped file is named from MiniDebugInfo (`.gnu_debugdata`) when it has it, and
 //!   otherwise split into functions at its `.eh_frame` FDE boundaries, each named
 //!   `<module>+0x<start>` (the link-time address of the function's first byte).
-//! - Separate debug files are found by build id and debug link under the debug
-//!   directories ([`SymbolOptions::debug_dirs`]), by blazesym.
+//! - Separate debug files are found under the debug directories
+//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`, used
+//!   in place of the file, by link-time address), and by `.gnu_debuglink` by blazesym.
 //!
 //! An address that still cannot be named is never dropped: it becomes
 //! `[unknown in <module>]` when a mapping holds it (a vDSO the recording has no image of,
@@ -268,6 +269,10 @@ pub(crate) fn symbolize_with(
         builder = builder.set_debug_dirs(Some(dirs));
     }
     let symbolizer = builder.build();
+    let debug_dirs: Vec<std::path::PathBuf> = match &opts.debug_dirs {
+        Some(d) => d.clone(),
+        None => ["/usr/lib/debug", "/lib/debug"].map(std::path::PathBuf::from).to_vec(),
+    };
     let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
         Some(line) => format!("{}:{line}", ci.to_path().display()),
         None => ci.to_path().display().to_string(),
@@ -289,14 +294,26 @@ pub(crate) fn symbolize_with(
             },
             None => std::path::PathBuf::from(path),
         };
-        let src = Source::Elf(Elf::new(&file));
-        let Ok(syms) = symbolizer.symbolize(&src, Input::FileOffset(unique.as_slice())) else {
+        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
+        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
+        // A separate debug file with the same build id: symbolized by link-time address
+        // (its own segments may not match the file's offsets).
+        let debug = strobe_target::debuginfo::debug_file_by_build_id(&file, &debug_dirs);
+        let syms = match &debug {
+            Some(dbg) => {
+                let index = index
+                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(&file).ok());
+                let Some(index) = index.as_ref() else { continue };
+                let vaddrs: Vec<u64> =
+                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
+                symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
+            }
+            None => symbolizer.symbolize(&Source::Elf(Elf::new(&file)), Input::FileOffset(&unique)),
+        };
+        let Ok(syms) = syms else {
             continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
         };
         let module = module_name(path);
-        // What a stripped file still says (FDE boundaries, MiniDebugInfo), read only
-        // when some address has no symbol.
-        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
         let frames: Vec<Option<Frame>> = syms
             .into_iter()
             .zip(&unique)

@@ -178,6 +178,20 @@ pub fn build_id(path: &Path) -> Result<Option<Vec<u8>>, Error> {
     Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
 }
 
+/// The separate debug file of the ELF file at `path`, found by its build id under one of
+/// `dirs` (`DIR/.build-id/ab/cdef....debug`, as gdb and debuginfod clients lay them out).
+pub fn debug_file_by_build_id(
+    path: &Path,
+    dirs: &[std::path::PathBuf],
+) -> Option<std::path::PathBuf> {
+    let id = build_id(path).ok()??;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let (head, tail) = hex.split_at_checked(2)?;
+    dirs.iter()
+        .map(|d| d.join(".build-id").join(head).join(format!("{tail}.debug")))
+        .find(|p| p.is_file())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

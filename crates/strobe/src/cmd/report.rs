@@ -220,7 +220,10 @@ fn warn(loaded: &Loaded, file: &Path, table_on_stdout: bool) -> std::io::Result<
     Ok(())
 }
 
-fn flame_options(report: &Report, color_by: Option<&str>) -> anyhow::Result<strobe_report::flamegraph::FlameOptions> {
+fn flame_options(
+    report: &Report,
+    color_by: Option<&str>,
+) -> anyhow::Result<strobe_report::flamegraph::FlameOptions> {
     let color_by = match color_by {
         Some(m) => Some(strobe_report::flamegraph::find_metric(report, m)?),
         None => None,
@@ -319,7 +322,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })?;
     }
     if let Some(path) = &args.pprof {
-        write_output(path, "pprof profile", args.quiet, |w| strobe_report::pprof::write(report, w))?;
+        write_output(path, "pprof profile", args.quiet, |w| {
+            strobe_report::pprof::write(report, w)
+        })?;
     }
     if let Some(path) = &args.firefox {
         write_output(path, "Firefox profile", args.quiet, |w| {
@@ -338,7 +343,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    if format_arg == FormatArg::Folded {        let counter = match &args.metric {
+    if format_arg == FormatArg::Folded {
+        let counter = match &args.metric {
             None => None,
             Some(m) => Some(report.info.events.iter().position(|e| e == m).ok_or_else(|| {
                 anyhow::anyhow!(

@@ -8,4 +8,5 @@ mod probe;
 mod record;
 mod report;
 mod trust;
+mod views;
 mod watch;
