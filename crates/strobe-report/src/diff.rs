@@ -95,7 +95,9 @@ pub fn diff(base: &Report, new: &Report) -> Diff {
     let nm = new.metrics();
     let metrics: Vec<&'static MetricDef> =
         base.metrics().into_iter().filter(|m| nm.iter().any(|n| n.key == m.key)).collect();
-    let mut index: FxHashMap<(&str, &str), (Option<usize>, Option<usize>)> = FxHashMap::default();
+    // (function, module) -> its index in the base run and in the new run.
+    type Sides = (Option<usize>, Option<usize>);
+    let mut index: FxHashMap<(&str, &str), Sides> = FxHashMap::default();
     let mut order: Vec<(&str, &str)> = Vec::new();
     for (side, r) in [(0, base), (1, new)] {
         for (i, f) in r.functions.iter().enumerate() {

@@ -177,10 +177,8 @@ pub fn flamegraph<W: Write>(
         tips.insert(esc(&name), tip);
     }
     o.palette_map = Some(&mut palette);
-    o.subtitle = Some(format!(
-        "colour: {} ({}) of each function's windows; grey: no windows",
-        m.header, m.description
-    ));
+    // Short, so that the centred subtitle leaves the right of its line to the legend.
+    o.subtitle = Some(format!("colour: {} of each function (grey: no windows)", m.header));
     let legend = range.map(|(lo, hi)| legend(m, lo, hi, opts.width.unwrap_or(1200), o.font_size));
     let mut svg = Vec::new();
     fg::from_lines(&mut o, text.lines(), &mut svg)
@@ -268,7 +266,8 @@ fn legend(m: &MetricDef, lo: f64, hi: f64, width: usize, font: usize) -> String 
         "<g id=\"strobe-legend\"><defs><linearGradient id=\"strobe-scale\">{stops}</linearGradient></defs>\
 <text x=\"{lx:.1}\" y=\"{ty:.1}\" text-anchor=\"end\" font-size=\"{fs}\" font-family=\"Verdana\">{lo:.d$}</text>\
 <rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bar_w}\" height=\"{h}\" fill=\"url(#strobe-scale)\" stroke=\"#888\"/>\
-<text x=\"{rx:.1}\" y=\"{ty:.1}\" font-size=\"{fs}\" font-family=\"Verdana\">{hi:.d$} {name}</text></g>",
+<text x=\"{rx:.1}\" y=\"{ty:.1}\" font-size=\"{fs}\" font-family=\"Verdana\">{hi:.d$}</text>\
+<title>{name}: {lo:.d$} (blue) to {hi:.d$} (red)</title></g>",
         lx = x - 4.0,
         rx = x + bar_w + 4.0,
         ty = y + font as f64 * 0.8,
@@ -303,4 +302,32 @@ pub fn diff_flamegraph<W: Write>(
     o.image_width = opts.width;
     o.deterministic = true;
     render(&mut o, &text, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ramp_runs_blue_to_red_and_clamps() {
+        assert_eq!(ramp(0.0), Color { r: 49, g: 54, b: 149 });
+        assert_eq!(ramp(1.0), Color { r: 165, g: 0, b: 38 });
+        assert_eq!(ramp(0.5), Color { r: 255, g: 255, b: 191 });
+        assert_eq!(ramp(-3.0), ramp(0.0));
+        assert_eq!(ramp(7.0), ramp(1.0));
+        assert_eq!(ramp(f64::NAN), ramp(0.0));
+    }
+
+    #[test]
+    fn tooltips_gain_the_metric_of_their_function_only() {
+        let mut tips = FxHashMap::default();
+        tips.insert("a&amp;b".to_string(), "; faults/ms 3.0±0.5 over 40 windows".to_string());
+        let svg = "<g><title>a&amp;b (10 samples, 50%)</title></g><g><title>c (5 samples, 25%)</title></g>";
+        let out = with_tooltips(svg, &tips);
+        assert_eq!(
+            out,
+            "<g><title>a&amp;b (10 samples, 50%); faults/ms 3.0±0.5 over 40 windows</title></g>\
+             <g><title>c (5 samples, 25%)</title></g>"
+        );
+    }
 }

@@ -161,7 +161,7 @@ fn go_tool_pprof_finds_the_same_top_functions_and_counts() {
     assert!(rows >= 5, "pprof listed {rows} functions:\n{text}");
     // The top five are the report's top five.
     let mut ours = functions(&json);
-    ours.sort_by(|a, b| b.1.cmp(&a.1));
+    ours.sort_by_key(|f| std::cmp::Reverse(f.1));
     for (name, _) in ours.iter().take(3) {
         assert!(text.contains(name.as_str()), "{name} missing:\n{text}");
     }
