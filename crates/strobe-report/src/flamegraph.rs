@@ -72,7 +72,8 @@ pub fn find_metric(report: &Report, name: &str) -> Result<&'static MetricDef, Re
 }
 
 /// The colour scale's ends: `(low, high)` over the functions with at least
-/// [`FEW_WINDOWS`] windows (all functions with a value when none has that many).
+/// [`FEW_WINDOWS`] windows (so that one window's extreme value does not flatten the
+/// scale), or over every function with a value when those few span no range.
 pub fn scale(report: &Report, m: &MetricDef) -> Option<(f64, f64)> {
     let values = |min_windows: u64| -> Vec<f64> {
         report
@@ -83,20 +84,22 @@ pub fn scale(report: &Report, m: &MetricDef) -> Option<(f64, f64)> {
             .filter(|v| v.is_finite())
             .collect()
     };
-    let mut v = values(FEW_WINDOWS);
-    if v.is_empty() {
-        v = values(1);
+    let range = |v: Vec<f64>| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
+    };
+    match range(values(FEW_WINDOWS)) {
+        Some((lo, hi)) if hi > lo => Some((lo, hi)),
+        _ => range(values(1)),
     }
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
 }
 
 /// Blue (0) through pale yellow (0.5) to red (1): a diverging scale readable by people
 /// with the common colour-vision deficiencies.
 pub fn ramp(t: f64) -> Color {
     const STOPS: [(f64, [f64; 3]); 5] = [
-        (0.0, [49.0, 54.0, 149.0]),
+        (0.0, [69.0, 117.0, 180.0]),
         (0.25, [116.0, 173.0, 209.0]),
         (0.5, [255.0, 255.0, 191.0]),
         (0.75, [244.0, 109.0, 67.0]),
@@ -153,9 +156,11 @@ pub fn flamegraph<W: Write>(
         let name = folded_name(&f.function);
         let e = report.metric_estimate(f, m);
         let color = match (e, range) {
-            (Some(e), Some((lo, hi))) => {
-                ramp(if hi > lo { (e.value - lo) / (hi - lo) } else { 0.5 })
-            }
+            (Some(e), Some((lo, hi))) => ramp(if hi > lo {
+                (e.value - lo) / (hi - lo)
+            } else {
+                0.5 + (e.value - lo).signum() / 2.0
+            }),
             _ => NO_VALUE,
         };
         palette.insert(&name, color);
@@ -168,11 +173,11 @@ pub fn flamegraph<W: Write>(
                     "?".to_string()
                 };
                 format!(
-                    "; {} {:.*}±{half} over {} windows",
+                    ", {} {:.*}±{half} over {} windows",
                     m.header, m.decimals, e.value, f.windows
                 )
             }
-            None => format!("; {}: no windows", m.header),
+            None => format!(", {}: no windows", m.header),
         };
         tips.insert(esc(&name), tip);
     }
@@ -219,9 +224,10 @@ fn finish<W: Write>(svg: String, legend: Option<&str>, mut out: W) -> Result<(),
     out.write_all(body.as_bytes()).map_err(|e| ReportError::write("the flame graph", e))
 }
 
-/// Appends each function's metric to its frames' tooltips (`<title>name (N samples,
-/// P%)</title>` becomes `<title>name (N samples, P%); faults/ms 12.3±0.4 over 80
-/// windows</title>`).
+/// Adds each function's metric to its frames' tooltips, inside the parentheses
+/// (`<title>name (N samples, P%)</title>` becomes `<title>name (N samples, P%, faults/ms
+/// 12.3±0.4 over 80 windows)</title>`): inferno's script takes a frame's label from its
+/// title without the last parenthesized group, so the label stays the name.
 fn with_tooltips(svg: &str, tips: &FxHashMap<String, String>) -> String {
     let mut out = String::with_capacity(svg.len() + svg.len() / 8);
     let mut rest = svg;
@@ -233,9 +239,13 @@ fn with_tooltips(svg: &str, tips: &FxHashMap<String, String>) -> String {
             break;
         };
         let title = &tail[..end];
-        out.push_str(title);
-        if let Some(tip) = title.rfind(" (").and_then(|i| tips.get(&title[..i])) {
-            out.push_str(&esc(tip));
+        match (title.rfind(" (").and_then(|i| tips.get(&title[..i])), title.strip_suffix(')')) {
+            (Some(tip), Some(head)) => {
+                out.push_str(head);
+                out.push_str(&esc(tip));
+                out.push(')');
+            }
+            _ => out.push_str(title),
         }
         rest = &tail[end..];
     }
@@ -310,7 +320,7 @@ mod tests {
 
     #[test]
     fn the_ramp_runs_blue_to_red_and_clamps() {
-        assert_eq!(ramp(0.0), Color { r: 49, g: 54, b: 149 });
+        assert_eq!(ramp(0.0), Color { r: 69, g: 117, b: 180 });
         assert_eq!(ramp(1.0), Color { r: 165, g: 0, b: 38 });
         assert_eq!(ramp(0.5), Color { r: 255, g: 255, b: 191 });
         assert_eq!(ramp(-3.0), ramp(0.0));
@@ -321,12 +331,12 @@ mod tests {
     #[test]
     fn tooltips_gain_the_metric_of_their_function_only() {
         let mut tips = FxHashMap::default();
-        tips.insert("a&amp;b".to_string(), "; faults/ms 3.0±0.5 over 40 windows".to_string());
+        tips.insert("a&amp;b".to_string(), ", faults/ms 3.0±0.5 over 40 windows".to_string());
         let svg = "<g><title>a&amp;b (10 samples, 50%)</title></g><g><title>c (5 samples, 25%)</title></g>";
         let out = with_tooltips(svg, &tips);
         assert_eq!(
             out,
-            "<g><title>a&amp;b (10 samples, 50%); faults/ms 3.0±0.5 over 40 windows</title></g>\
+            "<g><title>a&amp;b (10 samples, 50%, faults/ms 3.0±0.5 over 40 windows)</title></g>\
              <g><title>c (5 samples, 25%)</title></g>"
         );
     }

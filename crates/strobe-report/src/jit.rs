@@ -98,9 +98,8 @@ impl JitSymbols {
             for k in overlapping {
                 self.ranges.remove(&k);
             }
-            // An earlier range that starts before but reaches into it was not caught by
-            // take_while only when a non-overlapping one sits between: ranges do not
-            // overlap each other, so the walk above is complete.
+            // The kept ranges never overlap each other, so walking back from the new
+            // range's end until one ends before its start finds every overlapping one.
             self.ranges.insert(s.start, (s.end, s.name, si));
         }
     }
