@@ -1,7 +1,8 @@
 // A tiny JIT, as a profiler meets one: it copies a counting loop into two executable
 // anonymous regions, names the first in /tmp/perf-PID.map and the second in a jitdump
 // file (/tmp/jit-PID.dump, mapped executable as perf expects), and runs each for the same
-// number of iterations, alternating, for about the seconds given (default 1).
+// number of iterations, alternating in rounds far shorter than a sampling period, for
+// about the seconds given (default 1).
 // Prints "ready" when the code is in place.
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -71,8 +72,8 @@ int main(int argc, char **argv) {
     uint64_t (*fb)(uint64_t) = (uint64_t (*)(uint64_t))(void *)b;
     uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
     while (now_ns() < end) {
-        fa(20000000);
-        fb(20000000);
+        fa(200000);
+        fb(200000);
     }
     fclose(dump);
     return 0;
