@@ -1,5 +1,7 @@
-//! `strobe report`: reads a record file and prints per-function metrics. The work is in
-//! crate strobe-report; this module turns arguments into its plain options.
+//! `strobe report`: reads a record file and prints per-function metrics, or writes its
+//! views (flame graph, pprof, Firefox Profiler, HTML), or compares two recordings
+//! (`--diff`). The work is in crate strobe-report; this module turns arguments into its
+//! plain options, shows the progress bar (on a terminal only) and writes the files.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -291,7 +293,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || args.pprof.is_some()
         || args.firefox.is_some()
         || args.html.is_some();
-    let print = args.format.is_some() || !outputs;
+    let print =
+        args.format.is_some() || !outputs || args.callers.is_some() || args.callees.is_some();
     let format_arg = args.format.unwrap_or(FormatArg::Table);
     let format = match format_arg {
         FormatArg::Table | FormatArg::Folded => Format::Table,
