@@ -515,7 +515,11 @@ fn node_jit_functions_are_named_from_its_perf_map() {
     )
     .unwrap();
     let file = dir.path("node.strobe");
-    let out = run(record_to(&file).args(["--", "node", "--perf-basic-prof"]).arg(&script));
+    // In the scratch directory: node may leave a V8 log (isolate-*-v8.log) in its cwd.
+    let out = run(record_to(&file)
+        .args(["--", "node", "--perf-basic-prof"])
+        .arg(&script)
+        .current_dir(dir.dir()));
     assert!(out.status.success(), "{}", show(&out));
     let json = report_json(&file, &[]);
     let fs = json["functions"].as_array().unwrap();
