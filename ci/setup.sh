@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what strobe's build and tests need on a fresh Debian machine, if missing:
-# a C compiler, a C++ compiler (C++ test programs; libFuzzer, built for ci/fuzz.sh) and
-# Linux perf (benchmarks compare against it). The test
+# a C and a C++ compiler (test programs; libFuzzer, built for ci/fuzz.sh), Linux perf
+# (benchmarks compare against it), binutils and xz (tests strip programs and add
+# MiniDebugInfo) and Chromium (the HTML report is tested in a headless browser). The test
 # programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
@@ -10,6 +11,9 @@ need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v perf >/dev/null 2>&1 || need+=(linux-perf)
+command -v objcopy >/dev/null 2>&1 || need+=(binutils)
+command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "ci/setup.sh: missing packages ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2

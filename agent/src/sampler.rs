@@ -328,7 +328,11 @@ impl Overflows {
     /// overflow is a sample of the call, kept; the re-firings of a short period (a first
     /// period, a window, anything shorter than half a long period) are not samples of the
     /// design, skipped.
-    fn take(ring: &strobe_perf::overflow::OverflowRing, st: &Alternation, p: &Periods) -> Overflows {
+    fn take(
+        ring: &strobe_perf::overflow::OverflowRing,
+        st: &Alternation,
+        p: &Periods,
+    ) -> Overflows {
         let mut o = Overflows::EMPTY;
         let spacing = p.period / 2;
         ring.drain(|kernel, w| {
@@ -408,7 +412,14 @@ pub struct Handled {
 }
 
 /// One sample record of the handler's.
-fn rec<'r>(kind: Kind, time: u64, ip: u64, counters: &'r [u64], frames: &'r [u64], flags: u16) -> Rec<'r> {
+fn rec<'r>(
+    kind: Kind,
+    time: u64,
+    ip: u64,
+    counters: &'r [u64],
+    frames: &'r [u64],
+    flags: u16,
+) -> Rec<'r> {
     Rec { kind: kind as u8, flags, time, ip, counters, frames }
 }
 
@@ -563,7 +574,12 @@ pub fn handle_overflow(
 /// Walks the interrupted thread's stack into `frames` (when stacks are recorded): the
 /// depth and the record flags saying how the walk ended.
 #[inline]
-fn walk(a: &Agent, local: &Local, r: &strobe_unwind::Regs, frames: &mut [u64; MAX_DEPTH]) -> (usize, u16) {
+fn walk(
+    a: &Agent,
+    local: &Local,
+    r: &strobe_unwind::Regs,
+    frames: &mut [u64; MAX_DEPTH],
+) -> (usize, u16) {
     let walker = local.walker.load(Ordering::Relaxed);
     if a.call_graph == CallGraph::None || walker.is_null() {
         return (0, 0);
@@ -741,7 +757,8 @@ mod tests {
     /// probability its length deserves.
     #[test]
     fn first_periods_follow_the_cycles_residual() {
-        let p = Periods { period: 1_000_000, jitter: 200_000, window: 20_000, ..Periods::default() };
+        let p =
+            Periods { period: 1_000_000, jitter: 200_000, window: 20_000, ..Periods::default() };
         let mut seed = 12345u64;
         let n = 200_000;
         let (mut sum, mut max, mut below_half) = (0f64, 0u64, 0u64);

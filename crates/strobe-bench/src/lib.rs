@@ -20,6 +20,7 @@ pub mod readside;
 pub mod reclaim;
 pub mod sampling;
 pub mod slotmaps;
+pub mod views;
 
 pub use report::{BenchOpts, BenchReport, Row};
 
@@ -59,6 +60,7 @@ pub const BENCHES: &[(&str, &str)] = &[
     ),
     ("probe", "probe triggers/s, 1..8 threads: RCU registry vs Mutex/RwLock, disabled, uprobes"),
     ("breakpoint", "breakpoint slot reservation at 1..4096 threads: kernel, list, hash multimap"),
+    ("report", "1 M samples as flame graph, pprof, HTML vs perf script | inferno (seconds, bytes)"),
 ];
 
 /// Runs the benchmark called `name`.
@@ -69,6 +71,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "readside" => readside::run(opts),
         "probe" => probe::run(opts),
         "breakpoint" => breakpoint::run(opts),
+        "report" => views::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
             Err(BenchError::Other(format!(

@@ -98,6 +98,31 @@ impl Aggregator {
         self.last_pid = None;
     }
 
+    /// Notes that the process fed under key `pid` (a record stream) is OS process
+    /// `os_pid`, whose JIT symbol files (`/tmp/perf-PID.map`) name its JIT code.
+    pub fn set_process_id(&mut self, pid: u32, os_pid: u32) {
+        self.t.spaces.set_pid(pid, os_pid);
+        self.last_pid = None;
+    }
+
+    /// Names thread `tid` of the process fed under key `pid` (a later name replaces an
+    /// earlier one).
+    pub fn set_thread_name(&mut self, pid: u32, tid: u32, name: &str) {
+        self.t.thread_names.insert((pid, tid), name.to_string());
+    }
+
+    /// How [`Aggregator::finish`] names addresses.
+    pub fn set_symbol_options(&mut self, opts: crate::SymbolOptions) {
+        self.t.symbols = opts;
+    }
+
+    /// Keeps every sample in arrival order, so the report carries a
+    /// [`Timeline`](crate::Timeline) (for views that show time). Costs about 40 bytes
+    /// per sample plus 8 per counter.
+    pub fn keep_timeline(&mut self) {
+        self.t.timeline.get_or_insert_with(Default::default);
+    }
+
     /// Records the bytes of a module with no file (the vDSO), by its mapping name.
     pub fn add_image(&mut self, name: String, bytes: Vec<u8>) {
         self.t.spaces.add_image(name, bytes);
@@ -261,6 +286,18 @@ impl Aggregator {
         let n = width.min(s.values.len());
         let Some(slot) = self.slots.get_mut(slot_i) else { return };
         let t = &mut self.t;
+        if let Some(tl) = &mut t.timeline {
+            tl.samples.push(crate::tally::RawSample {
+                pid: s.pid,
+                space,
+                tid: s.tid,
+                time: s.time,
+                ip: s.ip,
+                stack: s.stack,
+                kind: s.kind,
+            });
+            tl.values.extend((0..width).map(|i| s.values.get(i).copied().unwrap_or(0)));
+        }
         if matches!(s.kind, SampleKind::CallTail | SampleKind::Overflow) {
             // An overflow's own values, for the thread's next sample.
             slot.pending = Some(s.kind);

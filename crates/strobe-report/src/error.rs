@@ -49,6 +49,32 @@ pub enum ReportError {
         /// The columns this report has.
         choices: String,
     },
+    /// A view could not be written.
+    #[error("cannot write {what}: {source}")]
+    Write {
+        /// What was being written (a file name, "the flame graph").
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A metric name (`--color-by`) names no metric.
+    #[error("unknown metric '{metric}'; choose one of: {choices}")]
+    UnknownMetric {
+        /// What was asked for.
+        metric: String,
+        /// The metrics this recording has.
+        choices: String,
+    },
+    /// A metric (`--color-by`) needs counters the recording lacks.
+    #[error(
+        "cannot use '{metric}': it needs {needs}, which this recording lacks; record them with -e"
+    )]
+    MetricNotRecorded {
+        /// What was asked for.
+        metric: String,
+        /// The counters it needs.
+        needs: String,
+    },
     /// `--sort` named a metric whose counters were not recorded.
     #[error("cannot sort by '{column}': it needs {needs}, which this recording lacks; record them with -e")]
     SortNotRecorded {
@@ -57,6 +83,13 @@ pub enum ReportError {
         /// The counters the metric needs.
         needs: String,
     },
+}
+
+impl ReportError {
+    /// A write error, naming what was being written.
+    pub fn write(what: impl Into<String>, source: std::io::Error) -> ReportError {
+        ReportError::Write { what: what.into(), source }
+    }
 }
 
 impl From<strobe_format::FormatError> for ReportError {

@@ -13,6 +13,13 @@
 //! 5. [`metrics`]: the table of derived metrics and their formulas.
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
+//! Views of a finished report, each in its own module: [`calltree`] (callers, callees,
+//! folded stacks), [`flamegraph`] (SVG, coloured by a window metric), [`pprof`]
+//! (profile.proto), [`firefox`] (the Firefox Profiler's processed format), [`html`] (one
+//! self-contained page) and [`diff`] (two recordings compared within their error bars).
+//! [`jit`] names JIT code from the JIT's own symbol files; [`timeline`] keeps samples in
+//! time order for the views that show time.
+//!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
 //! engine; [`perfdata`] feeds a Linux perf perf.data file (crate strobe-perfdata).
 //! [`throughput`] measures the engine's samples per second. [`lookup`] lends the
@@ -22,11 +29,17 @@
 
 mod aggregate;
 pub mod calltree;
+pub mod diff;
 mod error;
+pub mod firefox;
+pub mod flamegraph;
+pub mod html;
 pub mod input;
+pub mod jit;
 pub mod lookup;
 pub mod metrics;
 pub mod perfdata;
+pub mod pprof;
 pub mod recording;
 pub mod render;
 mod report;
@@ -35,6 +48,7 @@ pub mod stats;
 mod symbolize;
 mod tally;
 pub mod throughput;
+pub mod timeline;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
@@ -42,7 +56,9 @@ pub use input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKi
 pub use render::{render, Format, RenderOptions};
 pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy, UNSAMPLED};
 pub use stats::{Estimate, WindowSums};
+pub use symbolize::SymbolOptions;
 pub use tally::LostThread;
+pub use timeline::Timeline;
 
 #[cfg(test)]
 mod tests;

@@ -160,7 +160,10 @@ pub fn load(
         feed.agg.set_sampling(u64::try_from(mean).unwrap_or(u64::MAX), 0, 0);
     }
     let samples_read = feed.samples_read;
-    Ok(Loaded { report: feed.agg.finish(policy), truncated_at, notes, samples_read })
+    // perf's sample clock has no wall-clock anchor in every file: views that show wall
+    // time count from the recording's first sample.
+    let clock = crate::firefox::ClockStart { unix_ns: 0, mono_ns: feed.first_time.unwrap_or(0) };
+    Ok(Loaded { report: feed.agg.finish(policy), truncated_at, notes, samples_read, clock })
 }
 
 /// The engine side of the pass: the aggregator and the process facts it needs.
@@ -176,6 +179,8 @@ struct Feed {
     period_count: u64,
     /// Scratch for one sample's call chain.
     frames: Vec<u64>,
+    /// The first sample's time.
+    first_time: Option<u64>,
 }
 
 impl Feed {
@@ -188,6 +193,7 @@ impl Feed {
             agg,
             group,
             frames: Vec::new(),
+            first_time: None,
             maps: FxHashMap::default(),
             samples_read: 0,
             kernel_samples: 0,
@@ -248,6 +254,9 @@ impl Feed {
             self.kernel_samples += 1;
         }
         let ip = s.ip().unwrap_or(0);
+        if let Some(t) = s.time() {
+            self.first_time.get_or_insert(t);
+        }
         let stack = match s.callchain() {
             Some(chain) => {
                 self.frames.clear();

@@ -31,6 +31,19 @@ pub struct Loaded {
     pub notes: Vec<String>,
     /// Samples read from the file (window starts, window ends and plain samples).
     pub samples_read: u64,
+    /// Where the recording's clock started (for views that show wall-clock time).
+    pub clock: crate::firefox::ClockStart,
+}
+
+/// How to read a record file: the report's options.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// The window policy.
+    pub policy: WindowPolicy,
+    /// How addresses are named.
+    pub symbols: crate::SymbolOptions,
+    /// Keep every sample in time order ([`Report::timeline`]), for views that show time.
+    pub timeline: bool,
 }
 
 fn kind(k: strobe_format::SampleKind) -> SampleKind {
@@ -45,6 +58,20 @@ fn kind(k: strobe_format::SampleKind) -> SampleKind {
 
 /// Reads the record file at `path` and builds its report under `policy`.
 pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
+    read_with(path, &ReadOptions { policy, ..ReadOptions::default() }, &mut |_, _| {})
+}
+
+/// Reads the record file at `path` and builds its report under `opts`, calling
+/// `progress(bytes read, file size)` as it goes (about every 4 MB, and once at the end
+/// of reading, before symbolization).
+pub fn read_with(
+    path: &Path,
+    opts: &ReadOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Loaded, ReportError> {
+    let policy = opts.policy;
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let mut next_progress = 0u64;
     let mut reader = Reader::open(path)?;
     let header = reader.header().clone();
     let info = RecordInfo {
@@ -56,7 +83,13 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
         source: None,
     };
     let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
+    let clock =
+        crate::firefox::ClockStart { unix_ns: header.start_unix_ns, mono_ns: header.start_mono_ns };
     let mut agg = Aggregator::new(info)?;
+    agg.set_symbol_options(opts.symbols.clone());
+    if opts.timeline {
+        agg.keep_timeline();
+    }
     // Each stream's mean sampling cycle (ns), to turn unsampled time into samples' worth,
     // and its time samples.
     let mut cycle: Vec<(u32, f64)> = Vec::new();
@@ -66,9 +99,15 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
     let mut notes = Vec::new();
     let mut samples_read = 0u64;
     let mut uncounted = 0.0f64;
-    for record in reader.by_ref() {
+    while let Some(record) = reader.next() {
+        let at = reader.offset();
+        if at >= next_progress {
+            progress(at, size);
+            next_progress = at + (4 << 20);
+        }
         match record? {
             Record::Process { stream, info } => {
+                agg.set_process_id(stream, info.pid);
                 cycle.push((
                     stream,
                     info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64,
@@ -169,8 +208,13 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                     agg.add_unsampled(before.max(residual));
                 }
             }
-            Record::Threads { .. } => {}
+            Record::Threads { stream, threads } => {
+                for t in threads {
+                    agg.set_thread_name(stream, t.tid, &t.name);
+                }
+            }
         }
     }
-    Ok(Loaded { report: agg.finish(policy), truncated_at, notes, samples_read })
+    progress(size, size);
+    Ok(Loaded { report: agg.finish(policy), truncated_at, notes, samples_read, clock })
 }

@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 use crate::input::{BaselineCounter, RecordInfo};
 use crate::metrics::{Counter, CounterSet, Formula, MetricDef};
 use crate::stats::{wilson, Estimate, WindowSums, FEW_WINDOWS};
-use crate::symbolize::{symbolize, Frame};
+use crate::symbolize::{symbolize_with, Frame};
 use crate::tally::{LostThread, Tally};
 
 /// The row of CPU time no sample could land in: threads before their sampling was armed
@@ -70,6 +70,12 @@ pub struct FunctionStats {
     pub module: String,
     /// `file:line` of the function's most sampled address, when DWARF lines exist.
     pub source: Option<String>,
+    /// The module's full path (a pseudo name such as `[vdso]` or `[jit PID]` for code
+    /// with no file): with `function`, what makes two functions the same.
+    pub module_path: String,
+    /// Self samples per source line (`file:line`), most first; empty without DWARF
+    /// line tables.
+    pub lines: Vec<(String, u64)>,
     /// Time samples whose IP is in the function (self).
     pub samples: u64,
     /// Time samples with the function anywhere on the stack (self and callees).
@@ -155,6 +161,9 @@ pub struct Report {
     pub policy: WindowPolicy,
     /// Net sums over every attributed window.
     pub all: WindowSums,
+    /// Every sample in time order, by thread, when the aggregation kept them
+    /// ([`Aggregator::keep_timeline`](crate::Aggregator::keep_timeline)).
+    pub timeline: Option<crate::timeline::Timeline>,
 }
 
 impl Report {
@@ -206,34 +215,56 @@ impl Report {
             t.stacks.for_each_frame(sp, st, |addr| v.push(intern((sp, addr.saturating_sub(1)))));
             stack_frames.insert((sp, st), v);
         }
-        let frames = symbolize(&mut t.spaces, &addrs);
+        let frames = symbolize_with(&mut t.spaces, &addrs, &t.symbols);
 
         // Fold addresses to functions: same function = same name in the same file.
-        let mut func_index: FxHashMap<(&str, &str), usize> = FxHashMap::default();
+        let mut func_index: FxHashMap<(String, String), usize> = FxHashMap::default();
         let mut functions: Vec<FunctionStats> = Vec::new();
         let mut hottest: Vec<u64> = Vec::new();
+        let mut function_of = |f: &Frame, name: &str| -> usize {
+            *func_index.entry((f.module_path.clone(), name.to_string())).or_insert_with(|| {
+                functions.push(FunctionStats {
+                    function: name.to_string(),
+                    module: f.module.clone(),
+                    source: None,
+                    module_path: f.module_path.clone(),
+                    lines: Vec::new(),
+                    samples: 0,
+                    total_samples: 0,
+                    windows: 0,
+                    sums: WindowSums::new(width),
+                    total_windows: 0,
+                    total_sums: WindowSums::new(width),
+                });
+                hottest.push(0);
+                functions.len() - 1
+            })
+        };
+        // Each address's function: with inlined frames, the innermost inlined function
+        // (where self samples and windows go), and the functions it is inlined into,
+        // outermost first (callers on every path through the address).
+        let mut inline_callers: Vec<Vec<usize>> = Vec::new();
         let func_of: Vec<usize> = frames
             .iter()
             .map(|f: &Frame| {
-                *func_index.entry((f.module_path.as_str(), f.function.as_str())).or_insert_with(
-                    || {
-                        functions.push(FunctionStats {
-                            function: f.function.clone(),
-                            module: f.module.clone(),
-                            source: None,
-                            samples: 0,
-                            total_samples: 0,
-                            windows: 0,
-                            sums: WindowSums::new(width),
-                            total_windows: 0,
-                            total_sums: WindowSums::new(width),
-                        });
-                        hottest.push(0);
-                        functions.len() - 1
-                    },
-                )
+                let outer = function_of(f, &f.function);
+                let mut chain = vec![outer];
+                for g in &f.inlined {
+                    chain.push(function_of(f, &g.function));
+                }
+                let leaf = chain.pop().unwrap_or(outer);
+                inline_callers.push(chain);
+                leaf
             })
             .collect();
+        // The source line of each address in its innermost function.
+        let line_of = |a: usize| -> Option<&String> {
+            let f = frames.get(a)?;
+            match f.inlined.last() {
+                Some(g) => g.source.as_ref(),
+                None => f.source.as_ref(),
+            }
+        };
 
         // Call paths: the callers of each stack, outermost first, then the function.
         let mut path_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
@@ -242,12 +273,24 @@ impl Report {
                        path_index: &mut FxHashMap<Vec<usize>, usize>,
                        space: u32,
                        stack: u32,
+                       leaf_addr: Option<usize>,
                        leaf: usize|
          -> usize {
-            let mut fr: Vec<usize> = stack_frames
-                .get(&(space, stack))
-                .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
-                .unwrap_or_default();
+            let mut fr: Vec<usize> = Vec::new();
+            let push_addr = |fr: &mut Vec<usize>, a: usize| {
+                if let Some(chain) = inline_callers.get(a) {
+                    fr.extend_from_slice(chain);
+                }
+            };
+            if let Some(v) = stack_frames.get(&(space, stack)) {
+                for &a in v.iter().rev() {
+                    push_addr(&mut fr, a);
+                    fr.extend(func_of.get(a).copied());
+                }
+            }
+            if let Some(a) = leaf_addr {
+                push_addr(&mut fr, a);
+            }
             fr.push(leaf);
             if let Some(&i) = path_index.get(&fr) {
                 return i;
@@ -258,16 +301,26 @@ impl Report {
         };
 
         let mut seen = Vec::new();
-        for (&((space, _, stack), count), &a) in sample_keys.iter().zip(&sample_addrs) {
-            let (Some(&fi), Some(frame)) = (func_of.get(a), frames.get(a)) else { continue };
+        let mut line_counts: FxHashMap<(usize, &String), u64> = FxHashMap::default();
+        // Each sample key's path, for the time line.
+        let mut key_path: FxHashMap<(u32, u64, u32), usize> = FxHashMap::default();
+        for (&((space, ip, stack), count), &a) in sample_keys.iter().zip(&sample_addrs) {
+            let Some(&fi) = func_of.get(a) else { continue };
+            let line = line_of(a);
             if let (Some(f), Some(h)) = (functions.get_mut(fi), hottest.get_mut(fi)) {
                 f.samples += count;
                 if count > *h || (count == *h && f.source.is_none()) {
                     *h = count;
-                    f.source.clone_from(&frame.source);
+                    f.source = line.cloned();
                 }
             }
-            let p = path_of(&mut paths, &mut path_index, space, stack, fi);
+            if let Some(l) = line {
+                *line_counts.entry((fi, l)).or_insert(0) += count;
+            }
+            let p = path_of(&mut paths, &mut path_index, space, stack, Some(a), fi);
+            if t.timeline.is_some() {
+                key_path.insert((space, ip, stack), p);
+            }
             if let Some(ps) = paths.get_mut(p) {
                 ps.samples += count;
                 // Total: once per function on the path, however often it recurs.
@@ -298,7 +351,7 @@ impl Report {
                 f.windows += net.n;
                 f.sums.merge(net);
             }
-            let p = path_of(&mut paths, &mut path_index, key.space, key.start_stack, fe);
+            let p = path_of(&mut paths, &mut path_index, key.space, key.start_stack, None, fe);
             if let Some(ps) = paths.get_mut(p) {
                 ps.sums.merge(net);
             }
@@ -347,6 +400,8 @@ impl Report {
                 function: UNSAMPLED.to_string(),
                 module: "[strobe]".to_string(),
                 source: None,
+                module_path: "[strobe]".to_string(),
+                lines: Vec::new(),
                 samples: unsampled,
                 total_samples: unsampled,
                 windows: 0,
@@ -359,6 +414,15 @@ impl Report {
                 samples: unsampled,
                 sums: WindowSums::new(width),
             });
+        }
+
+        for ((fi, line), n) in line_counts {
+            if let Some(f) = functions.get_mut(fi) {
+                f.lines.push((line.clone(), n));
+            }
+        }
+        for f in &mut functions {
+            f.lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         }
 
         // Renumber without functions met only as the end of discarded windows.
@@ -380,7 +444,27 @@ impl Report {
                 *g = new_index[*g];
             }
         }
+        let mut path_renumber = vec![usize::MAX; paths.len()];
+        let mut next = 0;
+        for (i, p) in paths.iter().enumerate() {
+            if p.samples > 0 || p.sums.n > 0 {
+                path_renumber[i] = next;
+                next += 1;
+            }
+        }
         paths.retain(|p| p.samples > 0 || p.sums.n > 0);
+        let timeline = t.timeline.take().map(|raw| {
+            for p in key_path.values_mut() {
+                *p = path_renumber.get(*p).copied().unwrap_or(usize::MAX);
+            }
+            // The time line's deltas: the interval's baseline only (not the boundaries and
+            // tails the report's own windows carry).
+            let plain = t.beta_plain.iter().any(|&b| b != 0.0);
+            let beta = if plain { &t.beta_plain } else { &t.beta_window };
+            let baseline =
+                matches!(baseline, BaselineUse::Applied { .. }).then_some((beta.as_slice(), plain));
+            crate::timeline::build(raw, &key_path, &t.thread_names, &t.spaces, width, baseline)
+        });
 
         let paired = t.paired;
         let mean_window = (paired > 0).then(|| t.leader_raw / paired as f64);
@@ -405,6 +489,7 @@ impl Report {
             baseline,
             policy,
             all,
+            timeline,
         }
     }
 

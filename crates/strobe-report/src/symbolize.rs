@@ -9,9 +9,21 @@
 //! The vDSO has no file: `strobe record` saves its bytes in the recording (an IMAGE
 //! chunk), and its addresses are symbolized against a private temporary copy of them.
 //!
-//! An address that cannot be symbolized is never dropped: it becomes
-//! `[unknown in <module>]` when a mapping holds it (a stripped library, a vDSO the
-//! recording has no image of, JIT code) and `[unknown]` when none does.
+//! Where the symbol tables say nothing:
+//!
+//! - JIT code (anonymous memory, or no recorded mapping at all) is named from the JIT's
+//!   own symbol files (`/tmp/perf-PID.map`, jitdump; module `jit`), by the OS pid the
+//!   source gave for the address space.
+//! - A stripped file is named from MiniDebugInfo (`.gnu_debugdata`) when it has it, and
+//!   otherwise split into functions at its `.eh_frame` FDE boundaries, each named
+//!   `<module>+0x<start>` (the link-time address of the function's first byte).
+//! - Separate debug files are found under the debug directories
+//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`, used
+//!   in place of the file, by link-time address), and by `.gnu_debuglink` by blazesym.
+//!
+//! An address that still cannot be named is never dropped: it becomes
+//! `[unknown in <module>]` when a mapping holds it (a vDSO the recording has no image of,
+//! code no FDE covers) and `[unknown]` when none does.
 //!
 //! This module must never look at counters or decide attribution.
 
@@ -32,6 +44,9 @@ pub(crate) struct Spaces {
     spaces: Vec<Space>,
     /// Modules with no file, by mapping name (`[vdso]`): their bytes.
     images: FxHashMap<String, Vec<u8>>,
+    /// Space id -> the OS pid of its process, when the source says (JIT symbol files
+    /// are named by it).
+    pids: FxHashMap<u32, u32>,
 }
 
 #[derive(Debug)]
@@ -68,6 +83,25 @@ impl Spaces {
         }
     }
 
+    /// Notes that `key`'s current space is the process with OS pid `pid`.
+    pub(crate) fn set_pid(&mut self, key: u32, pid: u32) {
+        let id = self.space_of(key);
+        self.pids.insert(id, pid);
+    }
+
+    /// The OS pid of `space`'s process, when known.
+    pub(crate) fn pid_of(&self, space: u32) -> Option<u32> {
+        self.pids.get(&space).copied()
+    }
+
+    /// The paths `space` maps.
+    pub(crate) fn paths_of(&self, space: u32) -> impl Iterator<Item = &str> {
+        self.spaces
+            .get(space as usize)
+            .into_iter()
+            .flat_map(|s| s.maps.iter().map(|m| m.path.as_str()))
+    }
+
     /// Records the bytes of the module mapped under `name` (a pseudo path like `[vdso]`).
     pub(crate) fn add_image(&mut self, name: String, bytes: Vec<u8>) {
         self.images.insert(name, bytes);
@@ -97,6 +131,27 @@ impl Spaces {
     }
 }
 
+/// How addresses are named: options a user may set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SymbolOptions {
+    /// Report functions inlined at an address as frames of their own (DWARF inline info).
+    pub inline: bool,
+    /// Directories searched for separate debug files (by build id, `.build-id/ab/cdef.debug`,
+    /// and by `.gnu_debuglink` name); `None`: `/usr/lib/debug` and `/lib/debug`.
+    pub debug_dirs: Option<Vec<std::path::PathBuf>>,
+    /// Do not read JIT symbol files (`/tmp/perf-PID.map`, jitdump).
+    pub no_jit: bool,
+}
+
+/// A function inlined at an address: its name and the source line inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct InlinedFrame {
+    /// The inlined function.
+    pub function: String,
+    /// `file:line` inside it.
+    pub source: Option<String>,
+}
+
 /// What one address symbolized to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Frame {
@@ -106,8 +161,12 @@ pub(crate) struct Frame {
     pub module: String,
     /// The module's full path: with `function`, what makes two functions the same.
     pub module_path: String,
-    /// `file:line` of the address when DWARF line tables exist.
+    /// `file:line` of the address when DWARF line tables exist (with inlined frames: the
+    /// line in `function` where the outermost inlined call is).
     pub source: Option<String>,
+    /// Functions inlined at the address, outermost first (only with
+    /// [`SymbolOptions::inline`]); the last one's `source` is the address's own line.
+    pub inlined: Vec<InlinedFrame>,
 }
 
 /// The display name of a mapping's module.
@@ -128,23 +187,67 @@ fn unknown_in(path: &str) -> Frame {
         module,
         module_path: path.to_string(),
         source: None,
+        inlined: Vec::new(),
     }
+}
+
+/// Whether code at an address in a mapping of `path` may be JIT code: anonymous memory,
+/// a pseudo mapping other than the vDSO family, or a jitdump file mapped executable.
+fn maybe_jit(path: &str) -> bool {
+    path.is_empty()
+        || path.starts_with("[anon")
+        || path.starts_with("/memfd:")
+        || path.starts_with("//anon")
+        || Path::new(path).file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("jit-") && n.ends_with(".dump")
+        })
 }
 
 /// Symbolizes `addrs` ((space, ip) pairs), returning one frame per address in order.
 pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame> {
+    symbolize_with(spaces, addrs, &SymbolOptions::default())
+}
+
+/// [`symbolize`] under `opts`.
+pub(crate) fn symbolize_with(
+    spaces: &mut Spaces,
+    addrs: &[(u32, u64)],
+    opts: &SymbolOptions,
+) -> Vec<Frame> {
     spaces.sort();
     let unknown = Frame {
         function: "[unknown]".into(),
         module: String::new(),
         module_path: String::new(),
         source: None,
+        inlined: Vec::new(),
     };
     let mut out: Vec<Frame> = vec![unknown; addrs.len()];
     // path -> [(file offset, index into addrs)]
     let mut by_file: FxHashMap<&str, Vec<(u64, usize)>> = FxHashMap::default();
+    // JIT symbols per OS pid, loaded on first use.
+    let mut jit: FxHashMap<u32, crate::jit::JitSymbols> = FxHashMap::default();
     for (i, &(space, ip)) in addrs.iter().enumerate() {
-        let Some(m) = spaces.locate(space, ip) else { continue };
+        let m = spaces.locate(space, ip);
+        if !opts.no_jit && m.is_none_or(|m| maybe_jit(&m.path)) {
+            if let Some(pid) = spaces.pid_of(space) {
+                let syms = jit
+                    .entry(pid)
+                    .or_insert_with(|| crate::jit::JitSymbols::load(pid, spaces.paths_of(space)));
+                if let (Some((name, source)), Some(slot)) = (syms.find(ip), out.get_mut(i)) {
+                    *slot = Frame {
+                        function: demangled(name),
+                        module: source.to_string(),
+                        module_path: format!("[jit {pid}]"),
+                        source: None,
+                        inlined: Vec::new(),
+                    };
+                    continue;
+                }
+            }
+        }
+        let Some(m) = m else { continue };
         let Some(slot) = out.get_mut(i) else { continue };
         // Real files, and pseudo mappings the recording has the bytes of, can be
         // symbolized; other pseudo mappings keep their module name.
@@ -158,11 +261,22 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
     // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
     // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
     // `_Z` (C++) and `_R`/legacy Rust names are demangled.
-    let symbolizer = Symbolizer::builder()
+    let mut builder = Symbolizer::builder()
         .enable_code_info(true)
-        .enable_inlined_fns(false)
-        .enable_demangling(false)
-        .build();
+        .enable_inlined_fns(opts.inline)
+        .enable_demangling(false);
+    if let Some(dirs) = &opts.debug_dirs {
+        builder = builder.set_debug_dirs(Some(dirs));
+    }
+    let symbolizer = builder.build();
+    let debug_dirs: Vec<std::path::PathBuf> = match &opts.debug_dirs {
+        Some(d) => d.clone(),
+        None => ["/usr/lib/debug", "/lib/debug"].map(std::path::PathBuf::from).to_vec(),
+    };
+    let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
+        Some(line) => format!("{}:{line}", ci.to_path().display()),
+        None => ci.to_path().display().to_string(),
+    };
     for (path, mut offs) in by_file {
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
@@ -180,24 +294,63 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
             },
             None => std::path::PathBuf::from(path),
         };
-        let src = Source::Elf(Elf::new(file));
-        let Ok(syms) = symbolizer.symbolize(&src, Input::FileOffset(unique.as_slice())) else {
+        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
+        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
+        // A separate debug file with the same build id: symbolized by link-time address
+        // (its own segments may not match the file's offsets).
+        let debug = strobe_target::debuginfo::debug_file_by_build_id(&file, &debug_dirs);
+        let syms = match &debug {
+            Some(dbg) => {
+                let index = index
+                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(&file).ok());
+                let Some(index) = index.as_ref() else { continue };
+                let vaddrs: Vec<u64> =
+                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
+                symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
+            }
+            None => symbolizer.symbolize(&Source::Elf(Elf::new(&file)), Input::FileOffset(&unique)),
+        };
+        let Ok(syms) = syms else {
             continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
         };
         let module = module_name(path);
         let frames: Vec<Option<Frame>> = syms
             .into_iter()
-            .map(|s| match s {
+            .zip(&unique)
+            .map(|(s, &off)| match s {
                 Symbolized::Sym(sym) => Some(Frame {
                     function: demangled(&sym.name),
                     module: module.clone(),
                     module_path: path.to_string(),
-                    source: sym.code_info.as_ref().map(|ci| match ci.line {
-                        Some(line) => format!("{}:{line}", ci.to_path().display()),
-                        None => ci.to_path().display().to_string(),
-                    }),
+                    source: sym.code_info.as_deref().map(source_of),
+                    inlined: sym
+                        .inlined
+                        .iter()
+                        .map(|f| InlinedFrame {
+                            function: demangled(&f.name),
+                            source: f.code_info.as_ref().map(source_of),
+                        })
+                        .collect(),
                 }),
-                Symbolized::Unknown(_) => None,
+                Symbolized::Unknown(_) => {
+                    let index = index
+                        .get_or_insert_with(|| {
+                            strobe_target::debuginfo::CodeIndex::open(&file).ok()
+                        })
+                        .as_ref()?;
+                    let vaddr = index.offset_to_vaddr(off)?;
+                    let function = match index.mini_symbol_at(vaddr) {
+                        Some(s) => demangled(&s.name),
+                        None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
+                    };
+                    Some(Frame {
+                        function,
+                        module: module.clone(),
+                        module_path: path.to_string(),
+                        source: None,
+                        inlined: Vec::new(),
+                    })
+                }
             })
             .collect();
         for (off, i) in offs {

@@ -6,10 +6,10 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::input::{Baseline, RecordInfo};
+use crate::input::{Baseline, RecordInfo, SampleKind};
 use crate::stacks::StackTables;
 use crate::stats::WindowSums;
-use crate::symbolize::Spaces;
+use crate::symbolize::{Spaces, SymbolOptions};
 
 /// A window bucket's key: where it started (IP and stack) and where it ended, in which
 /// address space, and whether it was a fixed-period interval rather than an alternation
@@ -99,6 +99,40 @@ pub struct Tally {
     /// CPU time no sample could land in (threads before their sampling was armed), in
     /// samples' worth (time over the mean sampling cycle).
     pub unsampled: f64,
+    /// How addresses are to be named.
+    pub symbols: SymbolOptions,
+    /// Thread names, by (process key, tid).
+    pub thread_names: FxHashMap<(u32, u32), String>,
+    /// Every sample in arrival order, when a time line was asked for.
+    pub timeline: Option<RawTimeline>,
+}
+
+/// One sample as it arrived, for views that show time (the Firefox Profiler).
+#[derive(Debug, Clone, Copy)]
+pub struct RawSample {
+    /// The process key the sample was fed under.
+    pub pid: u32,
+    /// The address space.
+    pub space: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Timestamp, ns.
+    pub time: u64,
+    /// Sampled IP.
+    pub ip: u64,
+    /// Stack id.
+    pub stack: u32,
+    /// Its place in the alternation.
+    pub kind: SampleKind,
+}
+
+/// Every sample in arrival order with its counter values (`width` per sample, flat).
+#[derive(Debug, Clone, Default)]
+pub struct RawTimeline {
+    /// The samples.
+    pub samples: Vec<RawSample>,
+    /// Their counter values, `width` per sample.
+    pub values: Vec<u64>,
 }
 
 impl Tally {
@@ -129,6 +163,9 @@ impl Tally {
             tail_windows: 0,
             tail_only_windows: 0,
             unsampled: 0.0,
+            symbols: SymbolOptions::default(),
+            thread_names: FxHashMap::default(),
+            timeline: None,
         }
     }
 

@@ -4,6 +4,8 @@
 //!   variables (demangled), loadable segments (virtual address to file offset), the dynamic
 //!   section, the program interpreter and the USDT notes ([`usdt`]). The one ELF reader of
 //!   the host side (one version of `object`).
+//! - [`debuginfo`] (feature `elf`): names for code without symbols: `.eh_frame` function
+//!   boundaries, MiniDebugInfo (`.gnu_debugdata`), and the build id.
 //! - [`maps`]: `/proc/PID/maps`, parsed by one borrowing parser that never allocates, with
 //!   owned conveniences above it.
 //! - [`program`]: the executable a command runs, found the way `execvp` finds it.
@@ -21,6 +23,8 @@
 //! says what it found. Without the `elf` feature it needs only std and libc ([`maps`] and
 //! [`exit`] need std alone), so that the agent can share it.
 
+#[cfg(feature = "elf")]
+pub mod debuginfo;
 #[cfg(feature = "elf")]
 pub mod elf;
 mod error;

@@ -1,14 +1,18 @@
 //! `strobe report`: reads a record file, or a perf.data file written by Linux perf
-//! (recognized by its magic, `PERFILE2`), and prints per-function metrics. The work is in
-//! crate strobe-report; this module turns arguments into its plain options.
+//! (recognized by its magic, `PERFILE2`), and prints per-function metrics, or writes its
+//! views (flame graph, pprof, Firefox Profiler, HTML), or compares two recordings
+//! (`--diff`). The work is in crate strobe-report; this module turns arguments into its
+//! plain options, shows the progress bar (on a terminal only) and writes the files.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::Context;
 use strobe_report::perfdata::PerfDataOptions;
-use strobe_report::{Format, RenderOptions, WindowPolicy};
+use strobe_report::recording::{Loaded, ReadOptions};
+use strobe_report::{Format, RenderOptions, Report, SymbolOptions, WindowPolicy};
 
 /// Output format of `strobe report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +45,9 @@ recorded:\n{}\nExamples:\n  \
 strobe report run.strobe\n  \
 strobe report run.strobe --sort faults/ms --top 10\n  \
 strobe report run.strobe --format json --window-policy fold > report.json\n  \
+strobe report run.strobe --flamegraph run.svg --color-by faults/ms\n  \
+strobe report run.strobe --html run.html --pprof run.pb.gz --firefox run.json\n  \
+strobe report --diff base.strobe new.strobe --flamegraph diff.svg\n  \
 strobe report perf.data --event task-clock:u",
         strobe_report::metrics::help_table()
     )
@@ -65,16 +72,52 @@ are read with each sample.",
 pub struct Args {
     /// The record file written by `strobe record`, or a perf.data file written by
     /// `perf record`.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "diff")]
+    file: Option<PathBuf>,
     /// perf.data only: the event whose samples make the report (as `perf evlist` names
     /// it, with or without its modifier: `task-clock:u` or `task-clock`). Default: the
     /// first event that samples.
     #[arg(long, value_name = "NAME")]
     event: Option<String>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-    format: FormatArg,
+    /// Output format on stdout (default: table; with only file outputs such as
+    /// --flamegraph asked for, nothing is printed unless --format is given).
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+    /// Compare two recordings: each function's change in time share and in every window
+    /// metric, flagged (!) only when it lies outside both runs' 95% intervals. With
+    /// --flamegraph, a differential flame graph (red: grew, blue: shrank).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["file", "pprof", "firefox", "html", "callers", "callees"])]
+    diff: Option<Vec<PathBuf>>,
+    /// Write an interactive SVG flame graph (inferno) to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE")]
+    flamegraph: Option<PathBuf>,
+    /// Colour the flame graph (and the HTML page's, initially) by this window metric:
+    /// each function's value over its windows, on a legend scale (faults/ms, cpi, ...).
+    #[arg(long, value_name = "METRIC")]
+    color_by: Option<String>,
+    /// Write a gzipped pprof profile (profile.proto) to FILE: for `go tool pprof`,
+    /// Pyroscope, Parca.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Write a Firefox Profiler profile (processed format, JSON) to FILE: open it at
+    /// profiler.firefox.com or with `samply load`.
+    #[arg(long, value_name = "FILE")]
+    firefox: Option<PathBuf>,
+    /// Write one self-contained HTML page (flame graph, metrics table, callers and
+    /// callees, source lines) to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Show functions inlined at a sampled address as frames of their own (needs DWARF
+    /// debug info in the profiled program).
+    #[arg(long)]
+    inline: bool,
+    /// Also look for separate debug files (by build id: DIR/.build-id/ab/cdef.debug, or
+    /// by debug link) here; repeatable. Default: /usr/lib/debug and /lib/debug.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
+    /// Print nothing but the output: no progress, warnings or notes.
+    #[arg(long, short)]
+    quiet: bool,
     /// Sort by this column: samples (default), time_pct, windows, function, module, or a
     /// metric by key or header (cpi, CPI, page_faults_per_ms, faults/ms, ...).
     #[arg(long, value_name = "COLUMN")]
@@ -106,13 +149,157 @@ pub struct Args {
     metric: Option<String>,
 }
 
+/// Writes `what` to `path` (`-`: stdout) with `f`, and says so on stderr.
+fn write_output(
+    path: &Path,
+    what: &str,
+    quiet: bool,
+    f: impl FnOnce(&mut dyn Write) -> Result<(), strobe_report::ReportError>,
+) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        f(&mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
+    let file = std::fs::File::create(path)
+        .with_context(|| format!("cannot create {} for the {what}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    f(&mut w)?;
+    w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    if !quiet {
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        eprintln!("strobe: wrote the {what} to {} ({})", path.display(), human_bytes(size));
+    }
+    Ok(())
+}
+
+fn human_bytes(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1} MB", n as f64 / (1 << 20) as f64)
+    } else if n >= 1 << 10 {
+        format!("{:.1} KB", n as f64 / 1024.0)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 /// True when `path` starts with perf.data's magic (an unreadable file is left to the
 /// record-file reader, whose error names it).
-fn is_perf_data(path: &std::path::Path) -> bool {
+fn is_perf_data(path: &Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 8];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok()
         && strobe_perfdata::is_perf_data(&magic)
+}
+
+/// Reads a recording (or a perf.data file, choosing `event`) with a progress bar on a
+/// terminal (nothing when stderr is piped or with --quiet).
+fn load(
+    path: &Path,
+    opts: &ReadOptions,
+    event: Option<&str>,
+    quiet: bool,
+) -> anyhow::Result<Loaded> {
+    if is_perf_data(path) {
+        let popts = PerfDataOptions { event: event.map(str::to_string) };
+        return Ok(strobe_report::perfdata::read(path, opts.policy, &popts)?);
+    }
+    if event.is_some() {
+        anyhow::bail!(
+            "--event chooses among the events of a perf.data file; {} is a strobe recording, \
+             whose counters all make its report",
+            path.display()
+        );
+    }
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        let bar = indicatif::ProgressBar::new(size);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} ({eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(format!("reading {}", path.display()));
+        bar
+    });
+    let mut progress = |done: u64, total: u64| {
+        if let Some(b) = &bar {
+            b.set_position(done);
+            if done >= total {
+                b.set_message("naming functions and attributing windows");
+            }
+        }
+    };
+    let loaded = strobe_report::recording::read_with(path, opts, &mut progress);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(loaded?)
+}
+
+/// Warnings about a recording, one line each on stderr.
+fn warn(loaded: &Loaded, file: &Path, table_on_stdout: bool) -> std::io::Result<()> {
+    let mut err = std::io::stderr().lock();
+    if let Some(at) = loaded.truncated_at {
+        writeln!(
+            err,
+            "strobe: warning: {} is cut short at byte {at} (the recording was interrupted); \
+             reporting everything before it",
+            file.display()
+        )?;
+    }
+    if loaded.report.lost_samples > 0 && !table_on_stdout {
+        writeln!(err, "strobe: {}", strobe_report::render::lost_warning(&loaded.report))?;
+    }
+    for note in &loaded.notes {
+        writeln!(err, "strobe: {note}")?;
+    }
+    Ok(())
+}
+
+fn flame_options(
+    report: &Report,
+    color_by: Option<&str>,
+) -> anyhow::Result<strobe_report::flamegraph::FlameOptions> {
+    let color_by = match color_by {
+        Some(m) => Some(strobe_report::flamegraph::find_metric(report, m)?),
+        None => None,
+    };
+    Ok(strobe_report::flamegraph::FlameOptions { color_by, ..Default::default() })
+}
+
+/// `strobe report --diff BASE NEW`.
+fn run_diff(args: &Args, files: &[PathBuf], opts: &ReadOptions) -> anyhow::Result<ExitCode> {
+    let [base_file, new_file] = files else {
+        anyhow::bail!("--diff takes two record files: BASE NEW");
+    };
+    let base = load(base_file, opts, args.event.as_deref(), args.quiet)?;
+    let new = load(new_file, opts, args.event.as_deref(), args.quiet)?;
+    if !args.quiet {
+        warn(&base, base_file, false)?;
+        warn(&new, new_file, false)?;
+    }
+    if let Some(path) = &args.flamegraph {
+        let fo = flame_options(&new.report, None)?;
+        write_output(path, "differential flame graph", args.quiet, |w| {
+            strobe_report::flamegraph::diff_flamegraph(&base.report, &new.report, &fo, w)
+        })?;
+    }
+    if args.flamegraph.is_none() || args.format.is_some() {
+        let format = match args.format.unwrap_or(FormatArg::Table) {
+            FormatArg::Table => Format::Table,
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Json => Format::Json,
+            FormatArg::Folded => anyhow::bail!("--diff prints a table, csv or json"),
+        };
+        let d = strobe_report::diff::diff(&base.report, &new.report);
+        let text = strobe_report::diff::render(&d, format, args.top);
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `strobe report`.
@@ -121,50 +308,83 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         PolicyArg::Discard => WindowPolicy::Discard,
         PolicyArg::Fold => WindowPolicy::Fold,
     };
-    let format = match args.format {
+    let opts = ReadOptions {
+        policy,
+        symbols: SymbolOptions {
+            inline: args.inline,
+            debug_dirs: (!args.debug_dir.is_empty()).then(|| {
+                let mut dirs = args.debug_dir.clone();
+                dirs.extend(["/usr/lib/debug", "/lib/debug"].map(PathBuf::from));
+                dirs
+            }),
+            no_jit: false,
+        },
+        timeline: args.firefox.is_some(),
+    };
+    if let Some(files) = &args.diff {
+        return run_diff(&args, files, &opts);
+    }
+    let Some(file) = args.file.clone() else {
+        anyhow::bail!("name a record file (strobe report FILE), or two with --diff BASE NEW");
+    };
+    let outputs = args.flamegraph.is_some()
+        || args.pprof.is_some()
+        || args.firefox.is_some()
+        || args.html.is_some();
+    let print =
+        args.format.is_some() || !outputs || args.callers.is_some() || args.callees.is_some();
+    let format_arg = args.format.unwrap_or(FormatArg::Table);
+    let format = match format_arg {
         FormatArg::Table | FormatArg::Folded => Format::Table,
         FormatArg::Csv => Format::Csv,
         FormatArg::Json => Format::Json,
     };
-    if args.metric.is_some() && args.format != FormatArg::Folded {
+    if args.metric.is_some() && format_arg != FormatArg::Folded {
         anyhow::bail!("--metric weights folded stacks: use it with --format folded");
     }
+    if args.color_by.is_some() && args.flamegraph.is_none() && args.html.is_none() {
+        anyhow::bail!("--color-by colours a flame graph: use it with --flamegraph or --html");
+    }
     let started = Instant::now();
-    let loaded = if is_perf_data(&args.file) {
-        let opts = PerfDataOptions { event: args.event.clone() };
-        strobe_report::perfdata::read(&args.file, policy, &opts)?
-    } else {
-        if args.event.is_some() {
-            anyhow::bail!(
-                "--event chooses among the events of a perf.data file; {} is a strobe recording, \
-                 whose counters all make its report",
-                args.file.display()
-            );
-        }
-        strobe_report::recording::read(&args.file, policy)?
-    };
+    let loaded = load(&file, &opts, args.event.as_deref(), args.quiet)?;
     let read_s = started.elapsed().as_secs_f64();
     let report = &loaded.report;
 
     // Problems with the data go to stderr first, one line each, so they are seen even
     // when stdout goes to a file or a JSON consumer.
-    let mut err = std::io::stderr().lock();
-    if let Some(at) = loaded.truncated_at {
-        writeln!(
-            err,
-            "strobe: warning: {} is cut short at byte {at} (the recording was interrupted); \
-             reporting everything before it",
-            args.file.display()
-        )?;
+    if !args.quiet {
+        warn(&loaded, &file, print && format == Format::Table && format_arg == FormatArg::Table)?;
     }
-    if report.lost_samples > 0 && format != Format::Table {
-        writeln!(err, "strobe: {}", strobe_report::render::lost_warning(report))?;
+    let name = file.display().to_string();
+    if let Some(path) = &args.flamegraph {
+        let fo = flame_options(report, args.color_by.as_deref())?;
+        write_output(path, "flame graph", args.quiet, |w| {
+            strobe_report::flamegraph::flamegraph(report, &fo, w)
+        })?;
     }
-    for note in &loaded.notes {
-        writeln!(err, "strobe: {note}")?;
+    if let Some(path) = &args.pprof {
+        write_output(path, "pprof profile", args.quiet, |w| {
+            strobe_report::pprof::write(report, w)
+        })?;
+    }
+    if let Some(path) = &args.firefox {
+        write_output(path, "Firefox profile", args.quiet, |w| {
+            strobe_report::firefox::write(report, Some(loaded.clock), w)
+        })?;
+    }
+    if let Some(path) = &args.html {
+        if let Some(m) = &args.color_by {
+            strobe_report::flamegraph::find_metric(report, m)?;
+        }
+        write_output(path, "HTML report", args.quiet, |w| {
+            strobe_report::html::write_with(report, Some(&name), args.color_by.as_deref(), w)
+        })?;
+    }
+    if !print {
+        return Ok(ExitCode::SUCCESS);
     }
 
-    if args.format == FormatArg::Folded {
+    if format_arg == FormatArg::Folded {
         let counter = match &args.metric {
             None => None,
             Some(m) => Some(report.info.events.iter().position(|e| e == m).ok_or_else(|| {
@@ -186,7 +406,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if !report.has_stacks {
             anyhow::bail!(
                 "{} has no call stacks: record with --call-graph dwarf (the default) or fp",
-                args.file.display()
+                file.display()
             );
         }
         let Some(i) = report.function_index(name) else {
@@ -200,7 +420,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             close.sort();
             anyhow::bail!(
                 "no function named '{name}' in {}{}",
-                args.file.display(),
+                file.display(),
                 if close.is_empty() {
                     String::new()
                 } else {
@@ -217,11 +437,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         format,
         sort: args.sort,
         top: args.top,
-        file: Some(args.file.display().to_string()),
+        file: Some(file.display().to_string()),
     };
     let text = strobe_report::render(report, &opts)?;
     std::io::stdout().lock().write_all(text.as_bytes())?;
-    if args.stats {
+    if args.stats && !args.quiet {
+        let mut err = std::io::stderr().lock();
         let total = started.elapsed().as_secs_f64();
         let n = loaded.samples_read;
         writeln!(

@@ -9,4 +9,5 @@ mod probe;
 mod record;
 mod report;
 mod trust;
+mod views;
 mod watch;

@@ -209,9 +209,11 @@ impl Canon {
     fn key(&mut self, (module, name): &(String, String)) -> (String, String) {
         // PLT stubs: perf names them `f@plt` (or `@plt`); blazesym has no PLT symbols and
         // gives the preceding `_init` or nothing. Addresses no symbol covers: perf shows
-        // the address, strobe `[unknown in MODULE]`. One bucket per module, still
-        // compared exactly.
-        let unnamed = name.starts_with("0x") || name.starts_with("[unknown in ");
+        // the address, strobe `MODULE+0xOFFSET` (or `[unknown in MODULE]`). One bucket per
+        // module, still compared exactly.
+        let unnamed = name.starts_with("0x")
+            || name.starts_with("[unknown in ")
+            || name.starts_with(&format!("{module}+0x"));
         if unnamed || name.ends_with("@plt") || name == "_init" {
             return (module.clone(), "[PLT or unnamed]".into());
         }

@@ -399,11 +399,11 @@ fn workload_writes_its_ground_truth() {
 // more): sqrt(0.25 * 0.75 / N).
 //
 // N is made independent of the machine's load: the workload does fixed work
-// (`--rounds`: each thread calls every function E2E_ROUNDS times, about 5 ms of CPU
+// (`--rounds`: each thread calls every function E2E_ROUNDS times, about 3.5 ms of CPU
 // per round) and the period is fixed at 1 ms of task-clock, so N is the CPU time
 // spent divided by the sampling cycle (the period, the window and the sampler's own
 // counted time: about 1.1 ms) however long the run takes on a busy machine: 2 threads
-// x 500 rounds x ~5 ms = ~5 s of CPU, ~4,500 time samples. That is a standard error of
+// x 750 rounds x ~3.5 ms = ~5 s of CPU, ~4,500 time samples. That is a standard error of
 // at most 0.65 points, so 3 points lie beyond 4.6 standard errors (a chance below 1e-5
 // per function). The test asserts at least 3,500 samples (3 points = 4.1 standard
 // errors even then), so a recording that lost its samples fails with that message
@@ -413,7 +413,7 @@ fn workload_writes_its_ground_truth() {
 // falls where the samples are taken, in proportion to each function's own time, in the
 // truth's clocks as in the leader's count: it moves no share.
 
-const E2E_ROUNDS: &str = "500";
+const E2E_ROUNDS: &str = "750";
 const E2E_SPEC: &str = "{task-clock/period=1ms/,page-faults,context-switches}";
 const E2E_MIN_SAMPLES: u64 = 3_500;
 
