@@ -81,4 +81,10 @@ pub mod tag {
     /// The empty-interval deltas of every counter, measured before the target started
     /// and subtracted by `strobe report` from every window.
     pub const BASELINE: u8 = 11;
+    /// The kernel symbols a recording's kernel addresses fall in (stream 0, written by
+    /// the recorder in kernel mode where `/proc/kallsyms` shows addresses).
+    pub const KSYMS: u8 = 12;
+    /// One thread's off-CPU intervals (`--off-cpu`): when it was switched out, for how
+    /// long, and its stack at the switch-out.
+    pub const OFFCPU: u8 = 13;
 }
