@@ -183,7 +183,9 @@ fn main() {
         names.push(name);
     }
     let (go_list, go_skip) = match go_programs(&manifest, &out) {
-        Ok(built) => (built.iter().map(|n| format!("    \"{n}\",\n")).collect::<String>(), String::new()),
+        Ok(built) => {
+            (built.iter().map(|n| format!("    \"{n}\",\n")).collect::<String>(), String::new())
+        }
         Err(why) => (String::new(), why),
     };
     let list: String = names.iter().map(|n| format!("    \"{n}\",\n")).collect();

@@ -666,7 +666,12 @@ impl<R: Read> Reader<R> {
                     prev = prev.wrapping_add(unzigzag(v!("kernel symbol address")) as u64);
                     let size = v!("kernel symbol size");
                     let name = s!("kernel symbol name");
-                    syms.push(KernelSymbol { start: prev, size, name, module: s!("kernel module") });
+                    syms.push(KernelSymbol {
+                        start: prev,
+                        size,
+                        name,
+                        module: s!("kernel module"),
+                    });
                 }
                 Record::KernelSymbols(syms)
             }

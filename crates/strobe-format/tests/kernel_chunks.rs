@@ -57,7 +57,12 @@ fn symbols() -> Vec<KernelSymbol> {
             name: "ext4_file_read_iter".into(),
             module: "ext4".into(),
         },
-        KernelSymbol { start: 0xffff_ffff_8000_0000, size: 1, name: "x".into(), module: "m".into() },
+        KernelSymbol {
+            start: 0xffff_ffff_8000_0000,
+            size: 1,
+            name: "x".into(),
+            module: "m".into(),
+        },
     ]
 }
 
@@ -136,7 +141,9 @@ fn every_cut_reads_as_a_truncation() {
             assert_eq!(recs.len(), whole, "cut at a chunk boundary: whole chunks only");
         } else {
             assert_eq!(recs.len(), whole + 1);
-            assert!(matches!(recs.last(), Some(Record::Truncated { offset }) if at.contains(&(*offset as usize))));
+            assert!(
+                matches!(recs.last(), Some(Record::Truncated { offset }) if at.contains(&(*offset as usize)))
+            );
         }
     }
 }

@@ -433,6 +433,11 @@ impl CpuRings {
         &self.cpus
     }
 
+    /// Every event id and what it is (for a decoder that keeps its own copy).
+    pub fn roles(&self) -> Vec<(u64, Role)> {
+        self.roles.clone()
+    }
+
     /// Which event wrote records with this id.
     pub fn role_of(&self, id: u64) -> Option<Role> {
         self.roles.iter().find(|(i, _)| *i == id).map(|(_, r)| *r)
@@ -654,7 +659,7 @@ mod tests {
             }
         });
         let tid = rx.recv().unwrap();
-        let mut set = CpuRings::open(&g, &s, Scope::Threads(vec![tid]), 4).unwrap();
+        let mut set = CpuRings::open(&g, &s, Scope::Threads(vec![tid]), 32).unwrap();
         assert_eq!(set.event_count(), 2 * set.cpus().len());
         set.enable().unwrap();
         go_tx.send(()).unwrap();

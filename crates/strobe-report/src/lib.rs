@@ -38,9 +38,13 @@ pub mod throughput;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
-pub use input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
+pub use input::{
+    Baseline, BaselineCounter, KernelSymbol, Mapping, RecordInfo, Sample, SampleKind, StackNode,
+};
 pub use render::{render, Format, RenderOptions};
-pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy, UNSAMPLED};
+pub use report::{
+    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, UNSAMPLED,
+};
 pub use stats::{Estimate, WindowSums};
 pub use tally::LostThread;
 

@@ -51,7 +51,9 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
         window: header.window.unwrap_or(0),
         jitter: header.jitter.unwrap_or(0),
         command: header.command.clone(),
-        source: None,
+        // A kernel-mode recording says so, and why, in the report's header.
+        source: (header.mode == strobe_format::RecordMode::Kernel)
+            .then(|| format!("kernel mode (perf ring buffers): {}", header.mode_reason)),
     };
     let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
     let mut agg = Aggregator::new(info)?;
@@ -154,6 +156,19 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
                         cpu as f64 / c - per_stream.get(&stream).copied().unwrap_or(0) as f64
                     });
                     agg.add_unsampled(before.max(residual));
+                }
+            }
+            Record::KernelSymbols(syms) => {
+                agg.add_kernel_symbols(syms.into_iter().map(|k| crate::input::KernelSymbol {
+                    start: k.start,
+                    size: k.size,
+                    name: k.name,
+                    module: k.module,
+                }))
+            }
+            Record::OffCpu { stream, intervals, .. } => {
+                for i in intervals {
+                    agg.add_off_cpu(stream, i.ip, i.stack, i.duration, i.preempted);
                 }
             }
             Record::Threads { .. } => {}

@@ -78,6 +78,13 @@ pub struct FunctionStats {
     pub windows: u64,
     /// Net counter deltas over those windows (and their products), baseline subtracted.
     pub sums: WindowSums,
+    /// Off-CPU time (ns) of intervals whose thread left the CPU in the function (self):
+    /// blocked in a system call it made, or preempted in it.
+    pub off_cpu_ns: u64,
+    /// Off-CPU time (ns) with the function anywhere on the stack (self and callees).
+    pub total_off_cpu_ns: u64,
+    /// Off-CPU intervals that left in the function.
+    pub off_cpu_intervals: u64,
 }
 
 /// One call path (functions from the outermost caller to the sampled function) and what
@@ -91,6 +98,19 @@ pub struct PathStats {
     pub samples: u64,
     /// Net window sums of the windows that started on this path (and were attributed).
     pub sums: WindowSums,
+    /// Off-CPU time (ns) of intervals that left the CPU on exactly this path.
+    pub off_cpu_ns: u64,
+}
+
+/// The off-CPU intervals of a recording (`strobe record --off-cpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffCpuTotals {
+    /// Intervals.
+    pub intervals: u64,
+    /// Their total length, ns.
+    pub ns: u64,
+    /// The part spent preempted (runnable, waiting for a CPU), ns.
+    pub preempted_ns: u64,
 }
 
 /// Whether the baseline was subtracted.
@@ -145,6 +165,8 @@ pub struct Report {
     pub policy: WindowPolicy,
     /// Net sums over every attributed window.
     pub all: WindowSums,
+    /// Off-CPU totals, when the recording has off-CPU intervals.
+    pub off_cpu: Option<OffCpuTotals>,
 }
 
 impl Report {
@@ -188,6 +210,10 @@ impl Report {
             t.samples.iter().map(|(&k, &c)| (k, c)).collect();
         let sample_addrs: Vec<usize> =
             sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
+        let off_keys: Vec<((u32, u64, u32), crate::tally::OffCpuSums)> =
+            t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
+        let off_addrs: Vec<usize> =
+            off_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
         let window_addrs: Vec<(usize, usize)> = t
             .windows
             .iter()
@@ -198,7 +224,8 @@ impl Report {
         let used_stacks = sample_keys
             .iter()
             .map(|&((sp, _, st), _)| (sp, st))
-            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)));
+            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)))
+            .chain(off_keys.iter().map(|&((sp, _, st), _)| (sp, st)));
         for (sp, st) in used_stacks {
             if st == 0 || stack_frames.contains_key(&(sp, st)) {
                 continue;
@@ -226,6 +253,9 @@ impl Report {
                             total_samples: 0,
                             windows: 0,
                             sums: WindowSums::new(width),
+                            off_cpu_ns: 0,
+                            total_off_cpu_ns: 0,
+                            off_cpu_intervals: 0,
                         });
                         hottest.push(0);
                         functions.len() - 1
@@ -251,7 +281,12 @@ impl Report {
             if let Some(&i) = path_index.get(&fr) {
                 return i;
             }
-            paths.push(PathStats { frames: fr.clone(), samples: 0, sums: WindowSums::new(width) });
+            paths.push(PathStats {
+                frames: fr.clone(),
+                samples: 0,
+                sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+            });
             path_index.insert(fr, paths.len() - 1);
             paths.len() - 1
         };
@@ -276,6 +311,33 @@ impl Report {
                         seen.push(g);
                         if let Some(f) = functions.get_mut(g) {
                             f.total_samples += count;
+                        }
+                    }
+                }
+            }
+        }
+
+        // Off-CPU intervals: to the function the thread left in, and its call path.
+        let mut off_cpu: Option<OffCpuTotals> = None;
+        for (&((space, _, stack), sums), &a) in off_keys.iter().zip(&off_addrs) {
+            let totals = off_cpu.get_or_insert_with(OffCpuTotals::default);
+            totals.intervals += sums.intervals;
+            totals.ns = totals.ns.saturating_add(sums.ns);
+            totals.preempted_ns = totals.preempted_ns.saturating_add(sums.preempted_ns);
+            let Some(&fi) = func_of.get(a) else { continue };
+            if let Some(f) = functions.get_mut(fi) {
+                f.off_cpu_ns = f.off_cpu_ns.saturating_add(sums.ns);
+                f.off_cpu_intervals += sums.intervals;
+            }
+            let p = path_of(&mut paths, &mut path_index, space, stack, fi);
+            if let Some(ps) = paths.get_mut(p) {
+                ps.off_cpu_ns = ps.off_cpu_ns.saturating_add(sums.ns);
+                seen.clear();
+                for &g in &ps.frames {
+                    if !seen.contains(&g) {
+                        seen.push(g);
+                        if let Some(f) = functions.get_mut(g) {
+                            f.total_off_cpu_ns = f.total_off_cpu_ns.saturating_add(sums.ns);
                         }
                     }
                 }
@@ -322,18 +384,24 @@ impl Report {
                 total_samples: unsampled,
                 windows: 0,
                 sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+                total_off_cpu_ns: 0,
+                off_cpu_intervals: 0,
             });
             paths.push(PathStats {
                 frames: vec![functions.len() - 1],
                 samples: unsampled,
                 sums: WindowSums::new(width),
+                off_cpu_ns: 0,
             });
         }
 
         // Renumber without functions met only as the end of discarded windows.
         let keep: Vec<bool> = functions
             .iter()
-            .map(|f| f.samples > 0 || f.windows > 0 || f.total_samples > 0)
+            .map(|f| {
+                f.samples > 0 || f.windows > 0 || f.total_samples > 0 || f.total_off_cpu_ns > 0
+            })
             .collect();
         let mut new_index = vec![usize::MAX; functions.len()];
         let mut kept = Vec::new();
@@ -349,7 +417,7 @@ impl Report {
                 *g = new_index[*g];
             }
         }
-        paths.retain(|p| p.samples > 0 || p.sums.n > 0);
+        paths.retain(|p| p.samples > 0 || p.sums.n > 0 || p.off_cpu_ns > 0);
 
         let mean_window = (paired > 0).then(|| leader_sum / paired as f64);
         let net_window = (paired > 0).then(|| (leader_sum - leader_beta) / paired as f64);
@@ -370,6 +438,7 @@ impl Report {
             baseline,
             policy,
             all,
+            off_cpu,
         }
     }
 
@@ -467,6 +536,13 @@ impl Report {
     /// The index of the function named `name` (first match in any module).
     pub fn function_index(&self, name: &str) -> Option<usize> {
         self.functions.iter().position(|f| f.function == name)
+    }
+
+    /// `f`'s on-CPU time in ns, self (`total`: with its callees): its time samples times
+    /// the period, when the leader counts time.
+    pub fn on_cpu_ns(&self, f: &FunctionStats, total: bool) -> Option<f64> {
+        let n = if total { f.total_samples } else { f.samples };
+        self.leader_is_time().then(|| n as f64 * self.info.period as f64)
     }
 
     /// True when the leader counts time, so periods and windows are nanoseconds.

@@ -21,7 +21,12 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use rustc_hash::FxHashMap;
 
-use crate::input::Mapping;
+use crate::input::{KernelSymbol, Mapping};
+
+/// Where the kernel half of a 64-bit address space starts.
+pub(crate) const KERNEL_START: u64 = 1 << 63;
+/// The module name of the kernel image.
+pub(crate) const KERNEL_MODULE: &str = "[kernel]";
 
 /// The processes' address spaces, keyed by a small id the aggregation uses.
 #[derive(Debug, Default)]
@@ -32,6 +37,8 @@ pub(crate) struct Spaces {
     spaces: Vec<Space>,
     /// Modules with no file, by mapping name (`[vdso]`): their bytes.
     images: FxHashMap<String, Vec<u8>>,
+    /// Kernel functions, sorted by start.
+    kernel: Vec<KernelSymbol>,
 }
 
 #[derive(Debug)]
@@ -71,6 +78,19 @@ impl Spaces {
     /// Records the bytes of the module mapped under `name` (a pseudo path like `[vdso]`).
     pub(crate) fn add_image(&mut self, name: String, bytes: Vec<u8>) {
         self.images.insert(name, bytes);
+    }
+
+    /// Adds kernel symbols (later ones with the same start are dropped).
+    pub(crate) fn add_kernel_symbols(&mut self, syms: impl IntoIterator<Item = KernelSymbol>) {
+        self.kernel.extend(syms);
+        self.kernel.sort_by_key(|k| k.start);
+        self.kernel.dedup_by_key(|k| k.start);
+    }
+
+    /// The kernel function holding `ip`.
+    fn kernel_symbol(&self, ip: u64) -> Option<&KernelSymbol> {
+        let i = self.kernel.partition_point(|k| k.start <= ip).checked_sub(1)?;
+        self.kernel.get(i).filter(|k| ip - k.start < k.size)
     }
 
     fn sort(&mut self) {
@@ -144,8 +164,28 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
     // path -> [(file offset, index into addrs)]
     let mut by_file: FxHashMap<&str, Vec<(u64, usize)>> = FxHashMap::default();
     for (i, &(space, ip)) in addrs.iter().enumerate() {
-        let Some(m) = spaces.locate(space, ip) else { continue };
         let Some(slot) = out.get_mut(i) else { continue };
+        if ip >= KERNEL_START {
+            if let Some(k) = spaces.kernel_symbol(ip) {
+                let module = if k.module.is_empty() {
+                    KERNEL_MODULE.to_string()
+                } else {
+                    format!("[{}]", k.module)
+                };
+                *slot = Frame {
+                    function: k.name.clone(),
+                    module_path: module.clone(),
+                    module,
+                    source: None,
+                };
+                continue;
+            }
+            if spaces.locate(space, ip).is_none() {
+                *slot = unknown_in(KERNEL_MODULE);
+                continue;
+            }
+        }
+        let Some(m) = spaces.locate(space, ip) else { continue };
         // Real files, and pseudo mappings the recording has the bytes of, can be
         // symbolized; other pseudo mappings keep their module name.
         let is_file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)");
@@ -281,5 +321,30 @@ mod tests {
         // A forked child without mappings of its own resolves through its parent's.
         let child = s.space_of(2);
         assert_eq!(s.locate(child, 0x5800).map(|m| m.path.as_str()), Some("/other"));
+    }
+
+    #[test]
+    fn kernel_addresses_are_named_from_kernel_symbols() {
+        let mut s = Spaces::default();
+        let k = |start, size, name: &str, module: &str| KernelSymbol {
+            start,
+            size,
+            name: name.into(),
+            module: module.into(),
+        };
+        s.add_kernel_symbols([
+            k(0xffff_ffff_8100_0000, 0x100, "clear_page_erms", ""),
+            k(0xffff_ffff_c000_0000, 0x40, "ext4_read", "ext4"),
+        ]);
+        let sp = s.space_of(1);
+        let addrs = [
+            (sp, 0xffff_ffff_8100_0010),
+            (sp, 0xffff_ffff_c000_0020),
+            (sp, 0xffff_ffff_8100_0100), // past the symbol's size
+        ];
+        let f = symbolize(&mut s, &addrs);
+        assert_eq!((f[0].function.as_str(), f[0].module.as_str()), ("clear_page_erms", "[kernel]"));
+        assert_eq!((f[1].function.as_str(), f[1].module.as_str()), ("ext4_read", "[ext4]"));
+        assert_eq!(f[2].function, "[unknown in [kernel]]");
     }
 }

@@ -28,6 +28,17 @@ pub struct WindowKey {
     pub plain: bool,
 }
 
+/// What was summed over off-CPU intervals with one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpuSums {
+    /// Intervals.
+    pub intervals: u64,
+    /// Their total length, ns.
+    pub ns: u64,
+    /// The part spent preempted (runnable, waiting for a CPU), ns.
+    pub preempted_ns: u64,
+}
+
 /// Samples one thread lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct LostThread {
@@ -69,6 +80,8 @@ pub struct Tally {
     /// CPU time no sample could land in (threads before their sampling was armed), in
     /// samples' worth (time over the mean sampling cycle).
     pub unsampled: f64,
+    /// Off-CPU intervals per (space, IP left at, stack).
+    pub off_cpu: FxHashMap<(u32, u64, u32), OffCpuSums>,
 }
 
 impl Tally {
@@ -87,6 +100,7 @@ impl Tally {
             sample_count: 0,
             baseline: None,
             unsampled: 0.0,
+            off_cpu: FxHashMap::default(),
         }
     }
 

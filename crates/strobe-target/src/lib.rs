@@ -8,6 +8,7 @@
 //!   owned conveniences above it.
 //! - [`program`]: the executable a command runs, found the way `execvp` finds it.
 //! - [`tasks`]: running processes and their threads (`/proc`), for attaching to them.
+//! - [`kallsyms`]: the running kernel's symbols (`/proc/kallsyms`) and build id.
 //! - [`libpath`] (feature `elf`): the shared library a name means, found the way ld.so
 //!   finds it (`DT_RPATH`, `LD_LIBRARY_PATH`, `DT_RUNPATH`, `ld.so.cache`, defaults).
 //! - [`inject`] (feature `elf`): whether `LD_PRELOAD` can inject an agent into a program
@@ -29,6 +30,7 @@ mod error;
 pub mod exit;
 #[cfg(feature = "elf")]
 pub mod inject;
+pub mod kallsyms;
 pub mod launch;
 #[cfg(feature = "elf")]
 pub mod libpath;
