@@ -583,7 +583,9 @@ mod tests {
         );
         assert_eq!(a.sample_type, want);
         assert_eq!(a.read_format, u64::from(sys::PERF_FORMAT_GROUP));
-        assert_eq!(unsafe { a.__bindgen_anon_1.sample_period }, 100_000);
+        // SAFETY: both union fields are u64; freq is not set, so this is the period.
+        let period = unsafe { a.__bindgen_anon_1.sample_period };
+        assert_eq!(period, 100_000);
         assert_eq!(
             (a.inherit(), a.enable_on_exec(), a.mmap2(), a.comm_exec(), a.task()),
             (1, 1, 1, 1, 1)

@@ -117,7 +117,7 @@ pub enum RecordError {
     #[error(transparent)]
     Target(#[from] strobe_target::Error),
     /// The agent cannot be injected into it.
-    #[error("cannot profile {}: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (rebuild without -static)", program.display())]
+    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it with --mode kernel, or rebuild without -static)", program.display())]
     NotInjectable {
         /// The program.
         program: PathBuf,

@@ -118,6 +118,8 @@ pub fn read(path: &Path, policy: WindowPolicy) -> Result<Loaded, ReportError> {
             Record::Lost { stream, lost } => {
                 for l in lost {
                     agg.add_lost(stream, l.tid, l.lost);
+                    // Samples lost were taken, not missed: they are no unsampled time.
+                    *per_stream.entry(stream).or_insert(0) += l.lost;
                 }
             }
             Record::Note { note, .. } => {

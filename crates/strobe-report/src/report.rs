@@ -542,7 +542,7 @@ impl Report {
     /// the period, when the leader counts time.
     pub fn on_cpu_ns(&self, f: &FunctionStats, total: bool) -> Option<f64> {
         let n = if total { f.total_samples } else { f.samples };
-        self.leader_is_time().then(|| n as f64 * self.info.period as f64)
+        self.leader_is_time().then_some(n as f64 * self.info.period as f64)
     }
 
     /// True when the leader counts time, so periods and windows are nanoseconds.

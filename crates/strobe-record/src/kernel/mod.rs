@@ -286,7 +286,7 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
     let group_read = rings.group_read();
     let hf_window = rings.hf_window();
     let mut events = crate::event_descs(&spec, kernel_allowed);
-    if !group_read {
+    if !group_read && spec.events.len() > 1 {
         events.truncate(1);
         warnings.push(format!(
             "this kernel does not read a group with each sample of an inherited event (Linux \
