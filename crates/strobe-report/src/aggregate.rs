@@ -91,6 +91,12 @@ impl Aggregator {
         self.t.spaces.add_kernel_symbols(syms);
     }
 
+    /// Names kernel addresses no added symbol covers from `table` (the running kernel's,
+    /// for a source recorded on it).
+    pub fn set_kallsyms(&mut self, table: strobe_target::kallsyms::Kallsyms) {
+        self.t.spaces.set_kallsyms(table);
+    }
+
     /// Adds an interval thread `tid` of `pid` spent switched out (`ns` long), leaving at
     /// `ip` with callers `stack` (preempted: runnable, waiting for a CPU).
     pub fn add_off_cpu(&mut self, pid: u32, ip: u64, stack: u32, ns: u64, preempted: bool) {

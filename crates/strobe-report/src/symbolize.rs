@@ -39,6 +39,9 @@ pub(crate) struct Spaces {
     images: FxHashMap<String, Vec<u8>>,
     /// Kernel functions, sorted by start.
     kernel: Vec<KernelSymbol>,
+    /// The running kernel's whole table, for sources that carry no kernel symbols of
+    /// their own (perf.data recorded on this kernel).
+    kallsyms: Option<strobe_target::kallsyms::Kallsyms>,
 }
 
 #[derive(Debug)]
@@ -87,10 +90,16 @@ impl Spaces {
         self.kernel.dedup_by_key(|k| k.start);
     }
 
+    /// Names kernel addresses from the running kernel's table too.
+    pub(crate) fn set_kallsyms(&mut self, table: strobe_target::kallsyms::Kallsyms) {
+        self.kallsyms = Some(table);
+    }
+
     /// The kernel function holding `ip`.
-    fn kernel_symbol(&self, ip: u64) -> Option<&KernelSymbol> {
-        let i = self.kernel.partition_point(|k| k.start <= ip).checked_sub(1)?;
-        self.kernel.get(i).filter(|k| ip - k.start < k.size)
+    fn kernel_symbol(&self, ip: u64) -> Option<KernelSymbol> {
+        let i = self.kernel.partition_point(|k| k.start <= ip).checked_sub(1);
+        let listed = i.and_then(|i| self.kernel.get(i)).filter(|k| ip - k.start < k.size);
+        listed.cloned().or_else(|| self.kallsyms.as_ref()?.lookup(ip))
     }
 
     fn sort(&mut self) {
@@ -172,12 +181,8 @@ pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame>
                 } else {
                     format!("[{}]", k.module)
                 };
-                *slot = Frame {
-                    function: k.name.clone(),
-                    module_path: module.clone(),
-                    module,
-                    source: None,
-                };
+                *slot =
+                    Frame { function: k.name, module_path: module.clone(), module, source: None };
                 continue;
             }
             if spaces.locate(space, ip).is_none() {

@@ -500,3 +500,70 @@ fn attach_options_are_checked() {
     one_line(&["-p", "1", "--mode", "agent"], "drop --mode agent");
     one_line(&["--off-cpu", "--mode", "agent", "--", "true"], "--off-cpu");
 }
+
+/// A perf.data file with kernel samples, recorded on this kernel: strobe report names
+/// the kernel functions from /proc/kallsyms and counts each one's samples as
+/// `perf report --no-children --sort sym` does, exactly (two names of one address, which
+/// perf and strobe may pick differently, are one function).
+#[test]
+fn perf_data_kernel_functions_count_as_perf_report() {
+    if !kernel_allowed() {
+        eprintln!("skipped: kernel samples need kernel.perf_event_paranoid 1 or root");
+        return;
+    }
+    if !Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: `perf` does not run here (install linux-perf: ci/setup.sh)");
+        return;
+    }
+    let Some(kallsyms) = std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .filter(|t| t.lines().next().is_some_and(|l| !l.starts_with("0000000000000000")))
+    else {
+        eprintln!("skipped: /proc/kallsyms hides addresses here");
+        return;
+    };
+    let addr_of: std::collections::HashMap<&str, &str> = kallsyms
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+            Some((n, a))
+        })
+        .collect();
+    let key = |name: &str| addr_of.get(name).map_or(name.to_string(), |a| a.to_string());
+    let dir = Scratch::new("kernel-perfdata");
+    let file = dir.path("k.data");
+    let o = Command::new("perf")
+        .args(["record", "-q", "-e", "task-clock", "-c", "100000", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(prog("kernel_spin"))
+        .args(["1", "200"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rep = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-n", "-g", "none", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let mut perf: BTreeMap<String, u64> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&rep.stdout).lines() {
+        let Some(at) = line.find(" [k] ") else { continue };
+        let cols: Vec<&str> = line[..at].split_whitespace().collect();
+        let n: u64 = cols[1].parse().unwrap();
+        *perf.entry(key(line[at + 5..].trim())).or_default() += n;
+    }
+    assert!(!perf.is_empty(), "perf saw kernel samples");
+    let r = report_json(&file);
+    let mut ours: BTreeMap<String, u64> = BTreeMap::new();
+    for f in r["functions"].as_array().unwrap() {
+        let module = f["module"].as_str().unwrap();
+        let n = f["samples"].as_u64().unwrap();
+        if n > 0 && module.starts_with('[') && module != "[vdso]" {
+            *ours.entry(key(f["function"].as_str().unwrap())).or_default() += n;
+        }
+    }
+    assert_eq!(ours, perf, "kernel samples per function: strobe vs perf report");
+}
