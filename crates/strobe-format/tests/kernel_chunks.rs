@@ -186,3 +186,25 @@ fn crc32_continue(crc: u32, b: &[u8]) -> u32 {
     }
     !c
 }
+
+/// A header rewritten after the fact: the chunks after it are kept byte for byte.
+#[test]
+fn a_rewritten_header_keeps_every_chunk_after_it() {
+    let (bytes, at) = file();
+    let dir = std::env::temp_dir().join(format!("strobe-format-rehdr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("r.strobe");
+    std::fs::write(&p, &bytes).unwrap();
+    let mut h = header();
+    h.mode = RecordMode::Agent;
+    h.mode_reason = "a much longer reason than before, so the header grows".into();
+    rewrite_header(&p, &h).unwrap();
+    let after = std::fs::read(&p).unwrap();
+    assert!(after.ends_with(&bytes[at[0]..]), "the chunks after the header are unchanged");
+    let r = read_all(&p).unwrap();
+    assert_eq!(r.header, h);
+    assert_eq!(r.kernel_symbols, symbols());
+    std::fs::write(&p, b"not a recording").unwrap();
+    assert!(matches!(rewrite_header(&p, &h), Err(FormatError::NotARecording { .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

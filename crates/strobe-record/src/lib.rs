@@ -27,7 +27,7 @@ pub mod stacks;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strobe_format::{
     Baseline, BaselineCounter, CallGraph as FileCallGraph, EventDesc, Header, RecordMode,
@@ -280,6 +280,9 @@ pub fn kernel_mode_reason(opts: &RecordOptions) -> Result<Option<String>, Record
 
 /// How long the drain sleeps between passes when no agent wakes it.
 const IDLE_PASS: Duration = Duration::from_millis(100);
+/// How long a launched program may run with no agent in it before `--mode auto` follows
+/// it from the kernel's side (an agent registers within milliseconds of the exec).
+const AGENT_GRACE: Duration = Duration::from_millis(500);
 
 /// Records `opts.command`. Returns once the command (and, with `follow_fork`, every
 /// followed process) has ended, or the recording was stopped.
@@ -417,8 +420,39 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     let mut cpu_ns = None;
     let mut waiting_note = false;
     let mut warnings = Vec::new();
+    let mut no_agent_since = Instant::now();
     loop {
         drainer.wait(IDLE_PASS);
+        if opts.mode == Mode::Auto && exit.is_none() {
+            // No agent runs in the program (it never started, or the program replaced
+            // its image without LD_PRELOAD): follow it from the kernel's side.
+            let agents = drainer
+                .procs()
+                .all()
+                .filter(|p| p.state == strobe_protocol::ProcState::Running && !p.dead)
+                .count();
+            if agents > 0 {
+                no_agent_since = Instant::now();
+            } else if no_agent_since.elapsed() >= AGENT_GRACE && !signals::exited(&child) {
+                let seen = drainer.procs().len();
+                drainer.finish(None).map_err(out_err)?;
+                let program = exe.display();
+                let reason = if seen == 0 {
+                    format!(
+                        "the agent did not start in {program} within {} ms (a setuid program, \
+                         or one that clears LD_PRELOAD), so strobe followed it from the \
+                         kernel's side",
+                        AGENT_GRACE.as_millis()
+                    )
+                } else {
+                    format!(
+                        "{program} went on without the agent (it replaced its image without \
+                         LD_PRELOAD), so strobe followed it from the kernel's side"
+                    )
+                };
+                return kernel::adopt(opts, reason, kernel::Adopted { child, forward });
+            }
+        }
         if exit.is_none() && signals::exited(&child) {
             // A zombie still shows its threads' CPU time: read it before reaping.
             cpu_ns = procs::process_cpu_ns(pid);

@@ -157,8 +157,94 @@ fn drain(rings: &mut CpuRings, decoder: &mut Decoder, order: &mut Order) -> usiz
     n
 }
 
+/// A launched command the agent's session gives up on (no agent runs in it any more):
+/// kernel mode follows it from then on, into the same file.
+pub(crate) struct Adopted {
+    /// The command, released and running.
+    pub child: HeldChild,
+    /// The signal forwarder that session started for it.
+    pub forward: signals::Forwarder,
+}
+
 /// Records in kernel mode; `reason` says why (it goes in the header).
 pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, RecordError> {
+    session(opts, reason, None)
+}
+
+/// Follows a running launched command from the kernel's side, appending to the agent
+/// session's file, whose header then says kernel mode and `reason`.
+pub(crate) fn adopt(
+    opts: &RecordOptions,
+    reason: String,
+    adopted: Adopted,
+) -> Result<Recorded, RecordError> {
+    session(opts, reason, Some(adopted))
+}
+
+/// Threads of `pids` that have no events yet get them (threads a thread made before its
+/// own events were open are not inherited): a few rounds, until no new one appears.
+fn add_new_threads(
+    rings: &mut CpuRings,
+    pids: &[u32],
+    tids: &mut Vec<libc::pid_t>,
+) -> Result<(), RecordError> {
+    for _ in 0..3 {
+        let mut new = Vec::new();
+        for &pid in pids {
+            for t in strobe_target::tasks::threads_of(pid).unwrap_or_default() {
+                if !tids.contains(&(t as libc::pid_t)) {
+                    new.push(t as libc::pid_t);
+                }
+            }
+        }
+        if new.is_empty() {
+            break;
+        }
+        for t in new {
+            tids.push(t);
+            match rings.add_thread(t) {
+                Ok(()) | Err(RingSetError::Open(OpenError::NoSuchTask { .. })) => {}
+                Err(e) => return Err(attach_error(e, pids)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens `spec` on every thread of running processes `pids`, enabled.
+fn attach_threads(
+    spec: &GroupSpec,
+    sampling: &RingSampling,
+    pids: &[u32],
+    pages: usize,
+    known: &mut FxHashMap<u32, Known>,
+) -> Result<CpuRings, RecordError> {
+    let mut tids = Vec::new();
+    for &pid in pids {
+        let k = known_of(pid).ok_or(RecordError::NoProcess { pid })?;
+        if strobe_target::tasks::process_of(pid) != Some(pid) {
+            return Err(RecordError::Options(format!(
+                "{pid} is a thread of process {}, not a process: give its process id",
+                strobe_target::tasks::process_of(pid).unwrap_or(0)
+            )));
+        }
+        tids.extend(k.names.iter().map(|(t, _)| *t as libc::pid_t));
+        known.insert(pid, k);
+    }
+    let mut rings = CpuRings::open(spec, sampling, Scope::Threads(tids.clone()), pages)
+        .map_err(|e| attach_error(e, pids))?;
+    rings
+        .enable()
+        .map_err(|source| RecordError::Io { what: "enabling the perf events".into(), source })?;
+    add_new_threads(&mut rings, pids, &mut tids)?;
+    Ok(rings)
+}
+
+fn session(
+    opts: &RecordOptions,
+    reason: String,
+    adopted: Option<Adopted>,
+) -> Result<Recorded, RecordError> {
     let hardware = strobe_perf::pmu::hardware_pmu_available();
     let spec = group(opts, hardware)?;
     let leader = spec.leader().clone();
@@ -213,8 +299,16 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
     let mut known: FxHashMap<u32, Known> = FxHashMap::default();
     let mut child: Option<HeldChild> = None;
     let mut attached: Vec<u32> = Vec::new();
-    let mut rings = match &opts.attach {
-        Attach::Launch => {
+    let mut forward = None;
+    let mut rings = match (&opts.attach, adopted) {
+        (_, Some(a)) => {
+            let pid = a.child.pid() as u32;
+            forward = Some(a.forward);
+            child = Some(a.child);
+            attached = vec![pid];
+            attach_threads(&spec, &sampling, &[pid], pages, &mut known)?
+        }
+        (Attach::Launch, None) => {
             let (program, args) = opts
                 .command
                 .split_first()
@@ -225,51 +319,11 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
             child = Some(held);
             rings
         }
-        Attach::Processes(pids) => {
-            let mut tids = Vec::new();
-            for &pid in pids {
-                let k = known_of(pid).ok_or(RecordError::NoProcess { pid })?;
-                if strobe_target::tasks::process_of(pid) != Some(pid) {
-                    return Err(RecordError::Options(format!(
-                        "{pid} is a thread of process {}, not a process: give its process id",
-                        strobe_target::tasks::process_of(pid).unwrap_or(0)
-                    )));
-                }
-                tids.extend(k.names.iter().map(|(t, _)| *t as libc::pid_t));
-                known.insert(pid, k);
-            }
+        (Attach::Processes(pids), None) => {
             attached = pids.clone();
-            let mut rings = CpuRings::open(&spec, &sampling, Scope::Threads(tids.clone()), pages)
-                .map_err(|e| attach_error(e, pids))?;
-            rings.enable().map_err(|source| RecordError::Io {
-                what: "enabling the perf events".into(),
-                source,
-            })?;
-            // Threads made by a thread before its events were open are not inherited:
-            // look again until no new one appears (a few rounds at most).
-            for _ in 0..3 {
-                let mut new = Vec::new();
-                for &pid in pids {
-                    for t in strobe_target::tasks::threads_of(pid).unwrap_or_default() {
-                        if !tids.contains(&(t as libc::pid_t)) {
-                            new.push(t as libc::pid_t);
-                        }
-                    }
-                }
-                if new.is_empty() {
-                    break;
-                }
-                for t in new {
-                    tids.push(t);
-                    match rings.add_thread(t) {
-                        Ok(()) | Err(RingSetError::Open(OpenError::NoSuchTask { .. })) => {}
-                        Err(e) => return Err(attach_error(e, pids)),
-                    }
-                }
-            }
-            rings
+            attach_threads(&spec, &sampling, pids, pages, &mut known)?
         }
-        Attach::System => {
+        (Attach::System, None) => {
             let mut rings = CpuRings::open(&spec, &sampling, Scope::System, pages)?;
             for pid in strobe_target::tasks::all_pids().unwrap_or_default() {
                 if let Some(k) = known_of(pid) {
@@ -283,6 +337,9 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
             rings
         }
     };
+    // An adopted command was released long ago: it is followed like an attached
+    // process, and reaped as a launched one.
+    let adopting = forward.is_some();
     let group_read = rings.group_read();
     let hf_window = rings.hf_window();
     let mut events = crate::event_descs(&spec, kernel_allowed);
@@ -294,6 +351,7 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
             leader.name
         ));
     }
+    let reason_line = reason.clone();
     let mode_reason = match hf_window {
         Some(w) => format!("{reason}; the kernel alternates the period with a {w} window"),
         None if window > 0 => format!(
@@ -303,11 +361,14 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
         None => reason,
     };
 
-    // The file: preamble and header.
+    // The file: preamble and header (an adopted command's file has them: its header is
+    // rewritten at the end).
     let out_err = |source| RecordError::Output { path: opts.output.clone(), source };
-    let mut file = std::fs::File::create(&opts.output).map_err(out_err)?;
-    let mut enc = strobe_format::Encoder::new();
-    enc.preamble();
+    let mut file = if adopting {
+        std::fs::OpenOptions::new().append(true).open(&opts.output).map_err(out_err)?
+    } else {
+        std::fs::File::create(&opts.output).map_err(out_err)?
+    };
     let command: Vec<String> = match &opts.attach {
         Attach::Launch => opts.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
         Attach::Processes(pids) => {
@@ -316,7 +377,7 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
         }
         Attach::System => vec!["-a".into()],
     };
-    enc.header(&Header {
+    let header = Header {
         minor_version: strobe_format::MINOR_VERSION,
         strobe_version: env!("CARGO_PKG_VERSION").to_string(),
         start_unix_ns: crate::clock_ns(libc::CLOCK_REALTIME),
@@ -334,11 +395,16 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
         mode_reason: mode_reason.clone(),
         call_graph: if callchain { FileCallGraph::Fp } else { FileCallGraph::None },
         max_depth: u32::from(sampling.max_stack),
-    });
-    if let Some(image) = crate::own_vdso() {
-        enc.image(strobe_format::RECORDER_STREAM, &image);
+    };
+    if !adopting {
+        let mut enc = strobe_format::Encoder::new();
+        enc.preamble();
+        enc.header(&header);
+        if let Some(image) = crate::own_vdso() {
+            enc.image(strobe_format::RECORDER_STREAM, &image);
+        }
+        file.write_all(enc.as_bytes()).map_err(out_err)?;
     }
-    file.write_all(enc.as_bytes()).map_err(out_err)?;
 
     let ncounters = if group_read { spec.events.len() } else { 1 };
     let mut writer = Writer::new(
@@ -357,15 +423,18 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
         known,
         child.as_ref().map(|c| c.pid() as u32),
         kernel_allowed,
+        // Streams beside an agent's: high ids (agents pick theirs at random).
+        if adopting { 0x8000_0000 } else { 1 },
     );
     let mut decoder = Decoder::new(&rings, rings.roles(), opts.max_depth as usize);
     let mut order = Order::default();
 
-    let forward = match &child {
-        Some(c) => signals::Forwarder::start(c.pid()),
-        None => signals::Forwarder::watch(),
+    let forward = match (forward, &child) {
+        (Some(f), _) => f,
+        (None, Some(c)) => signals::Forwarder::start(c.pid()),
+        (None, None) => signals::Forwarder::watch(),
     };
-    if let Some(c) = child.as_mut() {
+    if let (Some(c), false) = (child.as_mut(), adopting) {
         if let Err(e) = c.release() {
             forward.stop();
             return Err(e.into());
@@ -460,6 +529,20 @@ pub(crate) fn record(opts: &RecordOptions, reason: String) -> Result<Recorded, R
     }
     if opts.off_cpu && off_cpu_intervals == 0 {
         warnings.push("no off-CPU interval was recorded (no thread blocked)".into());
+    }
+    if adopting && !write_failed {
+        // The header the agent's session wrote said agent mode: say what happened.
+        let mut h = header;
+        if let Ok(r) = strobe_format::Reader::open(&opts.output) {
+            let old = r.header();
+            h.start_unix_ns = old.start_unix_ns;
+            h.start_mono_ns = old.start_mono_ns;
+        }
+        strobe_format::rewrite_header(&opts.output, &h).map_err(|e| RecordError::Output {
+            path: opts.output.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        warnings.insert(0, format!("kernel mode from here on: {reason_line}"));
     }
     let bytes = std::fs::metadata(&opts.output).map(|m| m.len()).unwrap_or(0);
     Ok(Recorded {

@@ -133,6 +133,7 @@ impl<'f> Writer<'f> {
         known: FxHashMap<u32, Known>,
         launched: Option<u32>,
         kernel_names: bool,
+        first_stream: u32,
     ) -> Writer<'f> {
         Writer {
             file,
@@ -143,7 +144,7 @@ impl<'f> Writer<'f> {
             threads: FxHashMap::default(),
             known,
             launched,
-            next_stream: 1,
+            next_stream: first_stream,
             samples: Vec::new(),
             off_cpu: Vec::new(),
             lost: Vec::new(),

@@ -302,9 +302,11 @@ fn off_cpu_time_of_a_blocking_function_matches_its_wall_time() {
     assert!(rel(us * 1e3, off) <= 0.01, "folded {us} us vs {off} ns\n{text}");
 }
 
-/// A ring far too small for the rate: the kernel drops samples and says how many; every
+/// A ring far too small for the rate (one page, woken every dozen samples, with two
+/// threads keeping both CPUs busy): the kernel drops samples and says how many; every
 /// one is counted, so the samples kept and the samples lost together account for the
-/// program's CPU time (within 10%), and the report warns about them.
+/// program's CPU time (within 15%: a timer the loaded host delays skips periods that
+/// are no sample at all), and the report warns about them.
 #[test]
 fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let dir = Scratch::new("kernel-lost");
@@ -312,9 +314,9 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let out = run(record_to(&file)
         .args([
             "-e",
-            "{task-clock/period=20us/}",
+            "{task-clock/period=100us/}",
             "--buffer",
-            "8K",
+            "4K",
             "--wakeup",
             "100000",
             "--mode",
@@ -322,7 +324,7 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
             "--",
         ])
         .arg(prog("kernel_spin"))
-        .args(["1", "200"]));
+        .args(["2", "200"]));
     assert!(out.status.success(), "{}", show(&out));
     let truth = fields(&out.stdout);
     let r = report_json(&file);
@@ -332,12 +334,12 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     // How many the reader saves depends on how soon it runs after each wakeup.
     assert!(
         lost * 20 > kept,
-        "an 8K ring at 50,000 samples/s loses some: kept {kept}, lost {lost}"
+        "a one-page ring at 20,000 samples/s loses some: kept {kept}, lost {lost}"
     );
     let cpu = truth["spin_a_ns"] + truth["spin_b_ns"];
-    let accounted = (kept + lost) as f64 * 20_000.0;
+    let accounted = (kept + lost) as f64 * 100_000.0;
     assert!(
-        rel(accounted, cpu) <= 0.10,
+        rel(accounted, cpu) <= 0.15,
         "{kept} kept + {lost} lost = {accounted:.0} ns of {cpu:.0}"
     );
     let t = table(&file);
@@ -566,4 +568,44 @@ fn perf_data_kernel_functions_count_as_perf_report() {
         }
     }
     assert_eq!(ours, perf, "kernel samples per function: strobe vs perf report");
+}
+
+/// A dynamically linked program that replaces its image without LD_PRELOAD: the agent
+/// loaded into the first image is gone from the second, so strobe (--mode auto) follows
+/// the program from the kernel's side from then on, says so in one line, and the file's
+/// header says kernel mode and why. The samples taken after the hand-over keep spin_a
+/// and spin_b's measured 2:1 ratio of CPU time (within 12%), and account for the CPU
+/// time after the 0.5 s grace (within 10%).
+#[test]
+fn a_program_that_leaves_the_agent_is_followed_from_the_kernel() {
+    let dir = Scratch::new("kernel-adopt");
+    let file = dir.path("r.strobe");
+    let out =
+        run(record_to(&file).args(["-e", SPEC, "--"]).arg(prog("reexec_noagent")).arg("1500"));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("kernel mode")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("without the agent"), "{err}");
+    let rec = strobe_format::read_all(&file).unwrap();
+    assert_eq!(rec.header.mode, strobe_format::RecordMode::Kernel);
+    assert!(rec.header.mode_reason.contains("replaced its image"), "{}", rec.header.mode_reason);
+    let truth = fields(&out.stdout);
+    let r = report_json(&file);
+    let (a, b) = (sampled_ns(&r, "spin_a"), sampled_ns(&r, "spin_b"));
+    let want = truth["spin_a_ns"] / truth["spin_b_ns"];
+    assert!(
+        rel(a / b, want) <= 0.12,
+        "spin_a/spin_b {:.2}, measured {want:.2}\n{}",
+        a / b,
+        table(&file)
+    );
+    // The program ran at most 0.5 s of CPU time (the grace, less when the CPU is shared)
+    // before the hand-over; everything after it is sampled.
+    let all = truth["spin_a_ns"] + truth["spin_b_ns"];
+    assert!(
+        a + b <= all * 1.05 && a + b >= (all - 0.5e9) * 0.9,
+        "{:.0} ns sampled of {all:.0}, at most 0.5 s of which before the hand-over",
+        a + b
+    );
 }
