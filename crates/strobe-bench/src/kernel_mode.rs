@@ -16,8 +16,10 @@
 //! - **Cost per sample**: the extra CPU time a recording takes over the bare workload
 //!   (the workload's own extra CPU, which includes the kernel's sampling on its threads,
 //!   plus the recorder's CPU: the children's CPU time beyond the workload's), over the
-//!   samples taken. The workload does fixed work; runs alternate their order across
-//!   repeats and medians are quoted.
+//!   samples taken. The workload does fixed work. The host's speed drifts, so each
+//!   recorded run is compared with the mean of the bare runs just before and after it
+//!   (every repeat runs bare, strobe, bare, perf, bare, in alternating order), and the
+//!   medians of those paired differences are quoted.
 //! - **Bytes per sample**: the file's size over its samples.
 //! - **Wakeups per second**: how often the kernel woke the recorder (strobe counts its
 //!   ring wakeups into the file; perf prints "Woken up N times"), at the default
@@ -47,7 +49,7 @@ const DEFAULT_PERIOD_NS: u64 = 1_000_000;
 /// The period of the cost comparison: four times the default rate.
 const PERIOD_4X_NS: u64 = DEFAULT_PERIOD_NS / 4;
 /// The period of the perf.data file the report speeds are measured on.
-const REPORT_PERIOD_NS: u64 = 50_000;
+const REPORT_PERIOD_NS: u64 = 20_000;
 
 /// The goals.
 const GOAL_COST_RATIO: f64 = 1.1;
@@ -73,6 +75,24 @@ struct Run {
     samples: u64,
     bytes: u64,
     wakeups: u64,
+}
+
+/// A recorded run and the mean CPU time of the bare runs beside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Paired {
+    run: Run,
+    bare_cpu_s: f64,
+}
+
+impl Paired {
+    fn new(run: Run, (a, b): (Run, Run)) -> Paired {
+        Paired { run, bare_cpu_s: (a.cpu_s + b.cpu_s) / 2.0 }
+    }
+
+    /// The extra CPU time the recording took: the workload's and the recorder's.
+    fn extra_s(&self) -> f64 {
+        self.run.cpu_s - self.bare_cpu_s + self.run.recorder_s
+    }
 }
 
 /// A private scratch directory, removed when dropped.
@@ -289,7 +309,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let plan = if opts.quick {
         Plan { rounds: 20, report_rounds: 20, repeats: 1 }
     } else {
-        Plan { rounds: 200, report_rounds: 300, repeats: opts.repeats.max(1) }
+        Plan { rounds: 300, report_rounds: 300, repeats: opts.repeats.max(1) }
     };
     let scratch = Scratch::new()?;
     let dir = scratch.0.as_path();
@@ -298,29 +318,36 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let (mut default, mut wakeup1) = (Vec::new(), Vec::new());
     for rep in 0..plan.repeats {
         eprintln!("strobe bench kernel-mode: repeat {} of {}", rep + 1, plan.repeats);
-        // Alternate the order so that the host's drift falls on every variant alike.
-        let order: &[u8] = if rep % 2 == 0 { &[0, 1, 2] } else { &[2, 1, 0] };
-        for v in order {
-            match v {
-                0 => bare.push(measure(&[], &exe, plan.rounds, dir, "bare")?.0),
-                1 => ours.push(strobe_kernel(
-                    &exe,
-                    dir,
-                    plan.rounds,
-                    "strobe-kernel",
-                    &["-e", &period],
-                )?),
-                _ => theirs.push(perf_record(&perf, &exe, dir, plan.rounds, PERIOD_4X_NS, None)?),
+        // bare, A, bare, B, bare: A and B alternate, each between two bare runs.
+        let b0 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let first = |strobe_first: bool| -> Result<Run, BenchError> {
+            if strobe_first {
+                strobe_kernel(&exe, dir, plan.rounds, "strobe-kernel", &["-e", &period])
+            } else {
+                perf_record(&perf, &exe, dir, plan.rounds, PERIOD_4X_NS, None)
             }
-        }
-        default.push(strobe_kernel(&exe, dir, plan.rounds, "default", &["-e", "task-clock"])?);
-        wakeup1.push(strobe_kernel(
+        };
+        let a = first(rep % 2 == 0)?;
+        let b1 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let b = first(rep % 2 != 0)?;
+        let b2 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let (s, p) = if rep % 2 == 0 { (a, b) } else { (b, a) };
+        let (bs, bp) = if rep % 2 == 0 { ((b0, b1), (b1, b2)) } else { ((b1, b2), (b0, b1)) };
+        ours.push(Paired::new(s, bs));
+        theirs.push(Paired::new(p, bp));
+        bare.extend([b0, b1, b2]);
+        let b3 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let d = strobe_kernel(&exe, dir, plan.rounds, "default", &["-e", "task-clock"])?;
+        let w = strobe_kernel(
             &exe,
             dir,
             plan.rounds,
             "wakeup1",
             &["-e", "task-clock", "--wakeup", "1"],
-        )?);
+        )?;
+        let b4 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        default.push(Paired::new(d, (b3, b4)));
+        wakeup1.push(Paired::new(w, (b3, b4)));
     }
 
     // Report speed on one perf.data file.
@@ -347,14 +374,14 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     )?;
 
     let bare_cpu = med(bare.iter().map(|r| r.cpu_s));
-    let cost = |runs: &[Run]| {
-        let extra =
-            med(runs.iter().map(|r| r.cpu_s)) - bare_cpu + med(runs.iter().map(|r| r.recorder_s));
-        extra / med(runs.iter().map(|r| r.samples as f64)).max(1.0) * 1e6
+    // Per paired run: the extra CPU (the workload's beyond its neighbours' mean, plus the
+    // recorder's) over its samples.
+    let cost = |runs: &[Paired]| {
+        med(runs.iter().map(|p| p.extra_s() / (p.run.samples as f64).max(1.0) * 1e6))
     };
-    let per = |runs: &[Run], f: fn(&Run) -> f64| med(runs.iter().map(f));
+    let per = |runs: &[Paired], f: fn(&Run) -> f64| med(runs.iter().map(|p| f(&p.run)));
     let mut report = BenchReport::new("kernel-mode");
-    let mut line = |variant: &str, runs: &[Run], period_ns: u64, wakeup: &str| -> Value {
+    let mut line = |variant: &str, runs: &[Paired], period_ns: u64, wakeup: &str| -> Value {
         let samples = per(runs, |r| r.samples as f64);
         let r = row([
             ("variant", variant.into()),
@@ -362,7 +389,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             ("wakeup", wakeup.into()),
             ("samples", (samples.round() as u64).into()),
             ("cost_per_sample_us", json!(round3(cost(runs)))),
-            ("target_extra_cpu_s", json!(round3(per(runs, |r| r.cpu_s) - bare_cpu))),
+            (
+                "target_extra_cpu_s",
+                json!(round3(med(runs.iter().map(|p| p.run.cpu_s - p.bare_cpu_s)))),
+            ),
             ("recorder_cpu_s", json!(round3(per(runs, |r| r.recorder_s)))),
             ("bytes_per_sample", json!(round3(per(runs, |r| r.bytes as f64) / samples.max(1.0)))),
             ("wakeups_per_s", json!(round3(per(runs, |r| r.wakeups as f64 / r.wall_s.max(1e-9))))),

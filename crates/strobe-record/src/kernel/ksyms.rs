@@ -6,8 +6,8 @@
 //! `/proc/kallsyms` shows real addresses only to whom `kernel.kptr_restrict` allows
 //! (zeros otherwise): then there is no table and kernel addresses stay unnamed.
 //!
-//! Owns: which symbols are written. Must never read the table where no kernel address
-//! was recorded (it is large); the table itself is strobe-target's (`kallsyms`).
+//! Owns: which symbols are written. Must never read the table where kernel addresses
+//! cannot be recorded (it is large); the table itself is strobe-target's (`kallsyms`).
 
 use rustc_hash::FxHashSet;
 use strobe_format::KernelSymbol;
@@ -34,6 +34,14 @@ impl KernelNames {
     /// Names kernel addresses when `allowed` (kernel samples can exist at all).
     pub fn new(allowed: bool) -> KernelNames {
         KernelNames { allowed, ..KernelNames::default() }
+    }
+
+    /// Reads the table now (before the target runs, so that reading it does not compete
+    /// with the target for a CPU), where kernel addresses can be recorded at all.
+    pub fn preload(&mut self) {
+        if self.allowed && self.table.is_none() {
+            self.table = Some(Kallsyms::load());
+        }
     }
 
     /// Notes an address of a sample or frame; kernel addresses are named later.

@@ -426,6 +426,7 @@ fn session(
         // Streams beside an agent's: high ids (agents pick theirs at random).
         if adopting { 0x8000_0000 } else { 1 },
     );
+    writer.preload_kernel_symbols();
     let mut decoder = Decoder::new(&rings, rings.roles(), opts.max_depth as usize);
     let mut order = Order::default();
 

@@ -161,6 +161,11 @@ impl<'f> Writer<'f> {
         self.procs.len()
     }
 
+    /// Reads the kernel's symbols now, before the target runs.
+    pub fn preload_kernel_symbols(&mut self) {
+        self.ksyms.preload();
+    }
+
     /// Whether any kernel address was recorded.
     pub fn kernel_addresses_seen(&self) -> bool {
         self.ksyms.any_seen()
