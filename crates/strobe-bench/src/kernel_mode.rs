@@ -439,7 +439,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             "{:<24}{:>8}us{:>10}{:>12.2}{:>12.1}{:>12.1}",
             v["variant"].as_str().unwrap_or("?"),
             v["period_ns"].as_u64().unwrap_or(0) / 1000,
-            v["samples"],
+            v["samples"].as_u64().unwrap_or(0),
             f(v, "cost_per_sample_us"),
             f(v, "bytes_per_sample"),
             f(v, "wakeups_per_s")
