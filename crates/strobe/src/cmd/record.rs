@@ -19,8 +19,8 @@ pub const DEFAULT_OUTPUT: &str = "strobe.data";
 #[command(
     about = "Profile a program (or the bundled workload) into a record file",
     long_about = "Profile a program and all its threads into a record file.\n\n\
-strobe injects its agent (libstrobe_agent.so) with LD_PRELOAD, so the program must be a \
-dynamically linked executable. Every thread, including threads created later, gets its own \
+In agent mode, strobe injects its agent (libstrobe_agent.so) into a dynamically linked \
+program with LD_PRELOAD (other programs are recorded in kernel mode, below). Every thread, including threads created later, gets its own \
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window; \
 the counters read at both ends of each window give per-function metrics (strobe report). \
@@ -43,8 +43,8 @@ With no command, strobe profiles its bundled workload (strobe workload).\n\n\
 Kernel mode (--mode kernel, -p, -a) injects nothing: strobe opens the events on every CPU \
 for the target, with inherit so every thread and child it makes is followed, and reads the \
 kernel's ring buffers itself, woken only past a watermark (--wakeup). It profiles programs \
-the agent cannot serve (statically linked, Go: chosen automatically, saying so in one \
-line), running processes (-p) and the whole system (-a). Samples carry the group's values \
+the agent cannot serve (statically linked, Go, or one that goes on without the agent \
+for 0.5 s: chosen automatically, saying so in one line), running processes (-p) and the whole system (-a). Samples carry the group's values \
 and the kernel's frame-pointer call chain; windows need a kernel with hf_sample_period \
 (none released has it), so per-function window metrics need agent mode. The period is \
 fixed (period=, default 1 ms of CPU time). Every sample the kernel drops is counted, and \
@@ -271,7 +271,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ring_bytes: given_buffer,
         explicit_call_graph: args.call_graph.is_some(),
     };
-    if let Some(reason) = strobe_record::kernel_mode_reason(&opts)? {
+    let kernel_reason = strobe_record::kernel_mode_reason(&opts)?;
+    if kernel_reason.is_none() && opts.buffer_bytes < 64 << 10 {
+        anyhow::bail!(
+            "--buffer {}: the agent's buffer needs at least 64K (kernel mode's per-CPU rings \
+             take less)",
+            args.buffer.as_deref().unwrap_or_default()
+        );
+    }
+    if let Some(reason) = kernel_reason {
         let stop = match &opts.attach {
             Attach::Launch => "",
             _ if opts.duration.is_some() => "",
