@@ -6,6 +6,12 @@
 //! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread -I include`, dynamically linked (the
 //! agent is injected with LD_PRELOAD, which needs a dynamic executable).
 //!
+//! Go programs in `tests/go/` are built with the `go` tool when it is installed (`$GO`,
+//! else `go` on PATH, else /usr/local/go/bin/go), twice: statically (`CGO_ENABLED=0`,
+//! NAME_static) and with cgo (NAME_cgo, adding NAME_cgo.go); stdlib only, no module
+//! proxy, the build cache under the target directory. Without `go` the Go programs are
+//! absent and [`go_program`](../src/lib.rs) says why, for tests to print as their skip.
+//!
 //! The word `shared` among the flags makes the file a shared library instead:
 //! `tests/c/NAME.c` becomes `libNAME.so` (built before the programs, with `-shared -fPIC`
 //! and soname `libNAME.so`). A program that links one (`-lNAME`) gets `-L` and a
@@ -40,6 +46,54 @@ fn probe_library(manifest: &Path, out: &Path) -> PathBuf {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     target.join("release")
+}
+
+/// The `go` tool, if installed.
+fn find_go() -> Option<PathBuf> {
+    if let Some(g) = env::var_os("GO") {
+        return Some(PathBuf::from(g));
+    }
+    let on_path = env::var_os("PATH")
+        .map(|p| env::split_paths(&p).map(|d| d.join("go")).find(|g| g.is_file()))
+        .unwrap_or(None);
+    on_path.or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|g| g.is_file()))
+}
+
+/// Builds tests/go/gospin.go statically and with cgo. Returns the programs built, or why
+/// none was.
+fn go_programs(manifest: &Path, out: &Path) -> Result<Vec<String>, String> {
+    let dir = manifest.join("../../tests/go");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    println!("cargo:rerun-if-env-changed=GO");
+    let Some(go) = find_go() else {
+        return Err("the go tool is not installed (set $GO or put go on PATH)".into());
+    };
+    let target_root = out.ancestors().nth(4).map(Path::to_path_buf).unwrap_or(out.to_path_buf());
+    let cache = target_root.join("go-build");
+    let mut built = Vec::new();
+    for (name, cgo, extra) in
+        [("gospin_static", "0", "gospin_nocgo.go"), ("gospin_cgo", "1", "gospin_cgo.go")]
+    {
+        let status = Command::new(&go)
+            .args(["build", "-o"])
+            .arg(out.join(name))
+            .arg(dir.join("gospin.go"))
+            .arg(dir.join(extra))
+            .env("CGO_ENABLED", cgo)
+            .env("GOCACHE", cache.join("cache"))
+            .env("GOPATH", cache.join("gopath"))
+            .env("GOTOOLCHAIN", "local")
+            .env("GOPROXY", "off")
+            .env("GOFLAGS", "")
+            .env_remove("GOROOT")
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", go.display()))?;
+        if !status.success() {
+            return Err(format!("`{} build` of tests/go/{name} failed", go.display()));
+        }
+        built.push(name.to_string());
+    }
+    Ok(built)
 }
 
 fn main() {
@@ -128,6 +182,12 @@ fn main() {
         assert!(status.success(), "compiling {} failed", path.display());
         names.push(name);
     }
+    let (go_list, go_skip) = match go_programs(&manifest, &out) {
+        Ok(built) => {
+            (built.iter().map(|n| format!("    \"{n}\",\n")).collect::<String>(), String::new())
+        }
+        Err(why) => (String::new(), why),
+    };
     let list: String = names.iter().map(|n| format!("    \"{n}\",\n")).collect();
     let lib =
         probe_lib.map(|d| d.join("libstrobe_probe_c.so").display().to_string()).unwrap_or_default();
@@ -139,7 +199,11 @@ fn main() {
              /// Every shared library built from tests/c (`shared` marker).\n\
              pub const SHARED_LIBS: &[&str] = &[\n{lib_list}];\n\
              /// libstrobe_probe_c.so, which the programs with probe points link against.\n\
-             pub const PROBE_LIBRARY: &str = {lib:?};\n"
+             pub const PROBE_LIBRARY: &str = {lib:?};\n\
+             /// The Go programs built from tests/go (none without the go tool).\n\
+             pub const GO_PROGRAMS: &[&str] = &[\n{go_list}];\n\
+             /// Why no Go program was built (empty when they were).\n\
+             pub const GO_SKIP: &str = {go_skip:?};\n"
         ),
     )
     .unwrap();

@@ -187,6 +187,48 @@ fn recording() -> Vec<u8> {
     e.as_bytes().to_vec()
 }
 
+/// A kernel-mode recording's own chunks: kernel symbols and off-CPU intervals.
+fn kernel_recording() -> Vec<u8> {
+    let mut e = Encoder::new();
+    e.preamble();
+    e.header(&Header { mode: RecordMode::Kernel, mode_reason: "static".into(), ..header() });
+    e.kernel_symbols(&[
+        KernelSymbol {
+            start: 0xffff_ffff_8100_0000,
+            size: 0x40,
+            name: "clear_page_erms".into(),
+            module: String::new(),
+        },
+        KernelSymbol {
+            start: 0xffff_ffff_c000_1000,
+            size: 0x80,
+            name: "ext4_read".into(),
+            module: "ext4".into(),
+        },
+    ]);
+    e.off_cpu(
+        1,
+        100,
+        &[
+            OffCpuInterval {
+                start: 7_000_000,
+                duration: 1_000_000,
+                ip: 0x1100,
+                stack: 2,
+                preempted: false,
+            },
+            OffCpuInterval {
+                start: 9_000_000,
+                duration: 40_000,
+                ip: 0x1200,
+                stack: 1,
+                preempted: true,
+            },
+        ],
+    );
+    e.as_bytes().to_vec()
+}
+
 fn record_reader(dir: &Path) {
     let file = recording();
     let raw = |b: &[u8]| [&[0u8][..], b].concat();
@@ -194,6 +236,10 @@ fn record_reader(dir: &Path) {
     write(dir, "cut", &raw(&file[..file.len() - 7]));
     let framed = strobe_fuzz::unframe(&file).expect("the encoder writes whole chunks");
     write(dir, "framed", &[&[1u8][..], &framed].concat());
+    let kernel = kernel_recording();
+    write(dir, "kernel-whole", &raw(&kernel));
+    let framed = strobe_fuzz::unframe(&kernel).expect("the encoder writes whole chunks");
+    write(dir, "kernel-framed", &[&[1u8][..], &framed].concat());
 }
 
 /// One `.note.stapsdt` note: owner `stapsdt`, type 3, then pc, base, semaphore and the

@@ -14,6 +14,7 @@ pub mod report;
 pub mod stats;
 
 pub mod breakpoint;
+pub mod kernel_mode;
 pub mod probe;
 pub mod probe_uprobe;
 pub mod readside;
@@ -61,6 +62,10 @@ pub const BENCHES: &[(&str, &str)] = &[
     ("probe", "probe triggers/s, 1..8 threads: RCU registry vs Mutex/RwLock, disabled, uprobes"),
     ("breakpoint", "breakpoint slot reservation at 1..4096 threads: kernel, list, hash multimap"),
     ("report", "1 M samples as flame graph, pprof, HTML vs perf script | inferno (seconds, bytes)"),
+    (
+        "kernel-mode",
+        "kernel-ring recording vs perf record: cost and bytes per sample, wakeups, report speed",
+    ),
 ];
 
 /// Runs the benchmark called `name`.
@@ -72,6 +77,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "probe" => probe::run(opts),
         "breakpoint" => breakpoint::run(opts),
         "report" => views::run(opts),
+        "kernel-mode" => kernel_mode::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
             Err(BenchError::Other(format!(

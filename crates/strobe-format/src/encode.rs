@@ -280,6 +280,46 @@ impl Encoder {
         self.end(s);
     }
 
+    /// Kernel symbols (stream 0): each symbol's start as a zigzag delta from the previous
+    /// one's, its size, name and module.
+    pub fn kernel_symbols(&mut self, syms: &[KernelSymbol]) {
+        let s = self.begin(tag::KSYMS, RECORDER_STREAM);
+        let b = &mut self.buf;
+        put(b, syms.len() as u64);
+        let mut prev = 0u64;
+        for k in syms {
+            put(b, zigzag(k.start.wrapping_sub(prev) as i64));
+            prev = k.start;
+            put(b, k.size);
+            put_str(b, &k.name);
+            put_str(b, &k.module);
+        }
+        self.end(s);
+    }
+
+    /// Off-CPU intervals of thread `tid` of `stream`, in start order: per interval the
+    /// start as a delta from the previous start, the duration, the zigzagged IP and stack
+    /// deltas, and a flags byte (bit 0: preempted).
+    pub fn off_cpu(&mut self, stream: StreamId, tid: u32, intervals: &[OffCpuInterval]) {
+        let s = self.begin(tag::OFFCPU, stream);
+        let b = &mut self.buf;
+        put(b, u64::from(tid));
+        put(b, intervals.len() as u64);
+        let (mut t, mut ip, mut stack) = (0u64, 0u64, 0u32);
+        for i in intervals {
+            let start = i.start.max(t);
+            put(b, start - t);
+            t = start;
+            put(b, i.duration);
+            put(b, zigzag(i.ip.wrapping_sub(ip) as i64));
+            ip = i.ip;
+            put(b, zigzag(i64::from(i.stack) - i64::from(stack)));
+            stack = i.stack;
+            b.push(u8::from(i.preempted));
+        }
+        self.end(s);
+    }
+
     /// Starts a batch of samples of thread `tid`, each carrying `ncounters` counter values
     /// (at most [`MAX_COUNTERS`]; more are cut). The chunk is completed when the returned
     /// encoder is finished or dropped; a batch with no sample leaves no chunk.

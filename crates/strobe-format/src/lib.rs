@@ -35,6 +35,35 @@ pub use error::FormatError;
 pub use read::{read_all, ProcessData, Reader, Record, Recording, SampleBatch, SampleIter};
 pub use types::*;
 
+/// Replaces the header of the recording at `path` with `header`, keeping every chunk
+/// after it: the file is rewritten beside itself and renamed over it. For a recorder
+/// that learns after the header was written what the recording became (a launched
+/// program its agent left, followed from the kernel's side from then on). The file must
+/// start with an intact preamble and header.
+pub fn rewrite_header(path: &std::path::Path, header: &Header) -> Result<(), FormatError> {
+    let io = |source| FormatError::Io { path: path.to_path_buf(), source };
+    // Checks the preamble and the header chunk (version, checksum).
+    Reader::open(path)?;
+    let bytes = std::fs::read(path).map_err(io)?;
+    let len_at = PREAMBLE_LEN + 8;
+    let len = bytes
+        .get(len_at..len_at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| FormatError::NoHeader { path: path.to_path_buf(), offset: 0 })?;
+    let rest_at = PREAMBLE_LEN + CHUNK_HEADER_LEN + len as usize;
+    let mut enc = Encoder::with_capacity(bytes.len());
+    enc.preamble();
+    enc.header(header);
+    let mut out = enc.as_bytes().to_vec();
+    out.extend_from_slice(bytes.get(rest_at..).unwrap_or_default());
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".header");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, &out).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
 /// The file's first six bytes.
 pub const MAGIC: [u8; 6] = *b"STROBE";
 /// The major format version this crate writes and reads (bytes 6..8 of the file, LE).
@@ -81,4 +110,10 @@ pub mod tag {
     /// The empty-interval deltas of every counter, measured before the target started
     /// and subtracted by `strobe report` from every window.
     pub const BASELINE: u8 = 11;
+    /// The kernel symbols a recording's kernel addresses fall in (stream 0, written by
+    /// the recorder in kernel mode where `/proc/kallsyms` shows addresses).
+    pub const KSYMS: u8 = 12;
+    /// One thread's off-CPU intervals (`--off-cpu`): when it was switched out, for how
+    /// long, and its stack at the switch-out.
+    pub const OFFCPU: u8 = 13;
 }

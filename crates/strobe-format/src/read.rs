@@ -94,6 +94,17 @@ pub enum Record {
     },
     /// The empty-interval baseline.
     Baseline(Baseline),
+    /// Kernel symbols (kernel-mode recordings).
+    KernelSymbols(Vec<KernelSymbol>),
+    /// One thread's off-CPU intervals.
+    OffCpu {
+        /// The stream.
+        stream: StreamId,
+        /// The thread.
+        tid: u32,
+        /// Its intervals, in start order.
+        intervals: Vec<OffCpuInterval>,
+    },
     /// A message from the agent.
     Note {
         /// The stream.
@@ -660,6 +671,45 @@ impl<R: Read> Reader<R> {
                 let bytes = c.bytes().ok_or_else(|| bad(&c, "bad image bytes"))?.to_vec();
                 Record::Image { stream, image: Image { name, bytes } }
             }
+            tag::KSYMS => {
+                let n = v!("kernel symbol count");
+                let mut syms = Vec::with_capacity(n.min(4096) as usize);
+                let mut prev = 0u64;
+                for _ in 0..n {
+                    prev = prev.wrapping_add(unzigzag(v!("kernel symbol address")) as u64);
+                    let size = v!("kernel symbol size");
+                    let name = s!("kernel symbol name");
+                    syms.push(KernelSymbol {
+                        start: prev,
+                        size,
+                        name,
+                        module: s!("kernel module"),
+                    });
+                }
+                Record::KernelSymbols(syms)
+            }
+            tag::OFFCPU => {
+                let tid = v!("off-CPU thread id") as u32;
+                let n = v!("off-CPU interval count");
+                let mut intervals = Vec::with_capacity(n.min(4096) as usize);
+                let (mut t, mut ip, mut stack) = (0u64, 0u64, 0u32);
+                for _ in 0..n {
+                    t = t.wrapping_add(v!("off-CPU start"));
+                    let duration = v!("off-CPU duration");
+                    ip = ip.wrapping_add(unzigzag(v!("off-CPU address")) as u64);
+                    stack = u32::try_from(i64::from(stack) + unzigzag(v!("off-CPU stack")))
+                        .map_err(|_| bad(&c, "off-CPU stack id out of range"))?;
+                    let flags = b!("off-CPU flags");
+                    intervals.push(OffCpuInterval {
+                        start: t,
+                        duration,
+                        ip,
+                        stack,
+                        preempted: flags & 1 != 0,
+                    });
+                }
+                Record::OffCpu { stream, tid, intervals }
+            }
             // A tag from a newer minor version: skip it.
             _ => return Ok(None),
         };
@@ -818,6 +868,8 @@ pub struct ProcessData {
     pub end: Option<ProcessEnd>,
     /// Notes from the agent.
     pub notes: Vec<Note>,
+    /// Off-CPU intervals per thread, in file order.
+    pub off_cpu: Vec<(u32, OffCpuInterval)>,
 }
 
 impl ProcessData {
@@ -841,6 +893,8 @@ pub struct Recording {
     pub images: Vec<Image>,
     /// The empty-interval baseline, when one was measured.
     pub baseline: Option<Baseline>,
+    /// Kernel symbols (kernel-mode recordings).
+    pub kernel_symbols: Vec<KernelSymbol>,
 }
 
 impl Recording {
@@ -868,6 +922,7 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
     let mut truncated_at = None;
     let mut images = Vec::new();
     let mut baseline = None;
+    let mut kernel_symbols = Vec::new();
     fn proc_mut(ps: &mut Vec<ProcessData>, stream: StreamId) -> &mut ProcessData {
         let i = match ps.iter().position(|p| p.stream == stream) {
             Some(i) => i,
@@ -921,8 +976,13 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
                 p.stacks.extend(nodes);
             }
             Record::Baseline(b) => baseline = Some(b),
+            Record::KernelSymbols(k) => kernel_symbols.extend(k),
+            Record::OffCpu { stream, tid, intervals } => {
+                let p = proc_mut(&mut processes, stream);
+                p.off_cpu.extend(intervals.into_iter().map(|i| (tid, i)));
+            }
             Record::Truncated { offset } => truncated_at = Some(offset),
         }
     }
-    Ok(Recording { header, processes, truncated_at, images, baseline })
+    Ok(Recording { header, processes, truncated_at, images, baseline, kernel_symbols })
 }

@@ -419,3 +419,32 @@ pub struct Sample {
     /// The group's cumulative counter values, leader first.
     pub counters: Counters,
 }
+
+/// A kernel function (or other text symbol) from `/proc/kallsyms`: `[start, start + size)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSymbol {
+    /// Its first address.
+    pub start: u64,
+    /// Bytes up to the next symbol.
+    pub size: u64,
+    /// Its name.
+    pub name: String,
+    /// The module it belongs to (`""` for the kernel image itself).
+    pub module: String,
+}
+
+/// One interval a thread spent switched out (off-CPU), with where it was when it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpuInterval {
+    /// `CLOCK_MONOTONIC` ns when the thread was switched out.
+    pub start: u64,
+    /// ns until it was switched back in.
+    pub duration: u64,
+    /// The user-space instruction it left at (the system call it blocked in, or where it
+    /// was preempted).
+    pub ip: u64,
+    /// Its callers: a node of the stream's stack table (0: none).
+    pub stack: u32,
+    /// Switched out while runnable (preempted: waiting for a CPU) rather than blocked.
+    pub preempted: bool,
+}

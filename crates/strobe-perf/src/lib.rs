@@ -13,6 +13,9 @@
 //! - [`names`] maps perf's event names to (type, config); [`spec`] parses event specs
 //!   such as `{task-clock/period=1ms,window=20us/,page-faults}`; [`ring`] reads the mmap
 //!   ring buffer.
+//! - [`percpu::CpuRings`] opens a group on every CPU for a process tree (`inherit`) or the
+//!   whole system, each CPU's events writing into one ring: sampling from the kernel's
+//!   side, without injecting anything into the target.
 //!
 //! This crate must never know about record files, reports or the agent's policy.
 
@@ -21,6 +24,7 @@ pub mod event;
 pub mod group;
 pub mod names;
 pub mod overflow;
+pub mod percpu;
 pub mod pmu;
 pub mod ring;
 pub mod spec;

@@ -131,6 +131,11 @@ pub enum Record<'a> {
         id: u64,
         /// How many records were dropped.
         lost: u64,
+        /// `perf_event_header.type` (`PERF_RECORD_LOST` or `PERF_RECORD_LOST_SAMPLES`).
+        kind: u32,
+        /// The record body after the header (with `sample_id_all`, it ends with the
+        /// sample-id fields of the task that was running when the kernel wrote it).
+        body: &'a [u8],
     },
     /// Any other record type (mmap, comm, exit, throttle ...), undecoded.
     Other {
@@ -373,13 +378,13 @@ impl RingBuffer {
             };
             let rec = match hdr.type_ {
                 sys::PERF_RECORD_SAMPLE => Record::Sample { misc: hdr.misc, body },
-                sys::PERF_RECORD_LOST => {
+                kind @ sys::PERF_RECORD_LOST => {
                     let id = word(body, 0).unwrap_or(0);
                     let lost = word(body, 1).unwrap_or(0);
-                    Record::Lost { id, lost }
+                    Record::Lost { id, lost, kind, body }
                 }
-                sys::PERF_RECORD_LOST_SAMPLES => {
-                    Record::Lost { id: 0, lost: word(body, 0).unwrap_or(0) }
+                kind @ sys::PERF_RECORD_LOST_SAMPLES => {
+                    Record::Lost { id: 0, lost: word(body, 0).unwrap_or(0), kind, body }
                 }
                 kind => Record::Other { kind, misc: hdr.misc, body },
             };

@@ -19,13 +19,15 @@ pub use perf_event_open_sys::bindings::{
     PERF_COUNT_SW_DUMMY, PERF_COUNT_SW_EMULATION_FAULTS, PERF_COUNT_SW_PAGE_FAULTS,
     PERF_COUNT_SW_PAGE_FAULTS_MAJ, PERF_COUNT_SW_PAGE_FAULTS_MIN, PERF_COUNT_SW_TASK_CLOCK,
     PERF_FLAG_FD_CLOEXEC, PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_LOST,
-    PERF_FORMAT_TOTAL_TIME_ENABLED, PERF_FORMAT_TOTAL_TIME_RUNNING, PERF_RECORD_LOST,
-    PERF_RECORD_LOST_SAMPLES, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
-    PERF_RECORD_SAMPLE, PERF_SAMPLE_ADDR, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_ID,
-    PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD, PERF_SAMPLE_READ,
-    PERF_SAMPLE_STREAM_ID, PERF_SAMPLE_TID, PERF_SAMPLE_TIME, PERF_TYPE_BREAKPOINT,
-    PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE,
-    PERF_TYPE_TRACEPOINT,
+    PERF_FORMAT_TOTAL_TIME_ENABLED, PERF_FORMAT_TOTAL_TIME_RUNNING, PERF_RECORD_COMM,
+    PERF_RECORD_EXIT, PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES,
+    PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
+    PERF_RECORD_MISC_SWITCH_OUT, PERF_RECORD_MISC_SWITCH_OUT_PREEMPT, PERF_RECORD_MISC_USER,
+    PERF_RECORD_MMAP2, PERF_RECORD_SAMPLE, PERF_RECORD_SWITCH, PERF_SAMPLE_ADDR,
+    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_ID, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
+    PERF_SAMPLE_PERIOD, PERF_SAMPLE_READ, PERF_SAMPLE_STREAM_ID, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_TYPE_BREAKPOINT, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW,
+    PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT,
 };
 
 /// The `PERF_EVENT_IOC_*` request numbers, computed like the kernel's `_IO/_IOW/_IOR`
@@ -71,6 +73,51 @@ pub mod ioctl {
             assert_eq!(super::MODIFY_ATTRIBUTES, 0x4008_240b);
         }
     }
+}
+
+/// The size of `perf_event_attr` as these bindings know it (`PERF_ATTR_SIZE_VER9`: up to
+/// `config4`).
+pub const ATTR_SIZE: usize = std::mem::size_of::<perf_event_attr>();
+const _: () = assert!(ATTR_SIZE == 144);
+
+/// The attr's bytes as the kernel reads them (for decoders that take the attr as bytes,
+/// as perf.data stores it).
+pub fn attr_bytes(attr: &perf_event_attr) -> [u8; ATTR_SIZE] {
+    // SAFETY: perf_event_attr is a repr(C) struct of integers and bitfield words with no
+    // implicit padding (its 144 bytes are all declared fields, the reserved ones
+    // included), so every byte is initialised and any byte pattern is a valid [u8; N].
+    unsafe { std::mem::transmute_copy(attr) }
+}
+
+/// The byte offset of the high-frequency sampling word of the alternating-period series
+/// (seed 004, v4 of April 2025): "a new u64 after `config3`", making the attr 144 bytes.
+/// The series was never merged; newer uapi headers (these bindings) give the same slot
+/// to `config4`.
+pub const HF_WORD_OFFSET: usize = 136;
+
+/// The high-frequency sampling word: `hf_sample_period:32` (bits 0..32, the short window
+/// in the event's units) and `hf_sample_rand:4` (bits 32..36, random bits added to each
+/// long period; at most 15).
+pub fn hf_word(period: u32, rand_bits: u8) -> u64 {
+    u64::from(period) | (u64::from(rand_bits.min(15)) << 32)
+}
+
+/// `attr` asking for the alternating period: the word of [`hf_word`] at
+/// [`HF_WORD_OFFSET`] and the size 144. A kernel older than that slot refuses it with
+/// `E2BIG` (non-zero bytes past the attr it knows); one whose slot is `config4` may
+/// accept it and ignore it for events that do not use `config4`, so a caller must check
+/// that the periods really alternate (the recorder samples itself briefly) before it
+/// believes the kernel has the series.
+pub fn with_hf_sampling(attr: &perf_event_attr, period: u32, rand_bits: u8) -> perf_event_attr {
+    let mut a = *attr;
+    a.size = ATTR_SIZE as u32;
+    a.config4 = hf_word(period, rand_bits);
+    a
+}
+
+/// The `hf_sample_period` and `hf_sample_rand` an attr asks for.
+pub fn hf_fields(attr: &perf_event_attr) -> (u32, u8) {
+    (attr.config4 as u32, ((attr.config4 >> 32) & 0xf) as u8)
 }
 
 /// `fcntl(F_SETOWN_EX)`: route an fd's signal to one thread.

@@ -39,7 +39,8 @@ pub use error::Error;
 pub use header::{BuildId, EventAttr, FileInfo, GroupDesc};
 pub use reader::{Ordered, PerfData, Records};
 pub use record::{
-    Comm, CpuMode, Event, Mmap, Mmap2Extra, Record, SampleId, Switch, Task, Throttle,
+    decode_ring_record, Comm, CpuMode, Event, Mmap, Mmap2Extra, Record, SampleId, Switch, Task,
+    Throttle,
 };
 pub use sample::{
     BranchEntry, BranchStack, Callchain, Context, ReadValue, ReadValues, Regs, Sample, StackUser,

@@ -280,6 +280,30 @@ impl Record<'_> {
     }
 }
 
+/// Decodes one record as the kernel wrote it into a perf ring buffer for an event opened
+/// with `attr` (the reader of a live ring has no file around it): a SAMPLE decoded per
+/// `attr.sample_type`, any other kernel record split from its sample-id trailer. `None`
+/// when the body is shorter than its fields.
+pub fn decode_ring_record<'a>(
+    kind: u32,
+    misc: u16,
+    body: &'a [u8],
+    attr: &Attr,
+) -> Option<(Event<'a>, SampleId)> {
+    if kind == RECORD_SAMPLE {
+        let s = Sample::decode(body, attr)?;
+        return Some((Event::Sample(s), SampleId::of_sample(&s)));
+    }
+    let split = body.len().checked_sub(attr.trailer_len())?;
+    let (fields, trailer) = body.split_at(split);
+    let id = if trailer.is_empty() {
+        SampleId::default()
+    } else {
+        SampleId::decode_trailer(trailer, attr)?
+    };
+    Some((decode_other(kind, misc, fields)?, id))
+}
+
 /// Decodes a non-sample kernel record's body (`body` excludes the trailer).
 pub(crate) fn decode_other(kind: u32, misc: u16, body: &[u8]) -> Option<Event<'_>> {
     let mut c = Cursor::new(body);
@@ -396,6 +420,27 @@ mod tests {
             Some(true)
         );
         assert_eq!(decode_other(200, 0, b"xy"), Some(Event::Other(b"xy")));
+    }
+
+    #[test]
+    fn ring_records_split_their_trailer_and_samples_decode_for_the_attr() {
+        let a = Attr {
+            sample_type: SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME,
+            flags: ATTR_SAMPLE_ID_ALL,
+            ..Attr::default()
+        };
+        // EXIT: pid, ppid, tid, ptid, time; trailer: tid, time, identifier.
+        let mut b = words(&[5 | (1 << 32), 5 | (1 << 32), 77]);
+        b.extend(words(&[5 | (5 << 32), 78, 9]));
+        let (e, id) = decode_ring_record(RECORD_EXIT, 0, &b, &a).unwrap();
+        assert!(matches!(e, Event::Exit(Task { pid: 5, ppid: 1, tid: 5, time: 77, .. })));
+        assert_eq!((id.pid, id.tid, id.time, id.id), (Some(5), Some(5), Some(78), Some(9)));
+        let s = words(&[9, 0x4000, 5 | (6 << 32), 100]);
+        let (e, id) = decode_ring_record(RECORD_SAMPLE, 2, &s, &a).unwrap();
+        let Event::Sample(s) = e else { panic!() };
+        assert_eq!((s.ip(), id.tid, id.time, id.id), (Some(0x4000), Some(6), Some(100), Some(9)));
+        assert_eq!(decode_ring_record(RECORD_SAMPLE, 2, &words(&[9, 1]), &a), None);
+        assert_eq!(decode_ring_record(RECORD_EXIT, 0, &words(&[1]), &a), None);
     }
 
     #[test]

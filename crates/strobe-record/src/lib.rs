@@ -9,6 +9,9 @@
 //! - [`procs`]: which processes of the recording live, and which streams are done.
 //! - [`stacks`]: each stream's stack table.
 //! - [`signals`]: Ctrl-C and termination while recording.
+//! - [`kernel`]: kernel mode, without injection: the kernel's per-CPU ring buffers for a
+//!   launched command, running processes (`-p`) or the whole system (`-a`); chosen
+//!   automatically for a program the agent cannot serve (static, Go).
 //!
 //! Owns: the recording's life cycle. Must never take samples itself (the agent does, in
 //! the target), touch clap types (the binary converts its arguments into
@@ -16,6 +19,7 @@
 
 pub mod calibrate;
 pub mod drain;
+pub mod kernel;
 pub mod procs;
 pub mod signals;
 pub mod stacks;
@@ -23,7 +27,7 @@ pub mod stacks;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strobe_format::{
     Baseline, BaselineCounter, CallGraph as FileCallGraph, EventDesc, Header, RecordMode,
@@ -33,6 +37,33 @@ use strobe_perf::spec::{self, GroupSpec};
 use strobe_protocol::{env, Arena, ArenaSizes, Calibration, CallGraph, RecordConfig};
 use strobe_target::launch::{Command, HeldChild};
 use strobe_target::Exit;
+
+/// How samples are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// By the agent injected with `LD_PRELOAD` (windows, the overhead budget).
+    Agent,
+    /// From the kernel's ring buffers, without injection ([`kernel`]).
+    Kernel,
+    /// The agent, unless the program is one it cannot serve (static, Go): then kernel
+    /// mode, saying why.
+    #[default]
+    Auto,
+}
+
+/// What is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Attach {
+    /// The command of [`RecordOptions::command`], launched by strobe.
+    #[default]
+    Launch,
+    /// Running processes (kernel mode): their threads and those they make, until they
+    /// exit, `--duration` passes, or strobe is interrupted.
+    Processes(Vec<u32>),
+    /// Every task on every CPU (kernel mode), until `--duration` passes or strobe is
+    /// interrupted.
+    System,
+}
 
 /// What to record (the plain options the binary builds from its arguments).
 #[derive(Debug, Clone)]
@@ -59,6 +90,18 @@ pub struct RecordOptions {
     pub agent: PathBuf,
     /// A command that does nothing, run with the agent preloaded to calibrate.
     pub calibration_command: Vec<OsString>,
+    /// Agent, kernel, or the agent where it can serve the program.
+    pub mode: Mode,
+    /// The launched command, running processes, or the whole system.
+    pub attach: Attach,
+    /// Stop after this long (running processes, the whole system).
+    pub duration: Option<Duration>,
+    /// Record off-CPU intervals with their stacks (kernel mode).
+    pub off_cpu: bool,
+    /// Kernel mode: bytes of ring buffer per CPU (`None`: the default).
+    pub ring_bytes: Option<u64>,
+    /// The user chose `call_graph` (rather than taking the default).
+    pub explicit_call_graph: bool,
 }
 
 /// Everything the user can get wrong, and the machine's refusals.
@@ -74,7 +117,7 @@ pub enum RecordError {
     #[error(transparent)]
     Target(#[from] strobe_target::Error),
     /// The agent cannot be injected into it.
-    #[error("cannot profile {}: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (rebuild without -static)", program.display())]
+    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it with --mode kernel, or rebuild without -static)", program.display())]
     NotInjectable {
         /// The program.
         program: PathBuf,
@@ -92,6 +135,32 @@ pub enum RecordError {
     /// The shared buffer cannot be created.
     #[error(transparent)]
     Arena(#[from] strobe_protocol::ArenaError),
+    /// Kernel mode: the per-CPU events or rings cannot be set up.
+    #[error(transparent)]
+    Rings(#[from] strobe_perf::percpu::RingSetError),
+    /// `-p` names no running process.
+    #[error("no process {pid} is running (-p takes the ids of running processes)")]
+    NoProcess {
+        /// The pid given.
+        pid: u32,
+    },
+    /// `-p` names another user's process.
+    #[error(
+        "process {pid} belongs to another user: record your own processes, or run strobe as \
+         root or with CAP_PERFMON"
+    )]
+    OtherUser {
+        /// The pid given.
+        pid: u32,
+    },
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
     /// Bad options.
     #[error("{0}")]
     Options(String),
@@ -129,9 +198,15 @@ pub struct Recorded {
     pub warnings: Vec<String>,
     /// The leader counts time (periods are ns).
     pub leader_is_time: bool,
+    /// How the samples were taken.
+    pub mode: RecordMode,
+    /// Why that way (the header's line).
+    pub mode_reason: String,
+    /// Off-CPU intervals recorded (`--off-cpu`).
+    pub off_cpu_intervals: u64,
 }
 
-fn event_descs(spec: &GroupSpec, kernel: bool) -> Vec<EventDesc> {
+pub(crate) fn event_descs(spec: &GroupSpec, kernel: bool) -> Vec<EventDesc> {
     spec.events
         .iter()
         .map(|e| {
@@ -149,7 +224,7 @@ fn event_descs(spec: &GroupSpec, kernel: bool) -> Vec<EventDesc> {
         .collect()
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer for the call.
     unsafe { libc::clock_gettime(clock, &mut ts) };
@@ -158,7 +233,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 
 /// This process's vDSO, as `/proc/self/maps` and `/proc/self/mem` show it; `None` when
 /// the kernel maps none (then its samples stay `[unknown in [vdso]]`).
-fn own_vdso() -> Option<strobe_format::Image> {
+pub(crate) fn own_vdso() -> Option<strobe_format::Image> {
     use std::os::unix::fs::FileExt;
     let maps = strobe_target::maps::mappings(None).ok()?;
     let vdso = maps.into_iter().find(|m| m.path.as_os_str() == "[vdso]")?;
@@ -167,8 +242,47 @@ fn own_vdso() -> Option<strobe_format::Image> {
     bytes.starts_with(b"\x7fELF").then(|| strobe_format::Image { name: "[vdso]".into(), bytes })
 }
 
+/// Why this recording is taken in kernel mode, or `None` for agent mode: the line the
+/// binary prints before recording, and the header's `mode_reason`.
+pub fn kernel_mode_reason(opts: &RecordOptions) -> Result<Option<String>, RecordError> {
+    match &opts.attach {
+        Attach::Processes(pids) => {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            return Ok(Some(format!(
+                "attached to running process{} {} (-p)",
+                if pids.len() == 1 { "" } else { "es" },
+                list.join(",")
+            )));
+        }
+        Attach::System => return Ok(Some("the whole system (-a)".into())),
+        Attach::Launch => {}
+    }
+    if opts.mode == Mode::Agent {
+        return Ok(None);
+    }
+    if opts.mode == Mode::Kernel {
+        return Ok(Some("asked for with --mode kernel".into()));
+    }
+    let Some(program) = opts.command.first() else { return Ok(None) };
+    let exe = Command::new(program.clone(), std::iter::empty::<OsString>()).resolve_program()?;
+    let name = exe.display();
+    if let Some(why) = strobe_target::inject::check_injectable(&exe)? {
+        return Ok(Some(format!("{name}: {why}, so the agent cannot be injected with LD_PRELOAD")));
+    }
+    if strobe_target::elf::is_go_program(&exe)? {
+        return Ok(Some(format!(
+            "{name} is a Go program, whose threads the agent cannot follow (Go starts them \
+             without pthread_create)"
+        )));
+    }
+    Ok(None)
+}
+
 /// How long the drain sleeps between passes when no agent wakes it.
 const IDLE_PASS: Duration = Duration::from_millis(100);
+/// How long a launched program may run with no agent in it before `--mode auto` follows
+/// it from the kernel's side (an agent registers within milliseconds of the exec).
+const AGENT_GRACE: Duration = Duration::from_millis(500);
 
 /// The delay between an overflow in user code and the handler's read, which a window's
 /// tail is measured against: the calibration's mean. 0 (tails off) when it was not
@@ -208,6 +322,16 @@ fn cycle_extra(b: &strobe_protocol::Baseline) -> u64 {
 pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     if opts.wakeup == 0 {
         return Err(RecordError::Options("--wakeup must be at least 1".into()));
+    }
+    if let Some(reason) = kernel_mode_reason(opts)? {
+        return kernel::record(opts, reason);
+    }
+    if opts.off_cpu {
+        return Err(RecordError::Options(
+            "--off-cpu records from the kernel's ring buffers: use it with --mode kernel, -p \
+             or -a"
+                .into(),
+        ));
     }
     let hardware = strobe_perf::pmu::hardware_pmu_available();
     let spec = match &opts.events {
@@ -340,8 +464,39 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
     let mut cpu_ns = None;
     let mut waiting_note = false;
     let mut warnings = Vec::new();
+    let mut no_agent_since = Instant::now();
     loop {
         drainer.wait(IDLE_PASS);
+        if opts.mode == Mode::Auto && exit.is_none() {
+            // No agent runs in the program (it never started, or the program replaced
+            // its image without LD_PRELOAD): follow it from the kernel's side.
+            let agents = drainer
+                .procs()
+                .all()
+                .filter(|p| p.state == strobe_protocol::ProcState::Running && !p.dead)
+                .count();
+            if agents > 0 {
+                no_agent_since = Instant::now();
+            } else if no_agent_since.elapsed() >= AGENT_GRACE && !signals::exited(&child) {
+                let seen = drainer.procs().len();
+                drainer.finish(None).map_err(out_err)?;
+                let program = exe.display();
+                let reason = if seen == 0 {
+                    format!(
+                        "the agent did not start in {program} within {} ms (a setuid program, \
+                         or one that clears LD_PRELOAD), so strobe followed it from the \
+                         kernel's side",
+                        AGENT_GRACE.as_millis()
+                    )
+                } else {
+                    format!(
+                        "{program} went on without the agent (it replaced its image without \
+                         LD_PRELOAD), so strobe followed it from the kernel's side"
+                    )
+                };
+                return kernel::adopt(opts, reason, kernel::Adopted { child, forward });
+            }
+        }
         if exit.is_none() && signals::exited(&child) {
             // A zombie still shows its threads' CPU time: read it before reaping.
             cpu_ns = procs::process_cpu_ns(pid);
@@ -437,5 +592,8 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         notes: arena.notes(),
         warnings,
         leader_is_time: spec.leader().is_time,
+        mode: RecordMode::Agent,
+        mode_reason: "launched with the agent preloaded (LD_PRELOAD)".into(),
+        off_cpu_intervals: 0,
     })
 }

@@ -44,6 +44,17 @@ impl Forwarder {
     /// starts the thread that takes them and passes those sent to strobe alone on to
     /// `child`.
     pub fn start(child: libc::pid_t) -> Forwarder {
+        Forwarder::start_for(Some(child))
+    }
+
+    /// The same without a child to pass signals on to (a recording of running processes
+    /// or of the whole system, which a signal ends): only [`Forwarder::interrupted`]
+    /// tells that one came.
+    pub fn watch() -> Forwarder {
+        Forwarder::start_for(None)
+    }
+
+    fn start_for(child: Option<libc::pid_t>) -> Forwarder {
         let set = signal_set();
         // SAFETY: `old` is a valid out-parameter; blocking signals has no other effect.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -69,9 +80,12 @@ impl Forwarder {
                     // SAFETY: reading the sender of a signal sigtimedwait filled in.
                     let from = unsafe { info.si_pid() };
                     let sent = info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE;
-                    if sent && from != child {
-                        // SAFETY: kill on our own child (not reaped before `stop`).
-                        unsafe { libc::kill(child, sig) };
+                    match child {
+                        Some(child) if sent && from != child && child > 0 => {
+                            // SAFETY: kill on our own child (not reaped before `stop`).
+                            unsafe { libc::kill(child, sig) };
+                        }
+                        _ => {}
                     }
                 }
             })

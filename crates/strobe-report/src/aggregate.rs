@@ -22,7 +22,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::input::{Baseline, Mapping, RecordInfo, Sample, SampleKind, StackNode};
+use crate::input::{Baseline, KernelSymbol, Mapping, RecordInfo, Sample, SampleKind, StackNode};
 use crate::report::{Report, WindowPolicy};
 use crate::stats::WindowSums;
 use crate::tally::{LostThread, Tally, WindowKey};
@@ -126,6 +126,29 @@ impl Aggregator {
     /// Records the bytes of a module with no file (the vDSO), by its mapping name.
     pub fn add_image(&mut self, name: String, bytes: Vec<u8>) {
         self.t.spaces.add_image(name, bytes);
+    }
+
+    /// Adds kernel symbols: kernel addresses are named from them.
+    pub fn add_kernel_symbols(&mut self, syms: impl IntoIterator<Item = KernelSymbol>) {
+        self.t.spaces.add_kernel_symbols(syms);
+    }
+
+    /// Names kernel addresses no added symbol covers from `table` (the running kernel's,
+    /// for a source recorded on it).
+    pub fn set_kallsyms(&mut self, table: strobe_target::kallsyms::Kallsyms) {
+        self.t.spaces.set_kallsyms(table);
+    }
+
+    /// Adds an interval thread `tid` of `pid` spent switched out (`ns` long), leaving at
+    /// `ip` with callers `stack` (preempted: runnable, waiting for a CPU).
+    pub fn add_off_cpu(&mut self, pid: u32, ip: u64, stack: u32, ns: u64, preempted: bool) {
+        let space = self.space(pid);
+        let e = self.t.off_cpu.entry((space, ip, stack)).or_default();
+        e.intervals += 1;
+        e.ns = e.ns.saturating_add(ns);
+        if preempted {
+            e.preempted_ns = e.preempted_ns.saturating_add(ns);
+        }
     }
 
     /// `pid` replaced its image (exec): later mappings and samples belong to a new

@@ -164,16 +164,59 @@ pub fn render_tree(report: &Report, root: &TreeNode, dir: Direction, min_pct: f6
     out
 }
 
+/// Which time a folded line weighs (recordings with off-CPU intervals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeWeight {
+    /// On-CPU time: the path's samples times the period.
+    OnCpu,
+    /// Time switched out on the path.
+    OffCpu,
+    /// Both.
+    Wall,
+}
+
+impl TimeWeight {
+    /// The name `--metric` takes for it.
+    pub fn parse(name: &str) -> Option<TimeWeight> {
+        match name {
+            "on-cpu" | "on_cpu" => Some(TimeWeight::OnCpu),
+            "off-cpu" | "off_cpu" => Some(TimeWeight::OffCpu),
+            "wall" => Some(TimeWeight::Wall),
+            _ => None,
+        }
+    }
+}
+
+/// Folded stacks weighted by time: one `outermost;...;function US` line per call path,
+/// `US` its on-CPU, off-CPU or wall time in microseconds (on-CPU time is the path's
+/// samples times the period, so it needs a time leader).
+pub fn folded_time(report: &Report, weight: TimeWeight) -> String {
+    let period = if report.leader_is_time() { report.info.period as f64 } else { 0.0 };
+    folded_by(report, |p| {
+        let on = p.samples as f64 * period;
+        let off = p.off_cpu_ns as f64;
+        (match weight {
+            TimeWeight::OnCpu => on,
+            TimeWeight::OffCpu => off,
+            TimeWeight::Wall => on + off,
+        }) / 1e3
+    })
+}
+
 /// Folded stacks: one `outermost;...;function N` line per call path, `N` its samples or,
 /// with `metric`, the net sum of that counter over the path's windows (rounded; paths
 /// with no windows are left out then).
 pub fn folded(report: &Report, counter: Option<usize>) -> String {
+    folded_by(report, |p| match counter {
+        None => p.samples as f64,
+        Some(c) => p.sums.sums.get(c).copied().unwrap_or(0.0).max(0.0),
+    })
+}
+
+fn folded_by(report: &Report, weight_of: impl Fn(&PathStats) -> f64) -> String {
     let mut lines: FxHashMap<String, f64> = FxHashMap::default();
     for p in &report.paths {
-        let weight = match counter {
-            None => p.samples as f64,
-            Some(c) => p.sums.sums.get(c).copied().unwrap_or(0.0).max(0.0),
-        };
+        let weight = weight_of(p);
         if weight <= 0.0 {
             continue;
         }

@@ -130,6 +130,11 @@ pub struct Baseline {
     pub uncounted: f64,
 }
 
+/// A kernel function: where it starts, how long it is, its name and module (empty for the
+/// kernel image). Kernel-mode recordings carry the ones they hit; a perf.data report
+/// reads the running kernel's when the file was recorded on it.
+pub use strobe_target::kallsyms::KernelSymbol;
+
 /// The executable mappings in the text of a /proc/PID/maps file, in file order, read with
 /// strobe-target's parser (lines that do not parse are skipped).
 pub fn parse_proc_maps(text: &str) -> Vec<Mapping> {

@@ -52,9 +52,13 @@ pub mod timeline;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;
-pub use input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
+pub use input::{
+    Baseline, BaselineCounter, KernelSymbol, Mapping, RecordInfo, Sample, SampleKind, StackNode,
+};
 pub use render::{render, Format, RenderOptions};
-pub use report::{BaselineUse, FunctionStats, PathStats, Report, WindowPolicy, UNSAMPLED};
+pub use report::{
+    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, UNSAMPLED,
+};
 pub use stats::{Estimate, WindowSums};
 pub use symbolize::SymbolOptions;
 pub use tally::LostThread;

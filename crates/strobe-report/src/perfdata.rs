@@ -15,8 +15,10 @@
 //!   exec (COMM with COMM_EXEC) starts a new address space; a new process (FORK with a
 //!   new pid) starts with a copy of its parent's mappings, as the kernel gives it.
 //! - **Kernel samples** land in one pseudo mapping, `[kernel]`, over the upper half of the
-//!   address space (where every 64-bit Linux puts the kernel): they are reported as one
-//!   row, `[unknown in [kernel]]`, until the engine can symbolize with /proc/kallsyms.
+//!   address space (where every 64-bit Linux puts the kernel). When the file was recorded
+//!   on the running kernel (its `[kernel.kallsyms]` build id is this kernel's) and
+//!   `/proc/kallsyms` shows addresses, they are named from it, as `perf report` names
+//!   them; otherwise they are one row, `[unknown in [kernel]]`.
 //! - **The vDSO** has no file: perf keeps a copy of it in its build-id cache
 //!   (`$PERF_BUILDID_DIR`, else `~/.debug`, as `[vdso]/BUILD_ID/vdso`), which names its
 //!   functions here as it does for `perf report`.
@@ -142,11 +144,15 @@ pub fn load(
             _ => {}
         }
     }
-    if feed.kernel_samples > 0 {
-        notes.push(format!(
-            "{} kernel samples are reported as one row, [unknown in {KERNEL_MODULE}] (no kernel symbols yet)",
-            feed.kernel_samples
-        ));
+    if feed.kernel_samples > 0 || feed.kernel_frames {
+        match this_kernels_symbols(data) {
+            Ok(table) => feed.agg.set_kallsyms(table),
+            Err(why) if feed.kernel_samples > 0 => notes.push(format!(
+                "{} kernel samples are reported as one row, [unknown in {KERNEL_MODULE}] ({why})",
+                feed.kernel_samples
+            )),
+            Err(_) => {}
+        }
     }
     if feed.unknown_id > 0 {
         notes.push(format!(
@@ -181,6 +187,8 @@ struct Feed {
     frames: Vec<u64>,
     /// The first sample's time.
     first_time: Option<u64>,
+    /// A call chain held a kernel frame.
+    kernel_frames: bool,
 }
 
 impl Feed {
@@ -194,6 +202,7 @@ impl Feed {
             group,
             frames: Vec::new(),
             first_time: None,
+            kernel_frames: false,
             maps: FxHashMap::default(),
             samples_read: 0,
             kernel_samples: 0,
@@ -261,6 +270,7 @@ impl Feed {
             Some(chain) => {
                 self.frames.clear();
                 self.frames.extend(chain.frames().map(|(_, addr)| addr));
+                self.kernel_frames |= self.frames.iter().any(|&a| a >= KERNEL_START);
                 // The chain starts at the sampled address itself.
                 let callers = match self.frames.first() {
                     Some(&first) if first == ip => &self.frames[1..],
@@ -284,6 +294,29 @@ impl Feed {
             values: values.get(..n).unwrap_or(&values),
         });
     }
+}
+
+/// The running kernel's symbols, if the file was recorded on this kernel (the build id
+/// perf saved for `[kernel.kallsyms]` is the running kernel's) and `/proc/kallsyms`
+/// shows addresses; otherwise why not.
+fn this_kernels_symbols(
+    data: &PerfData<'_>,
+) -> Result<strobe_target::kallsyms::Kallsyms, &'static str> {
+    let recorded = data
+        .info()
+        .build_ids
+        .iter()
+        .find(|b| b.path == "[kernel.kallsyms]")
+        .ok_or("the file has no build id for the kernel")?;
+    let running = strobe_target::kallsyms::running_build_id()
+        .ok_or("this kernel's build id is unreadable")?;
+    // perf pads build ids to 20 bytes.
+    let n = running.len().min(recorded.id.len());
+    if recorded.id.get(..n) != running.get(..n) {
+        return Err("it was recorded on another kernel");
+    }
+    strobe_target::kallsyms::Kallsyms::load()
+        .ok_or("/proc/kallsyms hides addresses here (kernel.kptr_restrict)")
 }
 
 /// The vDSO image perf cached for this recording, if its build-id cache has it.
@@ -616,7 +649,12 @@ mod tests {
             r.lost_by_thread.iter().map(|t| (t.tid, t.lost)).collect::<Vec<_>>(),
             [(PID, 10)]
         );
-        assert!(l.notes.iter().any(|n| n.contains("1 kernel samples")), "{:?}", l.notes);
+        assert!(
+            l.notes.iter().any(|n| n.contains("1 kernel samples")
+                && n.contains("no build id for the kernel")),
+            "{:?}",
+            l.notes
+        );
         assert!(l.notes.iter().any(|n| n.contains("1 samples carry an event id")), "{:?}", l.notes);
         let source = r.info.source.as_deref().unwrap();
         assert!(

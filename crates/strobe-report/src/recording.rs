@@ -80,7 +80,9 @@ pub fn read_with(
         window: header.window.unwrap_or(0),
         jitter: header.jitter.unwrap_or(0),
         command: header.command.clone(),
-        source: None,
+        // A kernel-mode recording says so, and why, in the report's header.
+        source: (header.mode == strobe_format::RecordMode::Kernel)
+            .then(|| format!("kernel mode (perf ring buffers): {}", header.mode_reason)),
     };
     let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
     let clock =
@@ -158,6 +160,8 @@ pub fn read_with(
             Record::Lost { stream, lost } => {
                 for l in lost {
                     agg.add_lost(stream, l.tid, l.lost);
+                    // Samples lost were taken, not missed: they are no unsampled time.
+                    *per_stream.entry(stream).or_insert(0) += l.lost;
                 }
             }
             Record::Note { note, .. } => {
@@ -206,6 +210,19 @@ pub fn read_with(
                     let residual =
                         end.cpu_ns.map_or(0.0, |cpu| (cpu as f64 - n * uncounted) / c - n);
                     agg.add_unsampled(before.max(residual));
+                }
+            }
+            Record::KernelSymbols(syms) => {
+                agg.add_kernel_symbols(syms.into_iter().map(|k| crate::input::KernelSymbol {
+                    start: k.start,
+                    size: k.size,
+                    name: k.name,
+                    module: k.module,
+                }))
+            }
+            Record::OffCpu { stream, intervals, .. } => {
+                for i in intervals {
+                    agg.add_off_cpu(stream, i.ip, i.stack, i.duration, i.preempted);
                 }
             }
             Record::Threads { stream, threads } => {

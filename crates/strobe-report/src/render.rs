@@ -60,6 +60,10 @@ pub enum Column {
     TotalPct,
     /// Attributed windows.
     Windows,
+    /// Off-CPU time in the function (self).
+    OffCpu,
+    /// Wall time in the function: on-CPU plus off-CPU (self).
+    Wall,
     /// A derived metric.
     Metric(&'static MetricDef),
 }
@@ -74,6 +78,8 @@ impl Column {
             Column::TimePct => "time_pct",
             Column::TotalPct => "total_pct",
             Column::Windows => "windows",
+            Column::OffCpu => "off_cpu_ms",
+            Column::Wall => "wall_ms",
             Column::Metric(m) => m.key,
         }
     }
@@ -88,6 +94,8 @@ pub fn sort_column(report: &Report, name: &str) -> Result<Column, ReportError> {
         (Column::Samples, &["samples", "#"][..]),
         (Column::TimePct, &["time_pct", "time", "time%", "%time"][..]),
         (Column::Windows, &["windows"][..]),
+        (Column::OffCpu, &["off_cpu_ms", "off_cpu", "off-cpu", "offcpu"][..]),
+        (Column::Wall, &["wall_ms", "wall"][..]),
     ];
     for (col, names) in fixed {
         if names.iter().any(|n| n.eq_ignore_ascii_case(want)) {
@@ -108,6 +116,9 @@ pub fn sort_column(report: &Report, name: &str) -> Result<Column, ReportError> {
     }
     let mut all: Vec<&str> =
         vec!["samples", "time_pct", "total_pct", "windows", "function", "module"];
+    if report.off_cpu.is_some() {
+        all.extend(["off_cpu_ms", "wall_ms"]);
+    }
     all.extend(report.metrics().iter().map(|m| m.key));
     Err(ReportError::UnknownSort { column: want.to_string(), choices: all.join(", ") })
 }
@@ -121,6 +132,8 @@ pub fn ordered(report: &Report, sort: Column, top: Option<usize>) -> Vec<&Functi
             Column::TimePct => Some(report.time_pct(f)),
             Column::TotalPct => Some(f.total_samples as f64),
             Column::Windows => Some(f.windows as f64),
+            Column::OffCpu => Some(f.off_cpu_ns as f64),
+            Column::Wall => Some(wall_ns(report, f, false)),
             Column::Metric(m) => report.metric(f, m),
             Column::Function | Column::Module => None,
         }
@@ -181,6 +194,17 @@ pub fn leader_amount(report: &Report, v: f64) -> String {
     }
 }
 
+/// `f`'s wall time in ns: its on-CPU time (samples times the period; 0 when the leader
+/// does not count time) plus its off-CPU time; `total` with its callees.
+pub fn wall_ns(report: &Report, f: &FunctionStats, total: bool) -> f64 {
+    let off = if total { f.total_off_cpu_ns } else { f.off_cpu_ns };
+    report.on_cpu_ns(f, total).unwrap_or(0.0) + off as f64
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.1}", ns / 1e6)
+}
+
 /// The lines printed above the table (and, for lost samples, on stderr by the CLI).
 pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     let mut lines = Vec::new();
@@ -216,6 +240,15 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     }
     lines.push(period);
     lines.push(baseline_line(report));
+    if let Some(o) = &report.off_cpu {
+        lines.push(format!(
+            "off-cpu:  {} intervals, {:.3} s switched out ({:.3} s of it preempted, waiting for \
+             a CPU); wall = on-CPU (samples x period) + off-CPU",
+            o.intervals,
+            o.ns as f64 / 1e9,
+            o.preempted_ns as f64 / 1e9
+        ));
+    }
     lines.push(format!(
         "samples:  {} ({} lost); windows: {} used, {} discarded (start and end in different \
          functions, policy {}), {} unpaired",
@@ -256,8 +289,8 @@ pub fn baseline_line(report: &Report) -> String {
         }
         BaselineUse::NotApplied(why) => format!("baseline: not subtracted ({why})"),
         BaselineUse::Absent if report.info.source.is_some() => {
-            "baseline: none (not a strobe recording): interval metrics include whatever the \
-             recorder's own sampling counted"
+            "baseline: none (not sampled by strobe's agent): interval metrics include whatever \
+             the recorder's own sampling counted"
                 .into()
         }
         BaselineUse::Absent => "baseline: none recorded: window metrics include the sampler's \
@@ -330,6 +363,13 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
     if report.has_stacks {
         header.push("total%".into());
     }
+    let off = report.off_cpu.is_some();
+    if off {
+        header.extend(["on-cpu ms".into(), "off-cpu ms".into(), "wall ms".into()]);
+        if report.has_stacks {
+            header.push("total wall".into());
+        }
+    }
     header.push("windows".into());
     header.extend(metrics.iter().map(|m| m.header.to_string()));
     header.push("module".into());
@@ -344,6 +384,14 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
             ];
             if report.has_stacks {
                 r.push(format!("{:.1}", report.total_estimate(f).value));
+            }
+            if off {
+                r.push(report.on_cpu_ns(f, false).map_or_else(|| "-".into(), ms));
+                r.push(ms(f.off_cpu_ns as f64));
+                r.push(ms(wall_ns(report, f, false)));
+                if report.has_stacks {
+                    r.push(ms(wall_ns(report, f, true)));
+                }
             }
             // A metric resting on fewer than 30 windows is marked.
             let few = if report.few_windows(f) { "*" } else { "" };
@@ -423,6 +471,12 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    let off = report.off_cpu.is_some();
+    if off {
+        for c in OFF_CPU_KEYS {
+            cols.push(c.to_string());
+        }
+    }
     for m in &metrics {
         cols.push(m.key.to_string());
         cols.push(format!("{}_low", m.key));
@@ -450,6 +504,9 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
             f.windows.to_string(),
             f.total_windows.to_string(),
         ];
+        if off {
+            r.extend(off_cpu_values(report, f).iter().map(|v| format!("{v:.3}")));
+        }
         let estimates = metrics
             .iter()
             .map(|m| (m, report.metric_estimate(f, m)))
@@ -475,6 +532,23 @@ fn csv(report: &Report, rows: &[&FunctionStats]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The off-CPU columns of CSV and JSON, in ms: on-CPU, off-CPU and wall time, self then
+/// with callees.
+const OFF_CPU_KEYS: [&str; 6] =
+    ["on_cpu_ms", "off_cpu_ms", "wall_ms", "total_on_cpu_ms", "total_off_cpu_ms", "total_wall_ms"];
+
+fn off_cpu_values(report: &Report, f: &FunctionStats) -> [f64; 6] {
+    let on = |t| report.on_cpu_ns(f, t).unwrap_or(0.0) / 1e6;
+    [
+        on(false),
+        f.off_cpu_ns as f64 / 1e6,
+        wall_ns(report, f, false) / 1e6,
+        on(true),
+        f.total_off_cpu_ns as f64 / 1e6,
+        wall_ns(report, f, true) / 1e6,
+    ]
 }
 
 /// Rounds to 4 decimal places: more than any measurement here supports, and stable
@@ -505,6 +579,12 @@ impl Serialize for JsonFunction<'_> {
         map.serialize_entry("windows", &f.windows)?;
         map.serialize_entry("few_windows", &r.few_windows(f))?;
         map.serialize_entry("total_windows", &f.total_windows)?;
+        if r.off_cpu.is_some() {
+            for (k, v) in OFF_CPU_KEYS.iter().zip(off_cpu_values(r, f)) {
+                map.serialize_entry(k, &round4(v))?;
+            }
+            map.serialize_entry("off_cpu_intervals", &f.off_cpu_intervals)?;
+        }
         let finite = |v: f64| v.is_finite().then(|| round4(v));
         for (prefix, total) in [("", false), ("total_", true)] {
             for m in &metrics {
@@ -541,7 +621,16 @@ struct JsonReport<'r> {
     windows_discarded: u64,
     windows_unpaired: u64,
     window_policy: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    off_cpu: Option<JsonOffCpu>,
     functions: Vec<JsonFunction<'r>>,
+}
+
+#[derive(Serialize)]
+struct JsonOffCpu {
+    intervals: u64,
+    ms: f64,
+    preempted_ms: f64,
 }
 
 fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String {
@@ -569,6 +658,11 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
         windows_discarded: report.windows_discarded,
         windows_unpaired: report.windows_unpaired,
         window_policy: report.policy.name(),
+        off_cpu: report.off_cpu.map(|o| JsonOffCpu {
+            intervals: o.intervals,
+            ms: round4(o.ns as f64 / 1e6),
+            preempted_ms: round4(o.preempted_ns as f64 / 1e6),
+        }),
         functions: rows.iter().map(|f| JsonFunction { report, f }).collect(),
     };
     // Serializing plain data into a String cannot fail.

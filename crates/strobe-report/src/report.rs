@@ -90,6 +90,13 @@ pub struct FunctionStats {
     pub total_windows: u64,
     /// Net counter deltas over those windows.
     pub total_sums: WindowSums,
+    /// Off-CPU time (ns) of intervals whose thread left the CPU in the function (self):
+    /// blocked in a system call it made, or preempted in it.
+    pub off_cpu_ns: u64,
+    /// Off-CPU time (ns) with the function anywhere on the stack (self and callees).
+    pub total_off_cpu_ns: u64,
+    /// Off-CPU intervals that left in the function.
+    pub off_cpu_intervals: u64,
 }
 
 /// One call path (functions from the outermost caller to the sampled function) and what
@@ -103,6 +110,19 @@ pub struct PathStats {
     pub samples: u64,
     /// Net window sums of the windows that started on this path (and were attributed).
     pub sums: WindowSums,
+    /// Off-CPU time (ns) of intervals that left the CPU on exactly this path.
+    pub off_cpu_ns: u64,
+}
+
+/// The off-CPU intervals of a recording (`strobe record --off-cpu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffCpuTotals {
+    /// Intervals.
+    pub intervals: u64,
+    /// Their total length, ns.
+    pub ns: u64,
+    /// The part spent preempted (runnable, waiting for a CPU), ns.
+    pub preempted_ns: u64,
 }
 
 /// Whether the baseline was subtracted.
@@ -164,6 +184,8 @@ pub struct Report {
     /// Every sample in time order, by thread, when the aggregation kept them
     /// ([`Aggregator::keep_timeline`](crate::Aggregator::keep_timeline)).
     pub timeline: Option<crate::timeline::Timeline>,
+    /// Off-CPU totals, when the recording has off-CPU intervals.
+    pub off_cpu: Option<OffCpuTotals>,
 }
 
 impl Report {
@@ -195,6 +217,10 @@ impl Report {
             t.samples.iter().map(|(&k, &c)| (k, c)).collect();
         let sample_addrs: Vec<usize> =
             sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
+        let off_keys: Vec<((u32, u64, u32), crate::tally::OffCpuSums)> =
+            t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
+        let off_addrs: Vec<usize> =
+            off_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
         let window_addrs: Vec<(usize, usize)> = t
             .windows
             .iter()
@@ -206,7 +232,8 @@ impl Report {
             .iter()
             .map(|&((sp, _, st), _)| (sp, st))
             .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)))
-            .chain(t.windows.iter().map(|(k, _)| (k.space, k.end_stack)));
+            .chain(t.windows.iter().map(|(k, _)| (k.space, k.end_stack)))
+            .chain(off_keys.iter().map(|&((sp, _, st), _)| (sp, st)));
         for (sp, st) in used_stacks {
             if st == 0 || stack_frames.contains_key(&(sp, st)) {
                 continue;
@@ -235,6 +262,9 @@ impl Report {
                     sums: WindowSums::new(width),
                     total_windows: 0,
                     total_sums: WindowSums::new(width),
+                    off_cpu_ns: 0,
+                    total_off_cpu_ns: 0,
+                    off_cpu_intervals: 0,
                 });
                 hottest.push(0);
                 functions.len() - 1
@@ -295,7 +325,12 @@ impl Report {
             if let Some(&i) = path_index.get(&fr) {
                 return i;
             }
-            paths.push(PathStats { frames: fr.clone(), samples: 0, sums: WindowSums::new(width) });
+            paths.push(PathStats {
+                frames: fr.clone(),
+                samples: 0,
+                sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+            });
             path_index.insert(fr, paths.len() - 1);
             paths.len() - 1
         };
@@ -330,6 +365,33 @@ impl Report {
                         seen.push(g);
                         if let Some(f) = functions.get_mut(g) {
                             f.total_samples += count;
+                        }
+                    }
+                }
+            }
+        }
+
+        // Off-CPU intervals: to the function the thread left in, and its call path.
+        let mut off_cpu: Option<OffCpuTotals> = None;
+        for (&((space, _, stack), sums), &a) in off_keys.iter().zip(&off_addrs) {
+            let totals = off_cpu.get_or_insert_with(OffCpuTotals::default);
+            totals.intervals += sums.intervals;
+            totals.ns = totals.ns.saturating_add(sums.ns);
+            totals.preempted_ns = totals.preempted_ns.saturating_add(sums.preempted_ns);
+            let Some(&fi) = func_of.get(a) else { continue };
+            if let Some(f) = functions.get_mut(fi) {
+                f.off_cpu_ns = f.off_cpu_ns.saturating_add(sums.ns);
+                f.off_cpu_intervals += sums.intervals;
+            }
+            let p = path_of(&mut paths, &mut path_index, space, stack, Some(a), fi);
+            if let Some(ps) = paths.get_mut(p) {
+                ps.off_cpu_ns = ps.off_cpu_ns.saturating_add(sums.ns);
+                seen.clear();
+                for &g in &ps.frames {
+                    if !seen.contains(&g) {
+                        seen.push(g);
+                        if let Some(f) = functions.get_mut(g) {
+                            f.total_off_cpu_ns = f.total_off_cpu_ns.saturating_add(sums.ns);
                         }
                     }
                 }
@@ -408,11 +470,15 @@ impl Report {
                 sums: WindowSums::new(width),
                 total_windows: 0,
                 total_sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+                total_off_cpu_ns: 0,
+                off_cpu_intervals: 0,
             });
             paths.push(PathStats {
                 frames: vec![functions.len() - 1],
                 samples: unsampled,
                 sums: WindowSums::new(width),
+                off_cpu_ns: 0,
             });
         }
 
@@ -428,7 +494,9 @@ impl Report {
         // Renumber without functions met only as the end of discarded windows.
         let keep: Vec<bool> = functions
             .iter()
-            .map(|f| f.samples > 0 || f.windows > 0 || f.total_samples > 0)
+            .map(|f| {
+                f.samples > 0 || f.windows > 0 || f.total_samples > 0 || f.total_off_cpu_ns > 0
+            })
             .collect();
         let mut new_index = vec![usize::MAX; functions.len()];
         let mut kept = Vec::new();
@@ -447,12 +515,12 @@ impl Report {
         let mut path_renumber = vec![usize::MAX; paths.len()];
         let mut next = 0;
         for (i, p) in paths.iter().enumerate() {
-            if p.samples > 0 || p.sums.n > 0 {
+            if p.samples > 0 || p.sums.n > 0 || p.off_cpu_ns > 0 {
                 path_renumber[i] = next;
                 next += 1;
             }
         }
-        paths.retain(|p| p.samples > 0 || p.sums.n > 0);
+        paths.retain(|p| p.samples > 0 || p.sums.n > 0 || p.off_cpu_ns > 0);
         let timeline = t.timeline.take().map(|raw| {
             for p in key_path.values_mut() {
                 *p = path_renumber.get(*p).copied().unwrap_or(usize::MAX);
@@ -490,6 +558,7 @@ impl Report {
             policy,
             all,
             timeline,
+            off_cpu,
         }
     }
 
@@ -597,6 +666,13 @@ impl Report {
     /// The index of the function named `name` (first match in any module).
     pub fn function_index(&self, name: &str) -> Option<usize> {
         self.functions.iter().position(|f| f.function == name)
+    }
+
+    /// `f`'s on-CPU time in ns, self (`total`: with its callees): its time samples times
+    /// the period, when the leader counts time.
+    pub fn on_cpu_ns(&self, f: &FunctionStats, total: bool) -> Option<f64> {
+        let n = if total { f.total_samples } else { f.samples };
+        self.leader_is_time().then_some(n as f64 * self.info.period as f64)
     }
 
     /// True when the leader counts time, so periods and windows are nanoseconds.

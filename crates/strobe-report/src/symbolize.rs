@@ -33,7 +33,12 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use rustc_hash::FxHashMap;
 
-use crate::input::Mapping;
+use crate::input::{KernelSymbol, Mapping};
+
+/// Where the kernel half of a 64-bit address space starts.
+pub(crate) const KERNEL_START: u64 = 1 << 63;
+/// The module name of the kernel image.
+pub(crate) const KERNEL_MODULE: &str = "[kernel]";
 
 /// The processes' address spaces, keyed by a small id the aggregation uses.
 #[derive(Debug, Default)]
@@ -47,6 +52,11 @@ pub(crate) struct Spaces {
     /// Space id -> the OS pid of its process, when the source says (JIT symbol files
     /// are named by it).
     pids: FxHashMap<u32, u32>,
+    /// Kernel functions, sorted by start.
+    kernel: Vec<KernelSymbol>,
+    /// The running kernel's whole table, for sources that carry no kernel symbols of
+    /// their own (perf.data recorded on this kernel).
+    kallsyms: Option<strobe_target::kallsyms::Kallsyms>,
 }
 
 #[derive(Debug)]
@@ -105,6 +115,25 @@ impl Spaces {
     /// Records the bytes of the module mapped under `name` (a pseudo path like `[vdso]`).
     pub(crate) fn add_image(&mut self, name: String, bytes: Vec<u8>) {
         self.images.insert(name, bytes);
+    }
+
+    /// Adds kernel symbols (later ones with the same start are dropped).
+    pub(crate) fn add_kernel_symbols(&mut self, syms: impl IntoIterator<Item = KernelSymbol>) {
+        self.kernel.extend(syms);
+        self.kernel.sort_by_key(|k| k.start);
+        self.kernel.dedup_by_key(|k| k.start);
+    }
+
+    /// Names kernel addresses from the running kernel's table too.
+    pub(crate) fn set_kallsyms(&mut self, table: strobe_target::kallsyms::Kallsyms) {
+        self.kallsyms = Some(table);
+    }
+
+    /// The kernel function holding `ip`.
+    fn kernel_symbol(&self, ip: u64) -> Option<KernelSymbol> {
+        let i = self.kernel.partition_point(|k| k.start <= ip).checked_sub(1);
+        let listed = i.and_then(|i| self.kernel.get(i)).filter(|k| ip - k.start < k.size);
+        listed.cloned().or_else(|| self.kallsyms.as_ref()?.lookup(ip))
     }
 
     fn sort(&mut self) {
@@ -229,6 +258,28 @@ pub(crate) fn symbolize_with(
     // JIT symbols per OS pid, loaded on first use.
     let mut jit: FxHashMap<u32, crate::jit::JitSymbols> = FxHashMap::default();
     for (i, &(space, ip)) in addrs.iter().enumerate() {
+        if ip >= KERNEL_START {
+            let Some(slot) = out.get_mut(i) else { continue };
+            if let Some(k) = spaces.kernel_symbol(ip) {
+                let module = if k.module.is_empty() {
+                    KERNEL_MODULE.to_string()
+                } else {
+                    format!("[{}]", k.module)
+                };
+                *slot = Frame {
+                    function: k.name,
+                    module_path: module.clone(),
+                    module,
+                    source: None,
+                    inlined: Vec::new(),
+                };
+                continue;
+            }
+            if spaces.locate(space, ip).is_none() {
+                *slot = unknown_in(KERNEL_MODULE);
+                continue;
+            }
+        }
         let m = spaces.locate(space, ip);
         if !opts.no_jit && m.is_none_or(|m| maybe_jit(&m.path)) {
             if let Some(pid) = spaces.pid_of(space) {
@@ -434,5 +485,30 @@ mod tests {
         // A forked child without mappings of its own resolves through its parent's.
         let child = s.space_of(2);
         assert_eq!(s.locate(child, 0x5800).map(|m| m.path.as_str()), Some("/other"));
+    }
+
+    #[test]
+    fn kernel_addresses_are_named_from_kernel_symbols() {
+        let mut s = Spaces::default();
+        let k = |start, size, name: &str, module: &str| KernelSymbol {
+            start,
+            size,
+            name: name.into(),
+            module: module.into(),
+        };
+        s.add_kernel_symbols([
+            k(0xffff_ffff_8100_0000, 0x100, "clear_page_erms", ""),
+            k(0xffff_ffff_c000_0000, 0x40, "ext4_read", "ext4"),
+        ]);
+        let sp = s.space_of(1);
+        let addrs = [
+            (sp, 0xffff_ffff_8100_0010),
+            (sp, 0xffff_ffff_c000_0020),
+            (sp, 0xffff_ffff_8100_0100), // past the symbol's size
+        ];
+        let f = symbolize(&mut s, &addrs);
+        assert_eq!((f[0].function.as_str(), f[0].module.as_str()), ("clear_page_erms", "[kernel]"));
+        assert_eq!((f[1].function.as_str(), f[1].module.as_str()), ("ext4_read", "[ext4]"));
+        assert_eq!(f[2].function, "[unknown in [kernel]]");
     }
 }

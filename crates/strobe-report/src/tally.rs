@@ -30,6 +30,17 @@ pub struct WindowKey {
     pub plain: bool,
 }
 
+/// What was summed over off-CPU intervals with one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpuSums {
+    /// Intervals.
+    pub intervals: u64,
+    /// Their total length, ns.
+    pub ns: u64,
+    /// The part spent preempted (runnable, waiting for a CPU), ns.
+    pub preempted_ns: u64,
+}
+
 /// Samples one thread lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct LostThread {
@@ -105,6 +116,8 @@ pub struct Tally {
     pub thread_names: FxHashMap<(u32, u32), String>,
     /// Every sample in arrival order, when a time line was asked for.
     pub timeline: Option<RawTimeline>,
+    /// Off-CPU intervals per (space, IP left at, stack).
+    pub off_cpu: FxHashMap<(u32, u64, u32), OffCpuSums>,
 }
 
 /// One sample as it arrived, for views that show time (the Firefox Profiler).
@@ -166,6 +179,7 @@ impl Tally {
             symbols: SymbolOptions::default(),
             thread_names: FxHashMap::default(),
             timeline: None,
+            off_cpu: FxHashMap::default(),
         }
     }
 

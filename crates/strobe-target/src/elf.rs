@@ -522,6 +522,30 @@ fn identify_as<'d, H: FileHeader<Endian = object::Endianness>, R: ReadRef<'d>>(
     })
 }
 
+/// True when the ELF file at `path` is a Go program: it has the `.go.buildinfo` section
+/// every Go linker since 1.13 writes (static or with cgo, stripped or not), or, failing
+/// that, Go's `runtime.main` among its symbols. Reads section headers (and the symbol
+/// table only when that section is absent). `Ok(false)` for a file that is not ELF.
+pub fn is_go_program(path: &Path) -> Result<bool, Error> {
+    let file = File::open(path)
+        .map_err(|source| Error::Io { what: format!("reading {}", path.display()), source })?;
+    let cache = ReadCache::new(file);
+    let data = &cache;
+    if data.read_bytes_at(0, 4).ok() != Some(&ELF_MAGIC[..]) {
+        return Ok(false);
+    }
+    let Ok(obj) = object::File::parse(data) else {
+        return Err(Error::NotElf {
+            path: path.to_path_buf(),
+            why: "its headers are corrupt".to_string(),
+        });
+    };
+    if obj.section_by_name(".go.buildinfo").is_some() {
+        return Ok(true);
+    }
+    Ok(obj.symbols().any(|s| s.name_bytes().is_ok_and(|n| n == b"runtime.main")))
+}
+
 /// A path from the bytes of a C string (up to its first NUL).
 fn cstr_path(bytes: &[u8]) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
@@ -601,6 +625,29 @@ mod tests {
             Some("prog::COUNTER")
         );
         assert_eq!(demangle("plain_c"), (None, None));
+    }
+
+    /// Go programs built from tests/go, static and with cgo, are told from C programs
+    /// (dynamic and static) and from files that are not ELF.
+    #[test]
+    fn go_programs_are_recognised_static_or_with_cgo() {
+        assert!(!is_go_program(&std::env::current_exe().unwrap()).unwrap(), "a Rust test");
+        assert!(!is_go_program(&strobe_testprogs::path("static_hello")).unwrap());
+        assert!(!is_go_program(&strobe_testprogs::path("hello_threads")).unwrap());
+        let dir = std::env::temp_dir().join(format!("strobe-go-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = dir.join("x.sh");
+        std::fs::write(&text, b"#!/bin/sh\n").unwrap();
+        assert!(!is_go_program(&text).unwrap());
+        std::fs::write(&text, b"\x7fELF\x02\x01").unwrap();
+        assert!(is_go_program(&text).is_err(), "corrupt ELF");
+        std::fs::remove_dir_all(&dir).unwrap();
+        for name in ["gospin_static", "gospin_cgo"] {
+            match strobe_testprogs::go_program(name) {
+                Ok(p) => assert!(is_go_program(&p).unwrap(), "{name}"),
+                Err(why) => eprintln!("skipping {name}: {why}"),
+            }
+        }
     }
 
     #[test]

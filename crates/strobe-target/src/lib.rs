@@ -9,10 +9,13 @@
 //! - [`maps`]: `/proc/PID/maps`, parsed by one borrowing parser that never allocates, with
 //!   owned conveniences above it.
 //! - [`program`]: the executable a command runs, found the way `execvp` finds it.
+//! - [`tasks`]: running processes and their threads (`/proc`), for attaching to them.
+//! - [`kallsyms`]: the running kernel's symbols (`/proc/kallsyms`) and build id.
 //! - [`libpath`] (feature `elf`): the shared library a name means, found the way ld.so
 //!   finds it (`DT_RPATH`, `LD_LIBRARY_PATH`, `DT_RUNPATH`, `ld.so.cache`, defaults).
 //! - [`inject`] (feature `elf`): whether `LD_PRELOAD` can inject an agent into a program
-//!   (`PT_INTERP`, `#!` scripts followed to their interpreter).
+//!   (`PT_INTERP`, `#!` scripts followed to their interpreter); [`elf::is_go_program`]
+//!   tells a Go program, whose threads the agent cannot follow.
 //! - [`launch`]: forking a command held before `execve`, so events can be attached to it
 //!   first, then releasing and reaping it.
 //! - [`exit`]: how a target ended, as one exit code (the code, or 128 + the signal) and one
@@ -31,11 +34,13 @@ mod error;
 pub mod exit;
 #[cfg(feature = "elf")]
 pub mod inject;
+pub mod kallsyms;
 pub mod launch;
 #[cfg(feature = "elf")]
 pub mod libpath;
 pub mod maps;
 pub mod program;
+pub mod tasks;
 pub mod usdt;
 
 pub use error::Error;

@@ -1,4 +1,4 @@
-//! Paths of the C test programs built from `tests/c/*.c` (see build.rs).
+//! Paths of the test programs built from `tests/c/*.c` and `tests/go/` (see build.rs).
 
 use std::path::PathBuf;
 
@@ -31,4 +31,17 @@ pub fn shared_lib(name: &str) -> PathBuf {
         "no shared library '{name}' in tests/c (have: {SHARED_LIBS:?})"
     );
     PathBuf::from(env!("OUT_DIR")).join(format!("lib{name}.so"))
+}
+
+/// The path of Go test program `name` (`gospin_static`, `gospin_cgo`: tests/go built
+/// statically and with cgo), or why it was not built (the go tool is missing), for the
+/// test to print as its reason to skip.
+pub fn go_program(name: &str) -> Result<PathBuf, String> {
+    if GO_PROGRAMS.contains(&name) {
+        Ok(PathBuf::from(env!("OUT_DIR")).join(name))
+    } else if GO_SKIP.is_empty() {
+        panic!("no Go test program '{name}' (have: {GO_PROGRAMS:?})")
+    } else {
+        Err(GO_SKIP.to_string())
+    }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use strobe_protocol::CallGraph;
-use strobe_record::{RecordOptions, Recorded};
+use strobe_record::{Attach, Mode, RecordOptions, Recorded};
 
 use crate::agent_lib;
 
@@ -19,8 +19,8 @@ pub const DEFAULT_OUTPUT: &str = "strobe.data";
 #[command(
     about = "Profile a program (or the bundled workload) into a record file",
     long_about = "Profile a program and all its threads into a record file.\n\n\
-strobe injects its agent (libstrobe_agent.so) with LD_PRELOAD, so the program must be a \
-dynamically linked executable. Every thread, including threads created later, gets its own \
+In agent mode, strobe injects its agent (libstrobe_agent.so) into a dynamically linked \
+program with LD_PRELOAD (other programs are recorded in kernel mode, below). Every thread, including threads created later, gets its own \
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window; \
 the counters read at both ends of each window give per-function metrics (strobe report). \
@@ -39,13 +39,31 @@ picks the period whose predicted slowdown equals the budget. Costs that do not g
 sample rate (the perf group switched at each context switch, software counters such as \
 page-faults) are not in the prediction and come on top. An explicit period= overrides that, \
 with a warning when the predicted slowdown exceeds the budget.\n\n\
-With no command, strobe profiles its bundled workload (strobe workload).",
+With no command, strobe profiles its bundled workload (strobe workload).\n\n\
+Kernel mode (--mode kernel, -p, -a) injects nothing: strobe opens the events on every CPU \
+for the target, with inherit so every thread and child it makes is followed, and reads the \
+kernel's ring buffers itself, woken only past a watermark (--wakeup). It profiles programs \
+the agent cannot serve (statically linked, Go, or one that goes on without the agent \
+for 0.5 s: chosen automatically, saying so in one line), running processes (-p) and the whole system (-a). Samples carry the group's values \
+and the kernel's frame-pointer call chain; windows need a kernel with hf_sample_period \
+(none released has it), so per-function window metrics need agent mode. The period is \
+fixed (period=, default 1 ms of CPU time). Every sample the kernel drops is counted, and \
+strobe report shows it. --off-cpu adds the time threads spend switched out, with the \
+stack they left at, so strobe report shows on-CPU, off-CPU and wall time per function.\n\n\
+Permissions (kernel.perf_event_paranoid): at 2, the default, an ordinary user can record \
+their own programs and processes, user space only; kernel functions and frames, and \
+--off-cpu, need 1 or lower; -a needs 0 or lower (or, for all of these, root or \
+CAP_PERFMON).",
     after_help = "Examples:\n  \
 strobe record                                          # profile the bundled workload\n  \
 strobe record -o run.strobe -- ./myprog args\n  \
 strobe record -e '{task-clock/period=1ms,window=20us/,page-faults,context-switches}' -- ./myprog\n  \
 strobe record -e '{cycles/period=999700,window=300/,instructions,branch-misses}' -- ./myprog\n  \
 strobe record --call-graph fp -- ./myprog\n  \
+strobe record -p 1234                                  # a running process, until it exits or Ctrl-C\n  \
+strobe record -p 1234,1240 --duration 10 --off-cpu\n  \
+sudo strobe record -a --duration 5                     # the whole system\n  \
+strobe record --mode kernel -- ./myprog\n  \
 strobe report strobe.data"
 )]
 pub struct Args {
@@ -62,29 +80,73 @@ pub struct Args {
     #[arg(long, value_name = "PERCENT", default_value = "2%")]
     overhead: String,
     /// Samples buffered before strobe is woken to save them (strobe also saves every 100
-    /// ms, and whatever is left when the program ends).
+    /// ms, and whatever is left when the program ends). In kernel mode, the ring buffer's
+    /// watermark: this many samples, at most half the ring; 1 wakes strobe per sample.
     #[arg(long, value_name = "N", default_value_t = 2048)]
     wakeup: u64,
-    /// Size of the buffer samples wait in, shared by all threads (e.g. 64M, 1G). Memory is
-    /// this plus 64 bytes per thread alive at once, whatever the number of threads; a
-    /// sample that finds the buffer full is counted as lost, and the report says so.
-    #[arg(long, value_name = "BYTES", default_value = "64M")]
-    buffer: String,
+    /// Size of the buffer samples wait in (e.g. 64M, 1G). Agent mode: one buffer shared
+    /// by all threads, default 64M; memory is this plus 64 bytes per thread alive at once.
+    /// Kernel mode: the ring buffer of each CPU, default 512K (rounded down to a power of
+    /// two pages). A sample that finds the buffer full is counted as lost, and the report
+    /// says so.
+    #[arg(long, value_name = "BYTES")]
+    buffer: Option<String>,
     /// How samples' call stacks are walked: dwarf (from the unwind tables, correct through
     /// code without frame pointers, such as Debian's libc and -O2 C), fp (frame pointers:
-    /// cheaper, loses callers in code built without them), or none.
-    #[arg(long, value_name = "MODE", default_value = "dwarf")]
-    call_graph: String,
+    /// cheaper, loses callers in code built without them), or none. Default: dwarf in
+    /// agent mode; kernel mode walks frame pointers (the kernel's call chains).
+    #[arg(long, value_name = "MODE")]
+    call_graph: Option<String>,
     /// The most caller frames a sample keeps.
     #[arg(long, value_name = "N", default_value_t = 128)]
     max_depth: u32,
-    /// Profile forked children too (each in its own stream of the file).
+    /// Profile forked children too (each in its own stream of the file). Kernel mode
+    /// always follows them.
     #[arg(long)]
     follow_fork: bool,
+    /// How to take samples: agent (inject the agent with LD_PRELOAD: windows, the
+    /// overhead budget), kernel (read the kernel's ring buffers; nothing injected), or
+    /// auto: the agent, unless the program is statically linked or a Go program.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    mode: ModeArg,
+    /// Record running processes (kernel mode): every thread they have and make, until
+    /// they exit, --duration passes, or Ctrl-C. At the default perf_event_paranoid (2),
+    /// an ordinary user can record their own processes (user space only).
+    #[arg(
+        short,
+        long = "pid",
+        value_name = "PID[,PID...]",
+        value_delimiter = ',',
+        conflicts_with = "all_cpus"
+    )]
+    pid: Vec<u32>,
+    /// Record the whole system, every task on every CPU (kernel mode), until --duration
+    /// passes or Ctrl-C. Needs kernel.perf_event_paranoid 0 or lower, root or CAP_PERFMON.
+    #[arg(short = 'a', long)]
+    all_cpus: bool,
+    /// With -p or -a: stop after this many seconds (e.g. 10, 0.5).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Kernel mode: also record the time threads spend switched out (blocked or waiting
+    /// for a CPU) with the stack they left at, so strobe report shows on-CPU, off-CPU and
+    /// wall time per function and call path. Needs perf_event_paranoid 1 or lower.
+    #[arg(long)]
+    off_cpu: bool,
     /// The program to profile and its arguments, after `--` or after strobe's own options
     /// (default: strobe's bundled workload).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<OsString>,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    /// Inject the agent (LD_PRELOAD).
+    Agent,
+    /// Read the kernel's ring buffers; inject nothing.
+    Kernel,
+    /// The agent where it can serve the program, else kernel mode.
+    Auto,
 }
 
 /// Parses `2%`, `0.5%` or a fraction `0.02` into parts per million.
@@ -109,7 +171,7 @@ fn parse_overhead(s: &str) -> anyhow::Result<u64> {
 /// Parses `64M`, `1G`, `512K` or a plain number of bytes.
 fn parse_bytes(s: &str) -> anyhow::Result<u64> {
     let bad =
-        || anyhow::anyhow!("--buffer {s}: expected a size such as 64M, 1G or 512K (at least 64K)");
+        || anyhow::anyhow!("--buffer {s}: expected a size such as 64M, 1G or 512K (at least 4K)");
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, c @ ('K' | 'k' | 'M' | 'm' | 'G' | 'g'))) => (
@@ -124,7 +186,7 @@ fn parse_bytes(s: &str) -> anyhow::Result<u64> {
     };
     let v: u64 = num.trim().parse().map_err(|_| bad())?;
     let bytes = v.checked_mul(mult).ok_or_else(bad)?;
-    if !(64 << 10..=64 << 30).contains(&bytes) {
+    if !(4 << 10..=64 << 30).contains(&bytes) {
         return Err(bad());
     }
     Ok(bytes)
@@ -133,10 +195,46 @@ fn parse_bytes(s: &str) -> anyhow::Result<u64> {
 /// Runs `strobe record`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let overhead_ppm = parse_overhead(&args.overhead)?;
-    let buffer_bytes = parse_bytes(&args.buffer)?;
-    let call_graph = CallGraph::from_name(&args.call_graph).ok_or_else(|| {
-        anyhow::anyhow!("--call-graph {}: expected dwarf, fp or none", args.call_graph)
+    let given_buffer = args.buffer.as_deref().map(parse_bytes).transpose()?;
+    let buffer_bytes = given_buffer.unwrap_or(64 << 20);
+    if buffer_bytes < 64 << 10
+        && args.pid.is_empty()
+        && !args.all_cpus
+        && args.mode != ModeArg::Kernel
+    {
+        anyhow::bail!("--buffer {}: the agent's buffer needs at least 64K", buffer_bytes);
+    }
+    let call_graph_name = args.call_graph.as_deref().unwrap_or("dwarf");
+    let call_graph = CallGraph::from_name(call_graph_name).ok_or_else(|| {
+        anyhow::anyhow!("--call-graph {call_graph_name}: expected dwarf, fp or none")
     })?;
+    let attach = match (args.pid.is_empty(), args.all_cpus) {
+        (false, _) => Attach::Processes(args.pid.clone()),
+        (true, true) => Attach::System,
+        (true, false) => Attach::Launch,
+    };
+    if attach != Attach::Launch {
+        if !args.command.is_empty() {
+            anyhow::bail!(
+                "-p and -a record what already runs: give no command (or drop -p/-a to launch {})",
+                args.command[0].to_string_lossy()
+            );
+        }
+        if args.mode == ModeArg::Agent {
+            anyhow::bail!("-p and -a record in kernel mode: drop --mode agent");
+        }
+    } else if args.duration.is_some() {
+        anyhow::bail!(
+            "--duration applies to -p and -a; a launched command is recorded until it ends"
+        );
+    }
+    let duration = match args.duration {
+        None => None,
+        Some(d) if d.is_finite() && d > 0.0 && d < 1e9 => {
+            Some(std::time::Duration::from_secs_f64(d))
+        }
+        Some(d) => anyhow::bail!("--duration {d}: expected a number of seconds above 0"),
+    };
     if !(1..=strobe_sampler::custody::record::MAX_FRAMES as u32).contains(&args.max_depth) {
         anyhow::bail!(
             "--max-depth {}: expected 1 to {}",
@@ -145,7 +243,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let self_exe = std::env::current_exe().context("cannot find strobe's own executable")?;
-    let command: Vec<OsString> = if args.command.is_empty() {
+    let command: Vec<OsString> = if args.command.is_empty() && attach == Attach::Launch {
         vec![self_exe.clone().into_os_string(), "workload".into()]
     } else {
         args.command.clone()
@@ -162,7 +260,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         command,
         agent: agent_lib::agent_path()?,
         calibration_command: vec![self_exe.into_os_string(), COSTS_SUBCOMMAND.into()],
+        mode: match args.mode {
+            ModeArg::Agent => Mode::Agent,
+            ModeArg::Kernel => Mode::Kernel,
+            ModeArg::Auto => Mode::Auto,
+        },
+        attach,
+        duration,
+        off_cpu: args.off_cpu,
+        ring_bytes: given_buffer,
+        explicit_call_graph: args.call_graph.is_some(),
     };
+    let kernel_reason = strobe_record::kernel_mode_reason(&opts)?;
+    if kernel_reason.is_none() && opts.buffer_bytes < 64 << 10 {
+        anyhow::bail!(
+            "--buffer {}: the agent's buffer needs at least 64K (kernel mode's per-CPU rings \
+             take less)",
+            args.buffer.as_deref().unwrap_or_default()
+        );
+    }
+    if let Some(reason) = kernel_reason {
+        let stop = match &opts.attach {
+            Attach::Launch => "",
+            _ if opts.duration.is_some() => "",
+            _ => "; Ctrl-C stops",
+        };
+        eprintln!("strobe: kernel mode (nothing injected): {reason}{stop}");
+    }
     let rec = strobe_record::record(&opts)?;
     summarize(&args.output, &rec);
     Ok(match rec.exit {
@@ -187,7 +311,8 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
     for n in &r.notes {
         eprintln!("strobe: agent: {n}");
     }
-    if let Err(why) = &r.calibration {
+    let kernel = r.mode == strobe_format::RecordMode::Kernel;
+    if let (Err(why), false) = (&r.calibration, kernel) {
         eprintln!("strobe: warning: calibration failed ({why}); the agent measured its costs in the target and window metrics include the sampler's own counts");
     } else if let Ok(c) = &r.calibration {
         for n in &c.notes {
@@ -220,6 +345,12 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
             }
         };
         line.push_str(&format!("; period {}, window {}", unit(s.period), unit(s.window)));
+    }
+    if kernel {
+        line.push_str(&format!("; {} ring wakeups", t.wakeups));
+        if r.off_cpu_intervals > 0 {
+            line.push_str(&format!("; {} off-CPU intervals", r.off_cpu_intervals));
+        }
     }
     if let Ok(c) = &r.calibration {
         if let Some(costs) = &c.costs {
@@ -273,6 +404,7 @@ mod tests {
         assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
         assert_eq!(parse_bytes("524288").unwrap(), 512 << 10);
         assert!(parse_bytes("1K").is_err(), "too small");
+        assert_eq!(parse_bytes("8K").unwrap(), 8 << 10, "a small kernel ring");
         assert!(parse_bytes("lots").is_err());
     }
 }

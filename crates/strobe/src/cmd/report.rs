@@ -144,7 +144,8 @@ pub struct Args {
     #[arg(long, value_name = "PERCENT", default_value_t = 0.5)]
     min_share: f64,
     /// With --format folded: weight each line by this counter's total over the path's
-    /// windows (e.g. page-faults) instead of by samples.
+    /// windows (e.g. page-faults) instead of by samples; or, for a recording with
+    /// off-CPU intervals (strobe record --off-cpu), by on-cpu, off-cpu or wall time (us).
     #[arg(long, value_name = "COUNTER")]
     metric: Option<String>,
 }
@@ -385,6 +386,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 
     if format_arg == FormatArg::Folded {
+        if let Some(w) = args.metric.as_deref().and_then(strobe_report::calltree::TimeWeight::parse)
+        {
+            let text = strobe_report::calltree::folded_time(report, w);
+            std::io::stdout().lock().write_all(text.as_bytes())?;
+            return Ok(ExitCode::SUCCESS);
+        }
         let counter = match &args.metric {
             None => None,
             Some(m) => Some(report.info.events.iter().position(|e| e == m).ok_or_else(|| {

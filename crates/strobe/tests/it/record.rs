@@ -319,9 +319,17 @@ fn clear_errors_for_unknown_events_static_binaries_missing_targets_and_bad_outpu
         &[&o("-o"), out.as_os_str(), &o("-e"), &o("task-clok"), &o("--"), &hello],
         &["unknown event 'task-clok'", "did you mean 'task-clock'"],
     );
+    // Agent mode asked for: refused, naming kernel mode (auto falls back to it).
     expect_error(
-        &[&o("-o"), out.as_os_str(), &o("--"), prog("static_hello").as_os_str()],
-        &["statically linked", "dynamically linked"],
+        &[
+            &o("-o"),
+            out.as_os_str(),
+            &o("--mode"),
+            &o("agent"),
+            &o("--"),
+            prog("static_hello").as_os_str(),
+        ],
+        &["statically linked", "dynamically linked", "--mode kernel"],
     );
     expect_error(
         &[&o("-o"), out.as_os_str(), &o("--"), &o("/no/such/program")],

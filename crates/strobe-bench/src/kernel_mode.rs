@@ -1,0 +1,480 @@
+//! `strobe bench kernel-mode`: what recording from the kernel's ring buffers costs, beside
+//! `perf record` doing the same, on the bundled workload, in one run.
+//!
+//! | variant | command |
+//! |---|---|
+//! | `bare` | the workload alone (`strobe workload --rounds N --threads 2`) |
+//! | `strobe-kernel` | `strobe record --mode kernel -e '{task-clock/period=P/}' --call-graph fp` |
+//! | `perf-record` | `perf record -e task-clock -c P -g` (frame-pointer call chains) |
+//! | `strobe-kernel-default` | `strobe record --mode kernel -e task-clock` at the default period |
+//! | `strobe-kernel-wakeup1` | the same with `--wakeup 1` |
+//!
+//! The first two sample the same event at the same period P, a quarter of kernel mode's
+//! default (four times the samples, so their cost stands above this VM's noise), with
+//! the same content (IP, thread, time, period, the kernel's frame-pointer call chain).
+//!
+//! - **Cost per sample**: the extra CPU time a recording takes over the bare workload
+//!   (the workload's own extra CPU, which includes the kernel's sampling on its threads,
+//!   plus the recorder's CPU: the children's CPU time beyond the workload's), over the
+//!   samples taken. The workload does fixed work. The host's speed drifts, so each
+//!   recorded run is compared with the mean of the bare runs just before and after it
+//!   (every repeat runs bare, strobe, bare, perf, bare, in alternating order), and the
+//!   medians of those paired differences are quoted.
+//! - **Bytes per sample**: the file's size over its samples.
+//! - **Wakeups per second**: how often the kernel woke the recorder (strobe counts its
+//!   ring wakeups into the file; perf prints "Woken up N times"), at the default
+//!   watermark and with `--wakeup 1`.
+//! - **Report speed**: `strobe report` on a perf.data file against `perf report --stdio`
+//!   on the same file, each timed end to end as a process (best of the repeats), in
+//!   samples per second.
+//!
+//! This module must never be linked into the agent or a target; it drives commands.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::report::{machine_summary, row};
+use crate::stats::median;
+use crate::{BenchError, BenchOpts, BenchReport};
+
+/// Worker threads of the workload: as many as this VM has CPUs.
+const THREADS: usize = 2;
+/// Kernel mode's default period (strobe-record's `kernel::DEFAULT_PERIOD_NS`).
+const DEFAULT_PERIOD_NS: u64 = 1_000_000;
+/// The period of the cost comparison: four times the default rate.
+const PERIOD_4X_NS: u64 = DEFAULT_PERIOD_NS / 4;
+/// The period of the perf.data file the report speeds are measured on.
+const REPORT_PERIOD_NS: u64 = 20_000;
+
+/// The goals.
+const GOAL_COST_RATIO: f64 = 1.1;
+const GOAL_BYTES_RATIO: f64 = 0.5;
+const GOAL_REPORT_RATIO: f64 = 10.0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Plan {
+    rounds: u64,
+    report_rounds: u64,
+    repeats: usize,
+}
+
+/// One run of the workload, with or without a recorder.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Run {
+    /// The workload's own CPU time (its truth file), s.
+    cpu_s: f64,
+    /// Its wall time, s.
+    wall_s: f64,
+    /// The recorder's CPU time (0 for the bare workload), s.
+    recorder_s: f64,
+    samples: u64,
+    bytes: u64,
+    wakeups: u64,
+}
+
+/// A recorded run and the mean CPU time of the bare runs beside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Paired {
+    run: Run,
+    bare_cpu_s: f64,
+}
+
+impl Paired {
+    fn new(run: Run, (a, b): (Run, Run)) -> Paired {
+        Paired { run, bare_cpu_s: (a.cpu_s + b.cpu_s) / 2.0 }
+    }
+
+    /// The extra CPU time the recording took: the workload's and the recorder's.
+    fn extra_s(&self) -> f64 {
+        self.run.cpu_s - self.bare_cpu_s + self.run.recorder_s
+    }
+}
+
+/// A private scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, BenchError> {
+        let dir = std::env::temp_dir().join(format!("strobe-bench-kernel-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
+            what: format!("creating {}", dir.display()),
+            source,
+        })?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// CPU time (s) of this process's reaped children so far.
+fn children_cpu_s() -> f64 {
+    // SAFETY: getrusage fills a valid, zeroed struct.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(r.ru_utime) + tv(r.ru_stime)
+}
+
+fn workload_args(exe: &Path, rounds: u64, truth: &Path) -> Vec<OsString> {
+    vec![
+        exe.into(),
+        "workload".into(),
+        "--rounds".into(),
+        rounds.to_string().into(),
+        "--threads".into(),
+        THREADS.to_string().into(),
+        "--truth".into(),
+        truth.into(),
+    ]
+}
+
+fn last_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no message)")
+        .trim()
+        .to_string()
+}
+
+/// Runs `cmd` (stdout discarded), returning its stderr; an error names `what`.
+fn run_cmd(cmd: &mut Command, what: &str) -> Result<String, BenchError> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|source| BenchError::Io { what: format!("starting {what}"), source })?;
+    if !out.status.success() {
+        return Err(BenchError::Other(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            last_line(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn read_truth(path: &Path) -> Result<(f64, f64), BenchError> {
+    let text = std::fs::read(path)
+        .map_err(|source| BenchError::Io { what: format!("reading {}", path.display()), source })?;
+    let v: Value = serde_json::from_slice(&text).map_err(|e| {
+        BenchError::Other(format!("{}: not the workload's truth: {e}", path.display()))
+    })?;
+    match (v["process_cpu_ns"].as_u64(), v["seconds"].as_f64()) {
+        (Some(c), Some(w)) => Ok((c as f64 / 1e9, w)),
+        _ => Err(BenchError::Other(format!("{}: no process_cpu_ns or seconds", path.display()))),
+    }
+}
+
+/// Runs `prefix -- workload` (or the workload alone when `prefix` is empty) and measures.
+fn measure(
+    prefix: &[OsString],
+    exe: &Path,
+    rounds: u64,
+    dir: &Path,
+    what: &str,
+) -> Result<(Run, String), BenchError> {
+    let truth = dir.join(format!("{what}.truth.json"));
+    let args = workload_args(exe, rounds, &truth);
+    let before = children_cpu_s();
+    let stderr = if prefix.is_empty() {
+        run_cmd(Command::new(&args[0]).args(&args[1..]), what)?
+    } else {
+        run_cmd(Command::new(&prefix[0]).args(&prefix[1..]).arg("--").args(&args), what)?
+    };
+    let children = children_cpu_s() - before;
+    let (cpu_s, wall_s) = read_truth(&truth)?;
+    let recorder_s = if prefix.is_empty() { 0.0 } else { (children - cpu_s).max(0.0) };
+    Ok((Run { cpu_s, wall_s, recorder_s, ..Run::default() }, stderr))
+}
+
+/// The workload under `strobe record --mode kernel EXTRA`: samples, bytes and wakeups
+/// from the file.
+fn strobe_kernel(
+    exe: &Path,
+    dir: &Path,
+    rounds: u64,
+    what: &str,
+    extra: &[&str],
+) -> Result<Run, BenchError> {
+    let file = dir.join(format!("{what}.strobe"));
+    let mut prefix: Vec<OsString> =
+        vec![exe.into(), "record".into(), "-o".into(), file.clone().into()];
+    prefix.extend(["--mode", "kernel", "--call-graph", "fp"].iter().map(OsString::from));
+    prefix.extend(extra.iter().map(OsString::from));
+    let (mut run, _) = measure(&prefix, exe, rounds, dir, what)?;
+    let rec = strobe_format::read_all(&file).map_err(|e| BenchError::Other(format!("{e}")))?;
+    run.samples = rec.total_samples() as u64;
+    run.bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    run.wakeups = rec.processes.iter().filter_map(|p| p.end.map(|e| e.wakeups)).max().unwrap_or(0);
+    let _ = std::fs::remove_file(&file);
+    Ok(run)
+}
+
+/// The workload under `perf record -e task-clock -c PERIOD -g`.
+fn perf_record(
+    perf: &Path,
+    exe: &Path,
+    dir: &Path,
+    rounds: u64,
+    period: u64,
+    keep: Option<&Path>,
+) -> Result<Run, BenchError> {
+    let file = keep.map_or_else(|| dir.join("perf.data"), Path::to_path_buf);
+    let prefix: Vec<OsString> = vec![
+        perf.into(),
+        "record".into(),
+        "-e".into(),
+        "task-clock".into(),
+        "-c".into(),
+        period.to_string().into(),
+        "-g".into(),
+        "-o".into(),
+        file.clone().into(),
+    ];
+    let (mut run, stderr) = measure(&prefix, exe, rounds, dir, "perf-record")?;
+    run.bytes = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    run.samples = perf_samples(&file)?;
+    // "[ perf record: Woken up 3 times to write data ]"
+    run.wakeups = stderr
+        .lines()
+        .find_map(|l| l.split("Woken up ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    if keep.is_none() {
+        let _ = std::fs::remove_file(&file);
+    }
+    Ok(run)
+}
+
+/// SAMPLE records in a perf.data file.
+fn perf_samples(file: &Path) -> Result<u64, BenchError> {
+    let f = strobe_perfdata::PerfFile::open(file).map_err(|e| BenchError::Other(format!("{e}")))?;
+    let data = f.parse().map_err(|e| BenchError::Other(format!("{e}")))?;
+    Ok(data
+        .records()
+        .filter(|r| r.as_ref().is_ok_and(|r| r.kind == strobe_perfdata::abi::RECORD_SAMPLE))
+        .count() as u64)
+}
+
+fn find_perf() -> Result<PathBuf, String> {
+    match Command::new("perf").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status()
+    {
+        Ok(s) if s.success() => Ok(PathBuf::from("perf")),
+        Ok(s) => Err(format!("`perf --version` failed ({s})")),
+        Err(e) => {
+            Err(format!("perf is not installed ({e}); on Debian: apt-get install linux-perf"))
+        }
+    }
+}
+
+/// Seconds for `cmd` to run to its end (stdout to /dev/null), best of `repeats`.
+fn best_time(
+    repeats: usize,
+    mut make: impl FnMut() -> Command,
+    what: &str,
+) -> Result<f64, BenchError> {
+    let mut best = f64::INFINITY;
+    for _ in 0..repeats.max(1) {
+        let mut cmd = make();
+        let t0 = Instant::now();
+        run_cmd(&mut cmd, what)?;
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+fn med(xs: impl Iterator<Item = f64>) -> f64 {
+    median(&xs.collect::<Vec<_>>())
+}
+
+/// Runs every variant of `strobe bench kernel-mode`.
+pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+    let exe = opts.strobe_exe.clone().ok_or_else(|| {
+        BenchError::Other("the kernel-mode benchmark drives the strobe executable: run it as `strobe bench kernel-mode`".into())
+    })?;
+    let perf = find_perf().map_err(BenchError::Unsupported)?;
+    let plan = if opts.quick {
+        Plan { rounds: 20, report_rounds: 20, repeats: 1 }
+    } else {
+        Plan { rounds: 300, report_rounds: 300, repeats: opts.repeats.max(1) }
+    };
+    let scratch = Scratch::new()?;
+    let dir = scratch.0.as_path();
+    let period = format!("{{task-clock/period={PERIOD_4X_NS}/}}");
+    let (mut bare, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut default, mut wakeup1) = (Vec::new(), Vec::new());
+    for rep in 0..plan.repeats {
+        eprintln!("strobe bench kernel-mode: repeat {} of {}", rep + 1, plan.repeats);
+        // bare, A, bare, B, bare: A and B alternate, each between two bare runs.
+        let b0 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let first = |strobe_first: bool| -> Result<Run, BenchError> {
+            if strobe_first {
+                strobe_kernel(&exe, dir, plan.rounds, "strobe-kernel", &["-e", &period])
+            } else {
+                perf_record(&perf, &exe, dir, plan.rounds, PERIOD_4X_NS, None)
+            }
+        };
+        let a = first(rep % 2 == 0)?;
+        let b1 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let b = first(rep % 2 != 0)?;
+        let b2 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let (s, p) = if rep % 2 == 0 { (a, b) } else { (b, a) };
+        let (bs, bp) = if rep % 2 == 0 { ((b0, b1), (b1, b2)) } else { ((b1, b2), (b0, b1)) };
+        ours.push(Paired::new(s, bs));
+        theirs.push(Paired::new(p, bp));
+        bare.extend([b0, b1, b2]);
+        let b3 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let d = strobe_kernel(&exe, dir, plan.rounds, "default", &["-e", "task-clock"])?;
+        let w = strobe_kernel(
+            &exe,
+            dir,
+            plan.rounds,
+            "wakeup1",
+            &["-e", "task-clock", "--wakeup", "1"],
+        )?;
+        let b4 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        default.push(Paired::new(d, (b3, b4)));
+        wakeup1.push(Paired::new(w, (b3, b4)));
+    }
+
+    // Report speed on one perf.data file.
+    let pd = dir.join("report.data");
+    let recorded = perf_record(&perf, &exe, dir, plan.report_rounds, REPORT_PERIOD_NS, Some(&pd))?;
+    let n = recorded.samples as f64;
+    let strobe_s = best_time(
+        plan.repeats,
+        || {
+            let mut c = Command::new(&exe);
+            c.arg("report").arg(&pd);
+            c
+        },
+        "strobe report on perf.data",
+    )?;
+    let perf_s = best_time(
+        plan.repeats,
+        || {
+            let mut c = Command::new(&perf);
+            c.args(["report", "--stdio", "-i"]).arg(&pd);
+            c
+        },
+        "perf report --stdio",
+    )?;
+
+    let bare_cpu = med(bare.iter().map(|r| r.cpu_s));
+    // Per paired run: the extra CPU (the workload's beyond its neighbours' mean, plus the
+    // recorder's) over its samples.
+    let cost = |runs: &[Paired]| {
+        med(runs.iter().map(|p| p.extra_s() / (p.run.samples as f64).max(1.0) * 1e6))
+    };
+    let per = |runs: &[Paired], f: fn(&Run) -> f64| med(runs.iter().map(|p| f(&p.run)));
+    let mut report = BenchReport::new("kernel-mode");
+    let mut line = |variant: &str, runs: &[Paired], period_ns: u64, wakeup: &str| -> Value {
+        let samples = per(runs, |r| r.samples as f64);
+        let r = row([
+            ("variant", variant.into()),
+            ("period_ns", period_ns.into()),
+            ("wakeup", wakeup.into()),
+            ("samples", (samples.round() as u64).into()),
+            ("cost_per_sample_us", json!(round3(cost(runs)))),
+            (
+                "target_extra_cpu_s",
+                json!(round3(med(runs.iter().map(|p| p.run.cpu_s - p.bare_cpu_s)))),
+            ),
+            ("recorder_cpu_s", json!(round3(per(runs, |r| r.recorder_s)))),
+            ("bytes_per_sample", json!(round3(per(runs, |r| r.bytes as f64) / samples.max(1.0)))),
+            ("wakeups_per_s", json!(round3(per(runs, |r| r.wakeups as f64 / r.wall_s.max(1e-9))))),
+            ("wall_s", json!(round3(per(runs, |r| r.wall_s)))),
+        ]);
+        report.rows.push(r.clone());
+        Value::Object(r)
+    };
+    let s4 = line("strobe-kernel", &ours, PERIOD_4X_NS, "default");
+    let p4 = line("perf-record", &theirs, PERIOD_4X_NS, "perf's default");
+    let sd = line("strobe-kernel-default", &default, DEFAULT_PERIOD_NS, "default");
+    let s1 = line("strobe-kernel-wakeup1", &wakeup1, DEFAULT_PERIOD_NS, "1");
+    let bare_row = row([
+        ("variant", "bare".into()),
+        ("cpu_s", json!(round3(bare_cpu))),
+        ("wall_s", json!(round3(med(bare.iter().map(|r| r.wall_s))))),
+    ]);
+    report.rows.push(bare_row);
+    let strobe_rate = n / strobe_s;
+    let perf_rate = n / perf_s;
+    report.extra.insert("report_perf_data_samples_per_s".into(), json!(strobe_rate.round()));
+    report.extra.insert("perf_report_samples_per_s".into(), json!(perf_rate.round()));
+    report.extra.insert("report_perf_data_samples".into(), json!(recorded.samples));
+    report.extra.insert("machine".into(), json!(machine_summary()));
+
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let verdict = |ok: bool| if ok { "met" } else { "missed" };
+    let mut t = String::new();
+    let _ =
+        writeln!(t, "strobe bench kernel-mode ({} repeats; {})", plan.repeats, machine_summary());
+    let _ = writeln!(
+        t,
+        "workload: {} rounds x {THREADS} threads, bare {bare_cpu:.3} s CPU\n",
+        plan.rounds
+    );
+    let _ = writeln!(
+        t,
+        "{:<24}{:>10}{:>9}{:>12}{:>12}{:>12}",
+        "variant", "period", "samples", "us/sample", "bytes/smp", "wakeups/s"
+    );
+    for v in [&s4, &p4, &sd, &s1] {
+        let _ = writeln!(
+            t,
+            "{:<24}{:>8}us{:>10}{:>12.2}{:>12.1}{:>12.1}",
+            v["variant"].as_str().unwrap_or("?"),
+            v["period_ns"].as_u64().unwrap_or(0) / 1000,
+            v["samples"].as_u64().unwrap_or(0),
+            f(v, "cost_per_sample_us"),
+            f(v, "bytes_per_sample"),
+            f(v, "wakeups_per_s")
+        );
+    }
+    let cost_ratio = f(&s4, "cost_per_sample_us") / f(&p4, "cost_per_sample_us");
+    let bytes_ratio = f(&s4, "bytes_per_sample") / f(&p4, "bytes_per_sample");
+    let report_ratio = strobe_rate / perf_rate;
+    let _ = writeln!(t, "\nreport on a perf.data of {} samples: strobe {:.0} samples/s ({strobe_s:.3} s), perf report --stdio {:.0} samples/s ({perf_s:.3} s)", recorded.samples, strobe_rate, perf_rate);
+    let _ = writeln!(t, "\ngoals (strobe-kernel vs perf-record at {} us):", PERIOD_4X_NS / 1000);
+    let _ = writeln!(
+        t,
+        "  cost per sample   {cost_ratio:.2}x perf's (goal <= {GOAL_COST_RATIO}x): {}",
+        verdict(cost_ratio <= GOAL_COST_RATIO)
+    );
+    let _ = writeln!(
+        t,
+        "  bytes per sample  {bytes_ratio:.2}x perf's (goal <= {GOAL_BYTES_RATIO}x): {}",
+        verdict(bytes_ratio <= GOAL_BYTES_RATIO)
+    );
+    let _ = writeln!(
+        t,
+        "  report speed      {report_ratio:.1}x perf report's (goal >= {GOAL_REPORT_RATIO}x): {}",
+        verdict(report_ratio >= GOAL_REPORT_RATIO)
+    );
+    let _ = writeln!(
+        t,
+        "  wakeups/s at the default watermark {:.1}, with --wakeup 1 {:.1}",
+        f(&sd, "wakeups_per_s"),
+        f(&s1, "wakeups_per_s")
+    );
+    report.text = t;
+    Ok(report)
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1e3).round() / 1e3
+}

@@ -1,0 +1,689 @@
+//! Sampling from the kernel's side: a parsed event group opened on every CPU for a
+//! process tree (with `inherit`) or for the whole system, each CPU's events writing into
+//! one mmap'd ring buffer, as `perf record` and samply open theirs.
+//!
+//! Per CPU `c` and per task `t` the set holds: the group (a sampling leader with its
+//! counted members, read with every sample: `PERF_SAMPLE_READ` with `PERF_FORMAT_GROUP`)
+//! and, with off-CPU recording, a `context-switches` event sampled at every switch-out
+//! with its call chain. The first leader opened on a CPU owns that CPU's ring; every other
+//! event of that CPU sends its records there ([`PerfEvent::set_output`]). With `inherit`
+//! the kernel gives every thread and child process the task makes its own copies of the
+//! events, writing into the same rings, and each sample's read values are that thread's
+//! own counts.
+//!
+//! Samples carry `IDENTIFIER | IP | TID | TIME | CPU | PERIOD`, `READ` (the group) and
+//! `CALLCHAIN` (frame pointers, in the kernel) when asked; the side-band records a reader
+//! needs to name and account for them (MMAP2, COMM with exec, FORK, EXIT, and SWITCH with
+//! off-CPU recording) come from the leader. Leader and off-CPU event have the same
+//! sample-id trailer, and the event id first in every sample, so one decoder reads every
+//! record of a ring ([`CpuRings::attr_of`]). Times are CLOCK_MONOTONIC.
+//!
+//! Windows: when asked for a window, the leader is first opened with the
+//! high-frequency sampling word of the alternating-period series
+//! ([`sys::with_hf_sampling`]) on the calling thread, which then spins briefly: the kernel
+//! has the series only if it accepts the attr *and* the samples' periods alternate (a
+//! kernel that gives that slot to `config4` may accept the word and ignore it). A kernel
+//! without it refuses with `E2BIG`, and the set samples at the plain period
+//! ([`CpuRings::hf_window`] says which).
+//!
+//! Owns the attrs of kernel-ring sampling and the life of these events and rings. It
+//! must never read the rings' records (the recorder does, through [`RingBuffer`]) or
+//! know what a record means beyond which event wrote it.
+
+use std::os::fd::AsRawFd;
+
+use crate::error::OpenError;
+use crate::event::{PerfEvent, Target};
+use crate::ring::{use_monotonic_clock, RingBuffer, RingError, Wakeup};
+use crate::spec::GroupSpec;
+use crate::sys::{self, perf_event_attr};
+
+/// How to sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingSampling {
+    /// The leader's sample period (leader units: ns for time events).
+    pub period: u64,
+    /// The short window to alternate with, leader units (0: none). Used only where the
+    /// kernel accepts the high-frequency attr.
+    pub window: u64,
+    /// Samples carry the call chain the kernel walks (frame pointers).
+    pub callchain: bool,
+    /// The most frames a call chain keeps (`sample_max_stack`).
+    pub max_stack: u16,
+    /// Events without a modifier may count the kernel (and samples may carry kernel
+    /// frames): `perf_event_paranoid` <= 1 or CAP_PERFMON.
+    pub kernel_allowed: bool,
+    /// When the kernel wakes the reader.
+    pub wakeup: Wakeup,
+    /// Also sample every switch-out with its user call chain (needs `kernel_allowed`:
+    /// the kernel takes those samples in its scheduler).
+    pub off_cpu: bool,
+}
+
+/// What the events are opened on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// A process held before its exec: events start at the exec (`enable_on_exec`) and
+    /// follow every thread and child it makes.
+    Launched(libc::pid_t),
+    /// Running threads (every thread of the processes to attach to): each followed with
+    /// the threads and children it makes from now on.
+    Threads(Vec<libc::pid_t>),
+    /// Every task on every CPU.
+    System,
+}
+
+/// Which event wrote a record (by the id first in every sample and last in every
+/// trailer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The sampling leader.
+    Leader,
+    /// The switch-out sampler of off-CPU recording.
+    OffCpu,
+}
+
+/// Why the set could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum RingSetError {
+    /// An event could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A ring buffer could not be mapped.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// Off-CPU recording was asked for where the kernel's scheduler samples are not
+    /// allowed.
+    #[error(
+        "--off-cpu samples each thread's stack as the kernel switches it out, which needs \
+         kernel events: kernel.perf_event_paranoid is {level}, needs 1 or lower (as root: \
+         sysctl -w kernel.perf_event_paranoid=1), or run strobe with CAP_PERFMON"
+    )]
+    OffCpuNotAllowed {
+        /// The current `perf_event_paranoid` (-1 when unreadable).
+        level: i32,
+    },
+    /// No CPU is online (unreadable sysfs).
+    #[error("cannot tell which CPUs are online ({0}); is /sys mounted?")]
+    Cpus(std::io::Error),
+}
+
+/// `sample_type` of the leader.
+pub fn leader_sample_type(callchain: bool, group_read: bool) -> u64 {
+    let mut t = u64::from(
+        sys::PERF_SAMPLE_IDENTIFIER
+            | sys::PERF_SAMPLE_IP
+            | sys::PERF_SAMPLE_TID
+            | sys::PERF_SAMPLE_TIME
+            | sys::PERF_SAMPLE_CPU
+            | sys::PERF_SAMPLE_PERIOD,
+    );
+    if group_read {
+        t |= u64::from(sys::PERF_SAMPLE_READ);
+    }
+    if callchain {
+        t |= u64::from(sys::PERF_SAMPLE_CALLCHAIN);
+    }
+    t
+}
+
+/// `sample_type` of the switch-out sampler: the leader's trailer fields (so one decoder
+/// reads both) and the call chain.
+pub const OFF_CPU_SAMPLE_TYPE: u64 = (sys::PERF_SAMPLE_IDENTIFIER
+    | sys::PERF_SAMPLE_IP
+    | sys::PERF_SAMPLE_TID
+    | sys::PERF_SAMPLE_TIME
+    | sys::PERF_SAMPLE_CPU
+    | sys::PERF_SAMPLE_CALLCHAIN) as u64;
+
+fn inherit_flags(attr: &mut perf_event_attr, scope: &Scope) {
+    match scope {
+        Scope::System => attr.set_inherit(0),
+        Scope::Launched(_) => {
+            attr.set_inherit(1);
+            attr.set_enable_on_exec(1);
+        }
+        Scope::Threads(_) => attr.set_inherit(1),
+    }
+}
+
+/// The leader's attr: `spec`'s leader sampling every `s.period`, reading the group with
+/// each sample when `group_read`, carrying the side-band records.
+pub fn leader_attr(
+    spec: &GroupSpec,
+    s: &RingSampling,
+    scope: &Scope,
+    group_read: bool,
+) -> perf_event_attr {
+    let mut a = spec.counting_attr(0, s.kernel_allowed);
+    a.__bindgen_anon_1.sample_period = s.period.max(1);
+    a.sample_type = leader_sample_type(s.callchain, group_read);
+    a.read_format = if group_read { u64::from(sys::PERF_FORMAT_GROUP) } else { 0 };
+    a.sample_max_stack = s.max_stack;
+    // Kernel frames only where kernel events are allowed (and wanted).
+    a.set_exclude_callchain_kernel(a.exclude_kernel());
+    a.set_mmap(1);
+    a.set_mmap2(1);
+    a.set_comm(1);
+    a.set_comm_exec(1);
+    a.set_task(1);
+    a.set_sample_id_all(1);
+    a.set_context_switch(u64::from(s.off_cpu));
+    use_monotonic_clock(&mut a);
+    s.wakeup.apply(&mut a);
+    inherit_flags(&mut a, scope);
+    a
+}
+
+/// Member `i`'s attr: counted, read with its leader.
+pub fn member_attr(spec: &GroupSpec, i: usize, s: &RingSampling, scope: &Scope) -> perf_event_attr {
+    let mut a = spec.counting_attr(i, s.kernel_allowed);
+    a.set_disabled(0);
+    use_monotonic_clock(&mut a);
+    inherit_flags(&mut a, scope);
+    // Members follow their leader's enable state, which enable_on_exec sets.
+    a.set_enable_on_exec(0);
+    a
+}
+
+/// The switch-out sampler's attr: `context-switches` at period 1, with the user call
+/// chain (the kernel part is the scheduler, the same in every sample).
+pub fn off_cpu_attr(s: &RingSampling, scope: &Scope) -> perf_event_attr {
+    let mut a =
+        sys::new_attr(sys::PERF_TYPE_SOFTWARE, u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES));
+    a.__bindgen_anon_1.sample_period = 1;
+    a.sample_type = OFF_CPU_SAMPLE_TYPE;
+    a.sample_max_stack = s.max_stack;
+    // The sample is taken in the scheduler: excluding the kernel would drop every one.
+    a.set_exclude_kernel(0);
+    a.set_exclude_callchain_kernel(1);
+    a.set_sample_id_all(1);
+    use_monotonic_clock(&mut a);
+    s.wakeup.apply(&mut a);
+    inherit_flags(&mut a, scope);
+    a
+}
+
+/// The CPUs online now, from `/sys/devices/system/cpu/online` (`0-3,6`).
+pub fn online_cpus() -> std::io::Result<Vec<i32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    parse_cpu_list(text.trim()).ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad CPU list '{text}'"))
+    })
+}
+
+/// Parses a kernel CPU list (`0-3,6`).
+pub fn parse_cpu_list(s: &str) -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (i32, i32) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 65536 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The events and rings of one recording.
+#[derive(Debug)]
+pub struct CpuRings {
+    cpus: Vec<i32>,
+    pages: usize,
+    rings: Vec<Option<RingBuffer>>,
+    /// Per CPU, the index in `events` of the leader that owns its ring.
+    owners: Vec<Option<usize>>,
+    /// Every open event (leaders, members, switch-out samplers), kept open.
+    events: Vec<PerfEvent>,
+    /// Leaders and samplers to enable (indices into `events`).
+    to_enable: Vec<usize>,
+    roles: Vec<(u64, Role)>,
+    leader: perf_event_attr,
+    member_attrs: Vec<perf_event_attr>,
+    off_cpu: Option<perf_event_attr>,
+    hf: Option<u64>,
+    group_read: bool,
+    names: Vec<String>,
+    enabled: bool,
+}
+
+impl CpuRings {
+    /// Opens `spec` on every online CPU for `scope`, each CPU with a ring of `pages`
+    /// data pages (a power of two). Everything starts disabled except a launched
+    /// process's events, which its exec enables; call [`CpuRings::enable`] for the
+    /// others once every thread is opened.
+    pub fn open(
+        spec: &GroupSpec,
+        s: &RingSampling,
+        scope: Scope,
+        pages: usize,
+    ) -> Result<CpuRings, RingSetError> {
+        if s.off_cpu && !s.kernel_allowed {
+            return Err(RingSetError::OffCpuNotAllowed {
+                level: crate::pmu::paranoid_level().unwrap_or(-1),
+            });
+        }
+        let cpus = online_cpus().map_err(RingSetError::Cpus)?;
+        let mut set = CpuRings {
+            rings: cpus.iter().map(|_| None).collect(),
+            owners: cpus.iter().map(|_| None).collect(),
+            cpus,
+            pages,
+            events: Vec::new(),
+            to_enable: Vec::new(),
+            roles: Vec::new(),
+            leader: leader_attr(spec, s, &scope, spec.events.len() > 1),
+            member_attrs: (1..spec.events.len()).map(|i| member_attr(spec, i, s, &scope)).collect(),
+            off_cpu: s.off_cpu.then(|| off_cpu_attr(s, &scope)),
+            hf: None,
+            group_read: spec.events.len() > 1,
+            names: spec.events.iter().map(|e| e.name.clone()).collect(),
+            enabled: false,
+        };
+        if s.window > 0 && alternates_here(&set.leader, s.window) {
+            set.hf = Some(s.window);
+            set.leader = sys::with_hf_sampling(&set.leader, clamp_u32(s.window), 0);
+        }
+        let tasks: Vec<libc::pid_t> = match &scope {
+            Scope::Launched(pid) => vec![*pid],
+            Scope::Threads(tids) => tids.clone(),
+            Scope::System => vec![-1],
+        };
+        // A thread of an attached process may exit between the scan and its open: skip
+        // it, unless none is left.
+        let mut first_err = None;
+        let mut opened = 0;
+        for &t in &tasks {
+            match set.open_task(t) {
+                Ok(()) => opened += 1,
+                Err(RingSetError::Open(e @ OpenError::NoSuchTask { .. })) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match first_err {
+            Some(e) if opened == 0 => Err(e.into()),
+            _ => Ok(set),
+        }
+    }
+
+    fn target_of(&self, task: libc::pid_t, cpu: i32) -> Target {
+        Target { pid: task, cpu }
+    }
+
+    /// Opens the events of one more task (a thread of an attached process that appeared
+    /// after the first scan) on every CPU, enabled at once if the set is.
+    pub fn add_thread(&mut self, tid: libc::pid_t) -> Result<(), RingSetError> {
+        self.open_task(tid)
+    }
+
+    fn open_task(&mut self, task: libc::pid_t) -> Result<(), RingSetError> {
+        for ci in 0..self.cpus.len() {
+            let cpu = self.cpus[ci];
+            let target = self.target_of(task, cpu);
+            let leader = match self.open_leader(target) {
+                Ok(l) => l,
+                // READ with inherit needs Linux 6.12 (earlier kernels refuse it with
+                // EINVAL): sample the leader alone, with its periods.
+                Err(OpenError::Rejected { source, .. })
+                    if self.group_read
+                        && self.events.is_empty()
+                        && source.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    self.group_read = false;
+                    self.leader.sample_type &= !u64::from(sys::PERF_SAMPLE_READ);
+                    self.leader.read_format = 0;
+                    self.member_attrs.clear();
+                    self.names.truncate(1);
+                    self.open_leader(target)?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let mut members = Vec::with_capacity(self.member_attrs.len());
+            for (i, attr) in self.member_attrs.iter().enumerate() {
+                members.push(PerfEvent::open(attr, target, Some(&leader), &self.names[i + 1])?);
+            }
+            let off = match &self.off_cpu {
+                Some(a) => Some(PerfEvent::open(a, target, None, "context-switches (off-CPU)")?),
+                None => None,
+            };
+            // The CPU's ring: mapped on its first leader, the others write into it.
+            let owns_ring = self.owners[ci].is_none();
+            if owns_ring {
+                self.rings[ci] = Some(RingBuffer::map(&leader, self.pages)?);
+            } else if let Some(owner) = self.owners[ci].and_then(|i| self.events.get(i)) {
+                leader.set_output(owner).map_err(|e| set_output_error(&self.names[0], e))?;
+            }
+            if let Some(off) = &off {
+                let owner = self.owners[ci].and_then(|i| self.events.get(i)).unwrap_or(&leader);
+                off.set_output(owner).map_err(|e| set_output_error("context-switches", e))?;
+            }
+            self.roles.push((leader.id().unwrap_or(0), Role::Leader));
+            if owns_ring {
+                self.owners[ci] = Some(self.events.len());
+            }
+            self.push(leader, true)?;
+            for m in members {
+                self.push(m, false)?;
+            }
+            if let Some(off) = off {
+                self.roles.push((off.id().unwrap_or(0), Role::OffCpu));
+                self.push(off, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open_leader(&self, target: Target) -> Result<PerfEvent, OpenError> {
+        PerfEvent::open(&self.leader, target, None, &self.names[0])
+    }
+
+    fn push(&mut self, e: PerfEvent, enable: bool) -> Result<(), RingSetError> {
+        if enable {
+            if self.enabled {
+                e.enable().map_err(|source| {
+                    RingSetError::Open(OpenError::Rejected {
+                        what: self.names[0].clone(),
+                        hint: "; enabling the event failed",
+                        source,
+                    })
+                })?;
+            }
+            self.to_enable.push(self.events.len());
+        }
+        self.events.push(e);
+        Ok(())
+    }
+
+    /// Starts every event (a launched process's start with its exec on their own).
+    pub fn enable(&mut self) -> std::io::Result<()> {
+        for &i in &self.to_enable {
+            self.events[i].enable()?;
+        }
+        self.enabled = true;
+        Ok(())
+    }
+
+    /// Stops every event: nothing more is written, what was is still read.
+    pub fn disable(&mut self) {
+        for &i in &self.to_enable {
+            let _ = self.events[i].disable();
+        }
+        self.enabled = false;
+    }
+
+    /// The rings, one per online CPU.
+    pub fn rings_mut(&mut self) -> impl Iterator<Item = &mut RingBuffer> {
+        self.rings.iter_mut().flatten()
+    }
+
+    /// The rings' fds, for `poll`.
+    pub fn ring_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.rings.iter().flatten().map(|r| r.fd()).collect()
+    }
+
+    /// The CPUs the rings belong to, in ring order.
+    pub fn cpus(&self) -> &[i32] {
+        &self.cpus
+    }
+
+    /// Every event id and what it is (for a decoder that keeps its own copy).
+    pub fn roles(&self) -> Vec<(u64, Role)> {
+        self.roles.clone()
+    }
+
+    /// Which event wrote records with this id.
+    pub fn role_of(&self, id: u64) -> Option<Role> {
+        self.roles.iter().find(|(i, _)| *i == id).map(|(_, r)| *r)
+    }
+
+    /// The attr of the event with role `role`, as opened (the decoder of its records).
+    pub fn attr_of(&self, role: Role) -> Option<&perf_event_attr> {
+        match role {
+            Role::Leader => Some(&self.leader),
+            Role::OffCpu => self.off_cpu.as_ref(),
+        }
+    }
+
+    /// The window the kernel alternates with (the high-frequency attr was accepted), if
+    /// any.
+    pub fn hf_window(&self) -> Option<u64> {
+        self.hf
+    }
+
+    /// Whether samples carry the group's values (false only on kernels that refuse
+    /// `PERF_SAMPLE_READ` with `inherit`, where only the leader is recorded).
+    pub fn group_read(&self) -> bool {
+        self.group_read
+    }
+
+    /// Events open (file descriptors held).
+    pub fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The raw fds of every event (diagnostics).
+    pub fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.events.iter().map(|e| e.as_raw_fd())
+    }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// Whether this kernel alternates `attr`'s period with a `window` of the high-frequency
+/// word: the attr must open on the calling thread and, over a few milliseconds of
+/// spinning at a short period, give samples whose periods are the window's.
+pub fn alternates_here(attr: &perf_event_attr, window: u64) -> bool {
+    let mut a = sys::with_hf_sampling(attr, clamp_u32(window), 0);
+    a.set_inherit(0);
+    a.set_enable_on_exec(0);
+    a.set_disabled(1);
+    a.set_exclude_kernel(1);
+    a.set_exclude_callchain_kernel(1);
+    a.sample_type = u64::from(sys::PERF_SAMPLE_PERIOD);
+    a.read_format = 0;
+    a.set_mmap(0);
+    a.set_mmap2(0);
+    a.set_comm(0);
+    a.set_task(0);
+    a.set_context_switch(0);
+    // A long period short enough to sample a few times in the spin.
+    a.__bindgen_anon_1.sample_period = 1_000_000;
+    let ev = match PerfEvent::open(&a, Target::CALLING_THREAD, None, "hf probe") {
+        Ok(ev) => ev,
+        Err(e) if refused_as_unknown(&e) => return false,
+        Err(_) => return false,
+    };
+    let Ok(mut ring) = RingBuffer::map(&ev, 4) else { return false };
+    if ev.enable().is_err() {
+        return false;
+    }
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(12);
+    let mut v = 0u64;
+    while std::time::Instant::now() < end {
+        v = std::hint::black_box(v.wrapping_mul(31).wrapping_add(7));
+    }
+    let _ = ev.disable();
+    let layout = crate::ring::SampleLayout::new(a.sample_type);
+    let mut short = 0;
+    ring.read(|r| {
+        if let crate::ring::Record::Sample { body, .. } = r {
+            if layout.parse(body).and_then(|s| s.period) == Some(window) {
+                short += 1;
+            }
+        }
+    });
+    short > 0
+}
+
+/// True when a refusal means "this kernel does not know the attr" (the high-frequency
+/// word): `E2BIG` (non-zero bytes past the attr it knows) or `EINVAL`.
+fn refused_as_unknown(e: &OpenError) -> bool {
+    matches!(e, OpenError::Rejected { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::E2BIG | libc::EINVAL)))
+}
+
+fn set_output_error(what: &str, source: std::io::Error) -> RingSetError {
+    RingSetError::Open(OpenError::Rejected {
+        what: what.to_string(),
+        hint: "; redirecting its records into the CPU's ring buffer failed",
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::Record;
+    use crate::spec;
+
+    fn sampling() -> RingSampling {
+        RingSampling {
+            period: 100_000,
+            window: 0,
+            callchain: true,
+            max_stack: 64,
+            kernel_allowed: false,
+            wakeup: Wakeup::Bytes(4096),
+            off_cpu: false,
+        }
+    }
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list(""), None);
+        assert!(!online_cpus().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_leader_reads_its_group_and_carries_side_band_records() {
+        let g = spec::parse("{task-clock,page-faults}", false).unwrap();
+        let s = sampling();
+        let a = leader_attr(&g, &s, &Scope::Launched(1), true);
+        let want = u64::from(
+            sys::PERF_SAMPLE_IDENTIFIER
+                | sys::PERF_SAMPLE_IP
+                | sys::PERF_SAMPLE_TID
+                | sys::PERF_SAMPLE_TIME
+                | sys::PERF_SAMPLE_CPU
+                | sys::PERF_SAMPLE_PERIOD
+                | sys::PERF_SAMPLE_READ
+                | sys::PERF_SAMPLE_CALLCHAIN,
+        );
+        assert_eq!(a.sample_type, want);
+        assert_eq!(a.read_format, u64::from(sys::PERF_FORMAT_GROUP));
+        // SAFETY: both union fields are u64; freq is not set, so this is the period.
+        let period = unsafe { a.__bindgen_anon_1.sample_period };
+        assert_eq!(period, 100_000);
+        assert_eq!(
+            (a.inherit(), a.enable_on_exec(), a.mmap2(), a.comm_exec(), a.task()),
+            (1, 1, 1, 1, 1)
+        );
+        assert_eq!((a.exclude_kernel(), a.exclude_callchain_kernel()), (1, 1));
+        assert_eq!((a.sample_id_all(), a.use_clockid(), a.clockid), (1, 1, libc::CLOCK_MONOTONIC));
+        assert_eq!(a.context_switch(), 0);
+        let a = leader_attr(&g, &RingSampling { kernel_allowed: true, ..s }, &Scope::System, true);
+        assert_eq!((a.inherit(), a.exclude_kernel(), a.exclude_callchain_kernel()), (0, 0, 0));
+        // The switch-out sampler: the leader's trailer fields, kernel allowed, user chain.
+        let o = off_cpu_attr(&RingSampling { off_cpu: true, ..s }, &Scope::Threads(vec![1]));
+        let trailer = u64::from(
+            sys::PERF_SAMPLE_TID
+                | sys::PERF_SAMPLE_TIME
+                | sys::PERF_SAMPLE_CPU
+                | sys::PERF_SAMPLE_IDENTIFIER,
+        );
+        assert_eq!(o.sample_type & trailer, a.sample_type & trailer);
+        assert_eq!((o.exclude_kernel(), o.exclude_callchain_kernel(), o.inherit()), (0, 1, 1));
+        assert_eq!(o.config, u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES));
+    }
+
+    /// The high-frequency attr of the alternating-period series: the word after config3
+    /// (offset 136), period in bits 0..32, random bits in 32..36, size 144; and the plain
+    /// attr beside it. This kernel says which it takes.
+    #[test]
+    fn both_window_attrs_build_and_this_kernel_says_which_it_takes() {
+        let g = spec::parse("{task-clock/window=20us/,page-faults}", false).unwrap();
+        let plain = leader_attr(&g, &sampling(), &Scope::Threads(vec![0]), true);
+        assert_eq!(sys::hf_fields(&plain), (0, 0), "plain: no word");
+        assert_eq!(plain.config4, 0);
+        let hf = sys::with_hf_sampling(&plain, 20_000, 3);
+        assert_eq!(hf.size, 144);
+        assert_eq!(sys::hf_fields(&hf), (20_000, 3));
+        assert_eq!(sys::hf_fields(&sys::with_hf_sampling(&plain, 1, 200)).1, 15, "4 bits");
+        let bytes = sys::attr_bytes(&hf);
+        let at = sys::HF_WORD_OFFSET;
+        assert_eq!(u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap()), 20_000 | (3 << 32));
+        assert_eq!(&sys::attr_bytes(&plain)[..at], &bytes[..at], "the rest is the plain attr");
+        // Opening the word: a kernel without the series refuses it outright.
+        let refused = PerfEvent::open(&hf, Target::CALLING_THREAD, None, "task-clock");
+        let me = sys::gettid();
+        let s = RingSampling { window: 20_000, ..sampling() };
+        let set = CpuRings::open(&g, &s, Scope::Threads(vec![me]), 1).unwrap();
+        match refused {
+            Err(e) => {
+                assert!(refused_as_unknown(&e), "{e}");
+                assert_eq!(set.hf_window(), None, "plain samples where the kernel refuses");
+                assert_eq!(set.attr_of(Role::Leader).unwrap().config4, 0);
+                eprintln!("this kernel has no hf_sample_period: {e}");
+            }
+            Ok(_) => {
+                assert_eq!(set.hf_window().is_some(), alternates_here(&plain, 20_000));
+            }
+        }
+    }
+
+    /// A thread of this test sampled on every CPU: samples arrive in the rings with
+    /// this thread's id, the leader's id and the group's values.
+    #[test]
+    fn a_thread_is_sampled_into_per_cpu_rings_with_its_group() {
+        let g = spec::parse("{task-clock,page-faults}", false).unwrap();
+        let s = RingSampling { period: 200_000, ..sampling() };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            tx.send(sys::gettid()).unwrap();
+            go_rx.recv().unwrap();
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(60);
+            let mut v = 0u64;
+            while std::time::Instant::now() < end {
+                v = std::hint::black_box(v.wrapping_mul(31).wrapping_add(7));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        let mut set = CpuRings::open(&g, &s, Scope::Threads(vec![tid]), 32).unwrap();
+        assert_eq!(set.event_count(), 2 * set.cpus().len());
+        set.enable().unwrap();
+        go_tx.send(()).unwrap();
+        worker.join().unwrap();
+        set.disable();
+        let attr = *set.attr_of(Role::Leader).unwrap();
+        let layout = crate::ring::SampleLayout::new(attr.sample_type);
+        let (mut samples, mut ours, mut leader_ids) = (0, 0, 0);
+        let ids: Vec<u64> = set.roles.iter().map(|r| r.0).collect();
+        for ring in set.rings_mut() {
+            ring.read(|r| {
+                if let Record::Sample { body, .. } = r {
+                    let smp = layout.parse(body).unwrap();
+                    samples += 1;
+                    ours += usize::from(smp.tid == Some(tid as u32));
+                    leader_ids += usize::from(ids.contains(&smp.event_id().unwrap()));
+                }
+            });
+        }
+        // 60 ms at 200 us: about 300 samples; the VM may steal some time.
+        assert!(samples >= 100, "{samples} samples");
+        assert_eq!((ours, leader_ids), (samples, samples));
+        assert_eq!(set.role_of(ids[0]), Some(Role::Leader));
+    }
+}

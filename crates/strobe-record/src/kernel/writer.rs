@@ -1,0 +1,522 @@
+//! Kernel-mode recordings into the record file: the same chunks an agent writes (one
+//! stream per process image, PROCESS, MAPS, THREADS, STACKS, SAMPLES, LOST, END), built
+//! from the kernel's records, plus KSYMS (the kernel functions hit) and OFFCPU (the
+//! intervals threads spent switched out).
+//!
+//! The writer follows the processes as the kernel reports them: a process gets a stream
+//! when it is first seen (its first record, or a FORK naming it as a new process); an
+//! exec (COMM with the exec flag) ends the stream and starts another for the new image,
+//! as an agent's exec does; MMAP2 records keep each process's executable mappings, a
+//! forked child starts with a copy of its parent's, and a process that ran before the
+//! recording starts with what `/proc` showed ([`Known`]). A thread's off-CPU interval
+//! runs from its switch-out sample (which carries its stack) to its next switch-in.
+//!
+//! Owns: that bookkeeping and the chunks it writes. Must never write a sample before its
+//! stream's PROCESS chunk, a stack id before its nodes, or drop a sample or a loss it was
+//! given (every one is written or counted in [`Totals`]).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use strobe_format::{
+    Encoder, EndReason, LostCount, Mapping, MapsSnapshot, OffCpuInterval, PeriodSource, ProcessEnd,
+    ProcessInfo, ProcessOrigin, SampleKind, ThreadInfo, MAX_COUNTERS,
+};
+
+use super::decode::{Ev, SampleEv, Timed};
+use super::ksyms::KernelNames;
+use crate::drain::Totals;
+use crate::stacks::StackTable;
+
+/// What `/proc` showed of a process that ran before the recording started.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Known {
+    pub ppid: u32,
+    pub exe: PathBuf,
+    pub maps: Vec<Mapping>,
+    /// Thread names by tid.
+    pub names: Vec<(u32, String)>,
+}
+
+/// How samples are taken (for the PROCESS chunks and sample kinds).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sampling {
+    pub period: u64,
+    pub period_source: PeriodSource,
+    /// The window the kernel alternates with, when it does.
+    pub hf_window: Option<u64>,
+    /// Samples carry the group's values; otherwise the leader's running period sum.
+    pub group_read: bool,
+    pub ncounters: usize,
+}
+
+/// One process image.
+#[derive(Debug)]
+struct Proc {
+    pid: u32,
+    stream: u32,
+    maps: Vec<Mapping>,
+    maps_dirty: bool,
+    stacks: StackTable,
+    samples: u64,
+    window_ends: u64,
+    lost: u64,
+    exited: bool,
+    replaced: bool,
+}
+
+/// A thread switched out, waiting for its switch-in.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    stream: u32,
+    start: u64,
+    ip: u64,
+    stack: u32,
+    preempted: bool,
+}
+
+#[derive(Debug, Default)]
+struct Thread {
+    name: String,
+    /// The stream its name was last written to.
+    named_in: Option<u32>,
+    /// The leader's running period sum (without group reads).
+    period_sum: u64,
+    out: Option<Out>,
+}
+
+/// A sample waiting to be encoded.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    stream: u32,
+    tid: u32,
+    kind: SampleKind,
+    time: u64,
+    ip: u64,
+    stack: u32,
+    n: u8,
+    counters: [u64; MAX_COUNTERS],
+}
+
+/// Builds the record file of a kernel-mode recording.
+pub(crate) struct Writer<'f> {
+    file: &'f mut File,
+    enc: Encoder,
+    sampling: Sampling,
+    procs: Vec<Proc>,
+    /// pid -> index of its current image in `procs`.
+    by_pid: FxHashMap<u32, usize>,
+    threads: FxHashMap<u32, Thread>,
+    known: FxHashMap<u32, Known>,
+    /// The launched command's pid (its first image is the Start stream).
+    launched: Option<u32>,
+    next_stream: u32,
+    samples: Vec<Pending>,
+    off_cpu: Vec<(u32, u32, OffCpuInterval)>,
+    lost: Vec<(u32, u32, u64)>,
+    names: Vec<(u32, ThreadInfo)>,
+    ksyms: KernelNames,
+    /// Threads that sampled or switched out.
+    seen_tids: FxHashSet<u32>,
+    totals: Totals,
+    /// Off-CPU intervals written.
+    pub off_cpu_intervals: u64,
+}
+
+impl<'f> Writer<'f> {
+    /// A writer appending to `file` (its header already written).
+    pub fn new(
+        file: &'f mut File,
+        sampling: Sampling,
+        known: FxHashMap<u32, Known>,
+        launched: Option<u32>,
+        kernel_names: bool,
+        first_stream: u32,
+    ) -> Writer<'f> {
+        Writer {
+            file,
+            enc: Encoder::with_capacity(1 << 20),
+            sampling,
+            procs: Vec::new(),
+            by_pid: FxHashMap::default(),
+            threads: FxHashMap::default(),
+            known,
+            launched,
+            next_stream: first_stream,
+            samples: Vec::new(),
+            off_cpu: Vec::new(),
+            lost: Vec::new(),
+            names: Vec::new(),
+            ksyms: KernelNames::new(kernel_names),
+            seen_tids: FxHashSet::default(),
+            totals: Totals::default(),
+            off_cpu_intervals: 0,
+        }
+    }
+
+    /// Processes (images) seen.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Reads the kernel's symbols now, before the target runs.
+    pub fn preload_kernel_symbols(&mut self) {
+        self.ksyms.preload();
+    }
+
+    /// Whether any kernel address was recorded.
+    pub fn kernel_addresses_seen(&self) -> bool {
+        self.ksyms.any_seen()
+    }
+
+    /// Whether kernel symbols could be read (after the first kernel address).
+    pub fn kernel_symbols_readable(&self) -> bool {
+        self.ksyms.readable()
+    }
+
+    /// The stream of `pid`'s current image, creating it (PROCESS chunk, and the
+    /// mappings `/proc` showed for a process older than the recording) on first sight.
+    fn proc_of(&mut self, pid: u32, time: u64, origin: Option<(ProcessOrigin, u32)>) -> usize {
+        if let Some(&i) = self.by_pid.get(&pid) {
+            return i;
+        }
+        let known = self.known.remove(&pid);
+        let (origin, ppid) = match (origin, &known) {
+            (Some(o), _) => o,
+            (None, Some(k)) => (ProcessOrigin::Start, k.ppid),
+            (None, None) if self.launched == Some(pid) => {
+                (ProcessOrigin::Start, std::process::id())
+            }
+            // First seen without a FORK: it ran before the recording, or its FORK was
+            // lost.
+            (None, None) => {
+                (ProcessOrigin::Start, strobe_target::tasks::parent_of(pid).unwrap_or(0))
+            }
+        };
+        let exe = match &known {
+            Some(k) => k.exe.clone(),
+            None => strobe_target::tasks::executable(pid).unwrap_or_default(),
+        };
+        let stream = self.next_stream;
+        self.next_stream += 1;
+        let s = &self.sampling;
+        self.enc.process(
+            stream,
+            &ProcessInfo {
+                pid,
+                ppid,
+                origin,
+                exe,
+                start_mono_ns: time,
+                period: s.period,
+                window: s.hf_window.unwrap_or(0),
+                jitter: 0,
+                period_source: s.period_source,
+                sample_cost_ns: 0,
+                floor_cost_ns: 0,
+                predicted_overhead_ppm: 0,
+            },
+        );
+        let mut maps = Vec::new();
+        if let Some(k) = known {
+            maps = k.maps;
+            for (tid, name) in k.names {
+                self.threads.entry(tid).or_default().name = name;
+            }
+        }
+        let maps_dirty = !maps.is_empty();
+        self.procs.push(Proc {
+            pid,
+            stream,
+            maps,
+            maps_dirty,
+            stacks: StackTable::default(),
+            samples: 0,
+            window_ends: 0,
+            lost: 0,
+            exited: false,
+            replaced: false,
+        });
+        let i = self.procs.len() - 1;
+        self.by_pid.insert(pid, i);
+        i
+    }
+
+    /// Names thread `tid` in `stream` if it was not named there yet.
+    fn name_thread(&mut self, stream: u32, pid: u32, tid: u32) {
+        self.seen_tids.insert(tid);
+        let t = self.threads.entry(tid).or_default();
+        if t.named_in == Some(stream) {
+            return;
+        }
+        if t.name.is_empty() {
+            t.name = strobe_target::tasks::thread_name(pid, tid).unwrap_or_default();
+        }
+        t.named_in = Some(stream);
+        self.names.push((stream, ThreadInfo { tid, name: t.name.clone() }));
+    }
+
+    /// Applies events released in time order.
+    pub fn apply(&mut self, events: Vec<Timed>) {
+        for Timed { time, ev } in events {
+            match ev {
+                Ev::Sample(s) => self.sample(time, s),
+                Ev::SwitchOut { pid, tid, leaf, callers } => {
+                    let i = self.proc_of(pid, time, None);
+                    let p = &mut self.procs[i];
+                    let stack = p.stacks.intern(&callers);
+                    let stream = p.stream;
+                    self.threads.entry(tid).or_default().out =
+                        Some(Out { stream, start: time, ip: leaf, stack, preempted: false });
+                    self.name_thread(stream, pid, tid);
+                }
+                Ev::Switch { tid, out, preempt, .. } => {
+                    let t = self.threads.entry(tid).or_default();
+                    if out {
+                        if let Some(o) = t.out.as_mut() {
+                            o.preempted |= preempt;
+                        }
+                    } else if let Some(o) = t.out.take() {
+                        self.off_cpu.push((
+                            o.stream,
+                            tid,
+                            OffCpuInterval {
+                                start: o.start,
+                                duration: time.saturating_sub(o.start),
+                                ip: o.ip,
+                                stack: o.stack,
+                                preempted: o.preempted,
+                            },
+                        ));
+                    }
+                }
+                Ev::Mmap { pid, start, len, pgoff, path } => {
+                    let i = self.proc_of(pid, time, None);
+                    let p = &mut self.procs[i];
+                    let end = start.saturating_add(len);
+                    p.maps.retain(|m| m.end <= start || m.start >= end);
+                    p.maps.push(Mapping { start, end, file_offset: pgoff, path });
+                    p.maps_dirty = true;
+                }
+                Ev::Comm { pid, tid, name, exec } => {
+                    if exec {
+                        // A new image: the old stream ends, a new one begins.
+                        let origin = match self.by_pid.remove(&pid) {
+                            Some(old) => {
+                                self.procs[old].replaced = true;
+                                let ppid = strobe_target::tasks::parent_of(pid).unwrap_or(0);
+                                Some((ProcessOrigin::Exec, ppid))
+                            }
+                            None => None,
+                        };
+                        self.known.remove(&pid);
+                        self.proc_of(pid, time, origin);
+                    }
+                    let t = self.threads.entry(tid).or_default();
+                    t.name = name;
+                    t.named_in = None;
+                }
+                Ev::Fork { pid, ppid, tid, ptid } => {
+                    let parent_name =
+                        self.threads.get(&ptid).map(|t| t.name.clone()).unwrap_or_default();
+                    self.threads.insert(tid, Thread { name: parent_name, ..Thread::default() });
+                    if pid != ppid && !self.by_pid.contains_key(&pid) {
+                        // A new process: its parent's address space, copied.
+                        let maps = self
+                            .by_pid
+                            .get(&ppid)
+                            .map(|&i| self.procs[i].maps.clone())
+                            .unwrap_or_default();
+                        let i = self.proc_of(pid, time, Some((ProcessOrigin::Fork, ppid)));
+                        let p = &mut self.procs[i];
+                        p.maps_dirty = !maps.is_empty();
+                        p.maps = maps;
+                    }
+                }
+                Ev::Exit { pid, tid } => {
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.out = None;
+                    }
+                    if pid == tid {
+                        if let Some(&i) = self.by_pid.get(&pid) {
+                            self.procs[i].exited = true;
+                        }
+                    }
+                }
+                Ev::Lost { pid, tid, lost } => {
+                    let i = pid.and_then(|p| self.by_pid.get(&p).copied());
+                    let stream = i.map_or(strobe_format::RECORDER_STREAM, |i| {
+                        self.procs[i].lost += lost;
+                        self.procs[i].stream
+                    });
+                    let tid = if i.is_some() { tid.unwrap_or(0) } else { 0 };
+                    self.lost.push((stream, tid, lost));
+                }
+            }
+        }
+    }
+
+    fn sample(&mut self, time: u64, s: SampleEv) {
+        let i = self.proc_of(s.pid, time, None);
+        self.ksyms.note(s.ip);
+        for &a in &s.callers {
+            self.ksyms.note(a);
+        }
+        let p = &mut self.procs[i];
+        let stack = p.stacks.intern(&s.callers);
+        let stream = p.stream;
+        let kind = match self.sampling.hf_window {
+            Some(w) if s.period == w => SampleKind::WindowEnd,
+            Some(_) => SampleKind::WindowStart,
+            None => SampleKind::Plain,
+        };
+        if kind == SampleKind::WindowEnd {
+            p.window_ends += 1;
+        } else {
+            p.samples += 1;
+        }
+        self.name_thread(stream, s.pid, s.tid);
+        let mut counters = [0u64; MAX_COUNTERS];
+        let n = if self.sampling.group_read {
+            let n = usize::from(s.n).min(self.sampling.ncounters).min(MAX_COUNTERS);
+            counters[..n].copy_from_slice(&s.values[..n]);
+            n
+        } else {
+            let t = self.threads.entry(s.tid).or_default();
+            t.period_sum = t.period_sum.wrapping_add(s.period);
+            counters[0] = t.period_sum;
+            1
+        };
+        self.samples.push(Pending {
+            stream,
+            tid: s.tid,
+            kind,
+            time,
+            ip: s.ip,
+            stack,
+            n: n as u8,
+            counters,
+        });
+    }
+
+    /// Encodes what the applied events produced and appends it to the file.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        for p in &mut self.procs {
+            if p.maps_dirty {
+                p.maps_dirty = false;
+                let mut maps = p.maps.clone();
+                maps.sort_by_key(|m| m.start);
+                self.enc
+                    .maps(p.stream, &MapsSnapshot { time_mono_ns: crate::drain::mono_ns(), maps });
+            }
+            if let Some((first, nodes)) = p.stacks.take_new() {
+                self.enc.stacks(p.stream, first, &nodes);
+            }
+        }
+        let mut names = std::mem::take(&mut self.names);
+        names.sort_by_key(|(s, _)| *s);
+        for chunk in names.chunk_by(|a, b| a.0 == b.0) {
+            let ts: Vec<ThreadInfo> = chunk.iter().map(|(_, t)| t.clone()).collect();
+            self.enc.threads(chunk[0].0, &ts);
+        }
+        // Samples: per (stream, thread), in time order.
+        self.samples.sort_by_key(|p| (p.stream, p.tid));
+        let mut i = 0;
+        while i < self.samples.len() {
+            let (stream, tid) = (self.samples[i].stream, self.samples[i].tid);
+            let mut b = self.enc.samples(stream, tid, self.sampling.ncounters);
+            while let Some(p) = self.samples.get(i).filter(|p| p.stream == stream && p.tid == tid) {
+                b.push(p.kind, p.time, p.ip, p.stack, &p.counters[..usize::from(p.n)]);
+                i += 1;
+                if b.len() >= 4096 {
+                    break;
+                }
+            }
+            drop(b);
+        }
+        for p in &self.samples {
+            if p.kind == SampleKind::WindowEnd {
+                self.totals.window_ends += 1;
+            } else {
+                self.totals.samples += 1;
+            }
+        }
+        self.samples.clear();
+        self.off_cpu.sort_by_key(|(s, t, i)| (*s, *t, i.start));
+        for chunk in self.off_cpu.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
+            let iv: Vec<OffCpuInterval> = chunk.iter().map(|c| c.2).collect();
+            self.enc.off_cpu(chunk[0].0, chunk[0].1, &iv);
+            self.off_cpu_intervals += iv.len() as u64;
+        }
+        self.off_cpu.clear();
+        self.lost.sort_by_key(|(s, _, _)| *s);
+        for chunk in self.lost.chunk_by(|a, b| a.0 == b.0) {
+            let l: Vec<LostCount> =
+                chunk.iter().map(|&(_, tid, lost)| LostCount { tid, lost }).collect();
+            self.totals.lost += l.iter().map(|l| l.lost).sum::<u64>();
+            self.enc.lost(chunk[0].0, &l);
+        }
+        self.lost.clear();
+        let ks = self.ksyms.take_new();
+        if !ks.is_empty() {
+            self.enc.kernel_symbols(&ks);
+        }
+        self.totals.passes += 1;
+        if self.enc.is_empty() {
+            return Ok(());
+        }
+        let r = self.file.write_all(self.enc.as_bytes());
+        self.enc.clear();
+        r
+    }
+
+    /// Writes every stream's END and returns the totals. `launched`: the launched
+    /// command's pid, how it ended and its CPU time; `wakeups`: the ring wakeups.
+    pub fn finish(
+        mut self,
+        launched: Option<(u32, strobe_target::Exit, Option<u64>)>,
+        wakeups: u64,
+    ) -> std::io::Result<Totals> {
+        self.flush()?;
+        let now = crate::drain::mono_ns();
+        let last_image: FxHashMap<u32, usize> = self.by_pid.clone();
+        for (i, p) in self.procs.iter().enumerate() {
+            let is_last = last_image.get(&p.pid) == Some(&i);
+            let (reason, status, cpu_ns) = match launched {
+                Some((pid, exit, cpu)) if pid == p.pid && is_last => match exit {
+                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64), cpu),
+                    strobe_target::Exit::Signal { signal, .. } => {
+                        (EndReason::Killed, Some(signal as u64), cpu)
+                    }
+                },
+                _ if p.replaced => (EndReason::Exec, None, None),
+                _ if p.exited => (EndReason::Exit, None, None),
+                _ => (EndReason::Stopped, None, None),
+            };
+            self.enc.end_process(
+                p.stream,
+                &ProcessEnd {
+                    reason,
+                    time_mono_ns: now,
+                    samples: p.samples + p.window_ends,
+                    lost: p.lost,
+                    wakeups,
+                    windows: p.window_ends,
+                    window_sum: 0,
+                    status,
+                    unsampled_ns: 0,
+                    cpu_ns,
+                },
+            );
+        }
+        if !self.enc.is_empty() {
+            self.file.write_all(self.enc.as_bytes())?;
+            self.enc.clear();
+        }
+        self.totals.threads = self.seen_tids.len();
+        self.totals.wakeups = wakeups;
+        Ok(self.totals)
+    }
+}
