@@ -15,6 +15,15 @@ pub const AGENT_PID: &str = "STROBE_AGENT_PID";
 /// The dynamic loader's preload list.
 pub const LD_PRELOAD: &str = "LD_PRELOAD";
 
+/// `strobe watch`: the write end of the pipe the agent streams its messages to, in
+/// decimal (`watch::fd_to_env`, `watch::fd_from_env`).
+pub const WATCH_FD: &str = "STROBE_WATCH_FD";
+/// `strobe watch`: what to watch and how (`watch::WatchRequest::to_env`).
+pub const WATCH: &str = "STROBE_WATCH";
+/// Every variable `strobe watch` sets, for the agent to remove once read (a program the
+/// target execs must not mistake an unrelated fd with the same number for the channel).
+pub const WATCH_ALL: &[&str] = &[WATCH_FD, WATCH];
+
 /// Every variable `strobe` sets for a recording, for a launcher to clear from an
 /// inherited environment before setting its own.
 pub const ALL: &[&str] = &[ARENA, AGENT_PID];

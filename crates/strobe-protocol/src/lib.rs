@@ -19,6 +19,7 @@ pub mod arena;
 pub mod calibration;
 pub mod config;
 pub mod env;
+pub mod watch;
 pub mod wire;
 
 pub use arena::{Arena, ArenaError, ArenaSizes, ProcEntry, ProcState};
