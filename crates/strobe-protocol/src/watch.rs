@@ -267,8 +267,8 @@ pub struct HitRecord {
     /// The target had SIGTRAP blocked: the kernel delivered the hit late, so the
     /// instruction is where it was found, not the access.
     pub imprecise: bool,
-    /// The value before the access, when the agent knew it (not after the watchpoint was
-    /// re-armed, nor for a read).
+    /// The value before the access, when the agent knew it (not on the first hit after the
+    /// watchpoint was armed or re-armed).
     pub old: Option<u64>,
     /// The value after the access.
     pub new: u64,
@@ -621,6 +621,12 @@ impl<R: Read> HitStream<R> {
     /// A stream reading from `src`.
     pub fn new(src: R) -> HitStream<R> {
         HitStream { src, buf: Vec::with_capacity(64 << 10), start: 0, hello: false }
+    }
+
+    /// The source, to drain what is left after an error (whatever was buffered is
+    /// dropped).
+    pub fn into_inner(self) -> R {
+        self.src
     }
 
     /// Whether a whole message is buffered already, so [`HitStream::read`] returns it
