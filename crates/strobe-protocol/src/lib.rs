@@ -19,6 +19,7 @@ pub mod arena;
 pub mod calibration;
 pub mod config;
 pub mod env;
+pub mod probe;
 pub mod watch;
 pub mod wire;
 
