@@ -156,6 +156,8 @@ fn recording() -> Vec<u8> {
             BaselineCounter { mean: 29_000.0, sd: 900.0 },
             BaselineCounter { mean: 0.0, sd: 0.0 },
         ],
+        tail: Vec::new(),
+        uncounted: 0.0,
     });
     e.stacks(7, 1, &[StackNode { parent: 0, addr: 0x1400 }, StackNode { parent: 1, addr: 0x1500 }]);
     let mut b = e.samples(7, 100, 2);
