@@ -205,7 +205,7 @@ pub enum Warning {
         program: String,
     },
     /// The agent's messages could not be read past a point (why, from
-    /// [`StreamError`]); what it said after that is missing.
+    /// [`strobe_protocol::watch::StreamError`]); what it said after that is missing.
     Stream(String),
 }
 
