@@ -25,6 +25,79 @@ fn main() {
     text(&root.join("watch_spec"), WATCH_SPECS, |_, s| s.as_bytes().to_vec());
     text(&root.join("probe_spec"), PROBE_SPECS, |_, s| s.as_bytes().to_vec());
     usdt_notes(&root.join("usdt_notes"));
+    protocol(&root.join("protocol"));
+}
+
+/// One seed per decoder of strobe-protocol, from its own encoders; the first byte picks
+/// the decoder (see the target's body).
+fn protocol(dir: &Path) {
+    use strobe_protocol::probe::{self, PointCount, PointReport, PointSite};
+    use strobe_protocol::watch::*;
+    let with = |which: u8, bytes: &[u8]| [&[which][..], bytes].concat();
+    let request = WatchRequest {
+        points: vec![
+            WatchPoint { base: Base::Executable, addr: 0x4010, len: 8, access: Access::Write },
+            WatchPoint {
+                base: Base::Library { dev: 0x803, ino: 0x1f },
+                addr: 0x20,
+                len: 4,
+                access: Access::ReadWrite,
+            },
+            WatchPoint { base: Base::Absolute, addr: 0x601040, len: 1, access: Access::Write },
+        ],
+        options: WatchOptions {
+            per_thread: true,
+            multiplex: true,
+            stack: true,
+            rotate: std::time::Duration::from_millis(4),
+        },
+    };
+    write(dir, "watch_request", &with(0, request.to_env().as_encoded_bytes()));
+    let mut stream = Vec::new();
+    let mut hit = HitRecord::new(1, 4242, false, Some(6), 7);
+    hit.push(CodeAddr { module: 1, vaddr: 0x1139 });
+    hit.push(CodeAddr { module: 2, vaddr: 0x2a000 });
+    for m in [
+        Message::Hello { version: VERSION },
+        Message::Start { pid: 4241, watchpoints: 3, slots: 3, multiplexed: false },
+        Message::Watchpoint { index: 0, addr: 0x5555_5555_8010, len: 8, access: Access::Write },
+        Message::Module { id: 1, bias: 0x5555_5555_4000, path: b"/usr/bin/app" },
+        Message::Module { id: 2, bias: 0x7f00_0000_0000, path: b"/lib/libc.so.6" },
+        Message::Hit(hit),
+        Message::Armed { wp: 0, hits: 1, armed_ns: 900, enabled_ns: 1000, times: 2 },
+        Message::Threads(3),
+        Message::Lost(0),
+        Message::Chained(1),
+        Message::Error("a watchpoint could not be armed"),
+        Message::End,
+    ] {
+        m.encode(&mut stream);
+    }
+    write(dir, "watch_stream", &with(1, &stream));
+    let mut log2_ns = [0; probe::LOG2_BUCKETS];
+    log2_ns[10] = 3;
+    let report = PointReport {
+        counts: vec![PointCount {
+            probe: "req".into(),
+            hits: 3,
+            exits: 3,
+            total_ns: 4000,
+            log2_ns,
+        }],
+        sites: vec![PointSite {
+            probe: "req".into(),
+            file: "src/a \"b\".c".into(),
+            line: 7,
+            nargs: 2,
+        }],
+        unknown: vec![("rq".into(), " (did you mean req?)".into())],
+    };
+    write(dir, "probe_report", &with(2, report.encode().as_bytes()));
+    let mut line = String::new();
+    let kind = probe::TraceKind::Exit { dur_ns: 1234 };
+    probe::TraceLine { probe: "c_scope", tid: 77, ns: 123_456_789, kind, args: &[10, 20] }
+        .encode(&mut line);
+    write(dir, "trace_line", &with(3, line.trim_end().as_bytes()));
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -156,6 +229,15 @@ fn recording() -> Vec<u8> {
             BaselineCounter { mean: 29_000.0, sd: 900.0 },
             BaselineCounter { mean: 0.0, sd: 0.0 },
         ],
+        tail: vec![
+            BaselineCounter { mean: 8_800.0, sd: 300.0 },
+            BaselineCounter { mean: 0.0, sd: 0.0 },
+        ],
+        end: vec![
+            BaselineCounter { mean: 13_500.0, sd: 700.0 },
+            BaselineCounter { mean: 0.0, sd: 0.0 },
+        ],
+        uncounted: 4_000.0,
     });
     e.stacks(7, 1, &[StackNode { parent: 0, addr: 0x1400 }, StackNode { parent: 1, addr: 0x1500 }]);
     let mut b = e.samples(7, 100, 2);
@@ -163,6 +245,9 @@ fn recording() -> Vec<u8> {
     for i in 0..6u64 {
         t += if i % 2 == 0 { 1_000_000 } else { 27_000 };
         let kind = if i % 2 == 0 { SampleKind::WindowStart } else { SampleKind::WindowEnd };
+        // Each window's ends come with their overflows' own values (one a system call's).
+        let overflow = if i == 0 { SampleKind::CallTail } else { SampleKind::Overflow };
+        b.push(overflow, t, 0x1100 + 8 * i, 0, &[1_000 * i, 3 * i]);
         b.push(kind, t, 0x1100 + 8 * i, (i % 3) as u32, &[1_000 * i, 3 * i]);
     }
     b.finish();

@@ -171,6 +171,60 @@ pub fn usdt_notes(data: &[u8]) {
     }
 }
 
+/// What crosses between strobe and the code in the target (strobe-protocol): the first
+/// byte picks the decoder, the rest is its input. 0: a watch request, from the hex form
+/// the agent reads in its environment; 1: the agent's watch stream, as strobe reads it
+/// from the pipe; 2: a probe library's exit report (a file a user's program writes);
+/// 3: a probe trace line. Whatever decodes must encode to a form that decodes to the same.
+pub fn protocol(data: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    use strobe_protocol::{probe, watch};
+    let Some((&which, rest)) = data.split_first() else { return };
+    match which % 4 {
+        0 => {
+            if let Ok(r) = watch::WatchRequest::from_env(std::ffi::OsStr::from_bytes(rest)) {
+                assert_eq!(watch::WatchRequest::from_env(&r.to_env()).as_ref(), Ok(&r));
+                assert_eq!(watch::WatchRequest::decode(&r.encode()).as_ref(), Ok(&r));
+            }
+        }
+        1 => {
+            let mut s = watch::HitStream::new(rest);
+            let mut n = 0;
+            while let Ok(Some(m)) = s.read() {
+                n += 1;
+                assert!(n <= rest.len() / 5, "a frame takes at least 5 bytes");
+                let mut frame = Vec::new();
+                m.encode(&mut frame);
+                assert_eq!(watch::Message::decode(&frame[4..]), Ok(m));
+            }
+        }
+        2 => {
+            let Ok(text) = std::str::from_utf8(rest) else { return };
+            if let Ok(r) = probe::PointReport::decode(text) {
+                assert_eq!(probe::PointReport::decode(&r.encode()).as_ref(), Ok(&r));
+            }
+        }
+        _ => {
+            let Ok(text) = std::str::from_utf8(rest) else { return };
+            if let Ok(t) = probe::TraceRecord::decode(text) {
+                let mut line = String::new();
+                let l = probe::TraceLine {
+                    probe: &t.probe,
+                    tid: t.tid,
+                    ns: t.ns,
+                    kind: t.kind,
+                    args: &t.args,
+                };
+                l.encode(&mut line);
+                assert_eq!(
+                    probe::TraceRecord::decode(line.trim_end_matches('\n')).as_ref(),
+                    Ok(&t)
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,8 +251,9 @@ mod tests {
     fn every_seed_runs_clean() {
         let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/seeds");
         type Body = fn(&[u8]);
-        let targets: [(&str, Body); 5] = [
+        let targets: [(&str, Body); 6] = [
             ("record_reader", record_reader),
+            ("protocol", protocol),
             ("event_spec", event_spec),
             ("watch_spec", watch_spec),
             ("probe_spec", probe_spec),

@@ -150,7 +150,7 @@ pub fn arm(st: &State, opts: Opts) -> Armed {
             }
         }
     }
-    let policy = if opts.no_mux { Policy::NoMultiplex } else { Policy::Multiplex };
+    let policy = if opts.multiplex { Policy::Multiplex } else { Policy::NoMultiplex };
     let mut mux = match Multiplexer::new(n, armed.events.len() as u32, policy) {
         Ok(m) => m,
         Err(e) => {

@@ -1,7 +1,8 @@
-//! The channel to `strobe watch`: a pipe carrying one text line per record (the protocol
-//! is in the module note of `watch/mod.rs`), and the lines the writer thread puts on it.
+//! The channel to `strobe watch`: a pipe carrying strobe-protocol's watch messages (one
+//! frame each, the first a hello with the version), and the messages the writer thread
+//! puts on it.
 //!
-//! Owns the pipe's write end once watching starts: buffering whole lines, writing what the
+//! Owns the pipe's write end once watching starts: buffering whole frames, writing what the
 //! pipe takes without blocking, noticing when `strobe watch` went away (or the target
 //! reused the fd number for another file) and going quiet then, and naming the modules
 //! hit addresses fall in. It must never block the writer thread on a slow reader (past a
@@ -10,15 +11,16 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::io::Write as _;
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStringExt;
 use std::time::Duration;
 
+use strobe_protocol::watch::{CodeAddr, HitRecord, Message, VERSION};
 use strobe_watch::mux::monotonic_ns;
 
-use super::ring::Hit;
+use super::ring::{Hit, HIT_IMPRECISE, HIT_OLD_UNKNOWN};
 
-/// Writes whole lines to the channel; stops quietly once `strobe watch` went away.
+/// Writes whole frames to the channel; stops quietly once `strobe watch` went away.
 pub struct Channel {
     fd: RawFd,
     /// The pipe's identity (device, inode): a target that closes the fd and opens a file
@@ -38,9 +40,22 @@ pub fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 impl Channel {
-    /// A channel writing to `fd`, which must stay the file whose identity is `id`.
+    /// A channel writing to `fd`, which must stay the file whose identity is `id`. Its
+    /// first message, the protocol's version, is buffered already.
     pub fn new(fd: RawFd, id: (u64, u64)) -> Channel {
-        Channel { fd, id, buf: Vec::with_capacity(64 * 1024), broken: false }
+        let mut ch = Channel { fd, id, buf: Vec::with_capacity(64 * 1024), broken: false };
+        ch.send(&Message::Hello { version: VERSION });
+        ch
+    }
+
+    /// Buffers one message (written by the next flush).
+    pub fn send(&mut self, m: &Message<'_>) {
+        m.encode(&mut self.buf);
+    }
+
+    /// Bytes buffered and not yet written.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
     }
 
     /// Writes what the pipe takes now (the fd is non-blocking, so a slow reader never
@@ -87,11 +102,11 @@ impl Channel {
     }
 }
 
-/// Ends the channel with why the agent could not watch: `err MESSAGE` (one line) and
-/// `end`, written within a second.
+/// Ends the channel with why the agent could not watch (on one line) and the end, written
+/// within a second.
 pub fn fail(ch: &mut Channel, msg: &str) {
-    let _ = writeln!(ch.buf, "err {}", msg.replace('\n', " "));
-    let _ = writeln!(ch.buf, "end");
+    ch.send(&Message::Error(&msg.replace('\n', " ")));
+    ch.send(&Message::End);
     ch.flush_all(Duration::from_secs(1));
 }
 
@@ -106,11 +121,11 @@ pub struct Modules {
 }
 
 impl Modules {
-    /// `(module id, address relative to the module's bias)` for `ip`, announcing new
+    /// The module of `ip` and its address relative to the module's bias, announcing new
     /// modules on the channel.
-    pub fn locate(&mut self, ip: u64, out: &mut Vec<u8>) -> (u32, u64) {
-        if let Some(&(id, bias)) = self.by_ip.get(&ip) {
-            return (id, ip.wrapping_sub(bias));
+    pub fn locate(&mut self, ip: u64, ch: &mut Channel) -> CodeAddr {
+        if let Some(&(module, bias)) = self.by_ip.get(&ip) {
+            return CodeAddr { module, vaddr: ip.wrapping_sub(bias) };
         }
         // SAFETY: dladdr1 fills `info` and the link_map pointer for an address; both are
         // valid out-parameters. (Not in a signal handler: this is the writer thread.)
@@ -120,47 +135,47 @@ impl Modules {
             if libc::dladdr1(ip as *const libc::c_void, &mut info, &mut lm, RTLD_DL_LINKMAP) == 0
                 || lm.is_null()
             {
-                return (0, 0);
+                return CodeAddr::default();
             }
             // struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
             let l_addr = *(lm as *const u64);
             let l_name = *(lm as *const *const libc::c_char).add(1);
             let name = if l_name.is_null() || *l_name == 0 {
                 std::fs::read_link("/proc/self/exe")
-                    .map(|p| p.to_string_lossy().into_owned())
+                    .map(|p| p.into_os_string().into_vec())
                     .unwrap_or_default()
             } else {
-                CStr::from_ptr(l_name).to_string_lossy().into_owned()
+                CStr::from_ptr(l_name).to_bytes().to_vec()
             };
             (l_addr, name)
         };
         let next = self.by_base.len() as u32 + 1;
-        let id = *self.by_base.entry(bias).or_insert_with(|| {
-            let _ = writeln!(out, "mod {next} {bias:x} {name}");
+        let module = *self.by_base.entry(bias).or_insert_with(|| {
+            ch.send(&Message::Module { id: next, bias, path: &name });
             next
         });
-        self.by_ip.insert(ip, (id, bias));
-        (id, ip.wrapping_sub(bias))
+        self.by_ip.insert(ip, (module, bias));
+        CodeAddr { module, vaddr: ip.wrapping_sub(bias) }
     }
 }
 
-/// Appends the `hit` line of `h` to the channel, announcing the modules its addresses
-/// fall in first.
+/// Sends the hit `h`, announcing the modules its addresses fall in first. Allocates
+/// nothing once its modules are known and the buffer has room.
 pub fn write_hit(h: &Hit, mods: &mut Modules, ch: &mut Channel) {
-    let mut line = Vec::with_capacity(128);
-    let (m, v) = mods.locate(h.ip, &mut ch.buf);
-    let _ = write!(line, "hit {} {} {} {:x} {:x} {m}:{v:x}", h.wp, h.tid, h.flags, h.old, h.new);
+    let old = (h.flags & HIT_OLD_UNKNOWN == 0).then_some(h.old);
+    let mut rec = HitRecord::new(h.wp, h.tid, h.flags & HIT_IMPRECISE != 0, old, h.new);
+    rec.push(mods.locate(h.ip, ch));
     for &f in h.frames.iter().take(h.nframes as usize) {
-        let (m, v) = mods.locate(f, &mut ch.buf);
-        let _ = write!(line, " {m}:{v:x}");
+        rec.push(mods.locate(f, ch));
     }
-    line.push(b'\n');
-    ch.buf.extend_from_slice(&line);
+    ch.send(&Message::Hit(rec));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use strobe_protocol::watch::{HitStream, StreamError};
 
     /// A pipe: (read end, write end non-blocking).
     fn pipe() -> (RawFd, RawFd) {
@@ -172,7 +187,7 @@ mod tests {
         (fds[0], fds[1])
     }
 
-    fn read_all(fd: RawFd) -> String {
+    fn read_all(fd: RawFd) -> Vec<u8> {
         let mut out = Vec::new();
         let mut b = [0u8; 4096];
         // SAFETY: fcntl and read on our own fd into a valid buffer.
@@ -185,29 +200,43 @@ mod tests {
             }
             out.extend_from_slice(&b[..n as usize]);
         }
-        String::from_utf8(out).unwrap()
+        out
+    }
+
+    /// The messages of a stream, as their debug text.
+    fn decode(bytes: &[u8]) -> Result<Vec<String>, StreamError> {
+        let mut s = HitStream::new(bytes);
+        let mut out = Vec::new();
+        while let Some(m) = s.read()? {
+            out.push(format!("{m:?}"));
+        }
+        Ok(out)
     }
 
     #[test]
-    fn lines_reach_the_pipe_and_wait_while_it_is_full() {
+    fn messages_reach_the_pipe_and_wait_while_it_is_full() {
         let (r, w) = pipe();
         let mut ch = Channel::new(w, fd_identity(w).unwrap());
-        writeln!(ch.buf, "start 1 2 3 0").unwrap();
+        let start = Message::Start { pid: 1, watchpoints: 2, slots: 3, multiplexed: false };
+        ch.send(&start);
         ch.flush();
-        assert!(ch.buf.is_empty());
-        assert_eq!(read_all(r), "start 1 2 3 0\n");
+        assert_eq!(ch.pending(), 0);
+        assert_eq!(decode(&read_all(r)).unwrap(), [format!("{start:?}")], "after the hello");
         // More than the pipe holds (64 KiB): what does not fit stays buffered.
-        let line = format!("{}\n", "x".repeat(1023));
+        let text = "x".repeat(1017);
+        let mut one = Vec::new();
+        Message::Error(&text).encode(&mut one);
+        assert_eq!(one.len(), 1024);
         for _ in 0..100 {
-            ch.buf.extend_from_slice(line.as_bytes());
+            ch.send(&Message::Error(&text));
         }
         ch.flush();
-        let left = ch.buf.len();
+        let left = ch.pending();
         assert!(left > 0 && left < 100 * 1024, "{left}");
-        let got = read_all(r);
+        let mut got = read_all(r);
         ch.flush();
-        let got = got + &read_all(r);
-        assert_eq!(got.len() + ch.buf.len(), 100 * 1024);
+        got.extend(read_all(r));
+        assert_eq!(got.len() + ch.pending(), 100 * 1024);
         // SAFETY: closing our own fds.
         unsafe { (libc::close(r), libc::close(w)) };
     }
@@ -218,18 +247,18 @@ mod tests {
         let mut ch = Channel::new(w, fd_identity(w).unwrap());
         // SAFETY: closing our own read end; Rust ignores SIGPIPE, so the write gets EPIPE.
         unsafe { libc::close(r) };
-        writeln!(ch.buf, "hit 0 1 0 0 1 1:10").unwrap();
+        ch.send(&Message::Lost(1));
         ch.flush_all(Duration::from_millis(100));
-        assert!(ch.buf.is_empty(), "dropped, not kept");
-        writeln!(ch.buf, "end").unwrap();
+        assert_eq!(ch.pending(), 0, "dropped, not kept");
+        ch.send(&Message::End);
         ch.flush();
-        assert!(ch.buf.is_empty());
+        assert_eq!(ch.pending(), 0);
         // SAFETY: closing our own fd.
         unsafe { libc::close(w) };
     }
 
     #[test]
-    fn a_reused_fd_number_never_gets_our_lines() {
+    fn a_reused_fd_number_never_gets_our_messages() {
         let (r, w) = pipe();
         let mut ch = Channel::new(w, fd_identity(w).unwrap());
         // The target closes the fd and opens a file that gets the same number.
@@ -237,10 +266,10 @@ mod tests {
         let f = std::fs::File::create(&path).unwrap();
         // SAFETY: dup2 onto our own fd number; the file stays open through `f` too.
         assert_eq!(unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), w) }, w);
-        writeln!(ch.buf, "hit 0 1 0 0 1 1:10").unwrap();
+        ch.send(&Message::Lost(1));
         ch.flush();
         assert_eq!(std::fs::read(&path).unwrap().len(), 0, "nothing written to the file");
-        assert_eq!(read_all(r), "");
+        assert!(read_all(r).is_empty());
         std::fs::remove_file(&path).unwrap();
         // SAFETY: closing our own fds.
         unsafe { (libc::close(r), libc::close(w)) };
@@ -251,7 +280,8 @@ mod tests {
         let (r, w) = pipe();
         let mut ch = Channel::new(w, fd_identity(w).unwrap());
         fail(&mut ch, "cannot watch:\nno debug registers");
-        assert_eq!(read_all(r), "err cannot watch: no debug registers\nend\n");
+        let want = [Message::Error("cannot watch: no debug registers"), Message::End];
+        assert_eq!(decode(&read_all(r)).unwrap(), want.map(|m| format!("{m:?}")));
         // SAFETY: closing our own fds.
         unsafe { (libc::close(r), libc::close(w)) };
     }
@@ -269,6 +299,8 @@ mod tests {
         // SAFETY: dladdr writes through a valid out-pointer.
         assert_ne!(unsafe { libc::dladdr(write as *const libc::c_void, &mut info) }, 0);
         let libc_base = info.dli_fbase as u64;
+        // SAFETY: dli_fname is the loader's NUL-terminated path of the C library.
+        let libc_path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes().to_vec();
         let mut h = Hit { wp: 2, tid: 77, flags: 1, ip: exe, old: 0xa, new: 0xb, ..Hit::default() };
         h.frames[0] = write;
         h.frames[1] = read;
@@ -277,27 +309,34 @@ mod tests {
         write_hit(&h, &mut mods, &mut ch);
         h.frames[0] = read;
         h.nframes = 1;
+        h.flags = HIT_OLD_UNKNOWN;
         write_hit(&h, &mut mods, &mut ch);
         ch.flush();
-        let text = read_all(r);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 4, "{text}");
-        assert!(lines[0].starts_with("mod 1 ") && lines[1].starts_with("mod 2 "), "{text}");
-        assert!(lines[1].contains(&format!(" {libc_base:x} ")), "{text}");
-        let exe_bias = u64::from_str_radix(lines[0].split(' ').nth(2).unwrap(), 16).unwrap();
+        let bytes = read_all(r);
+        let mut s = HitStream::new(&bytes[..]);
+        let Some(Message::Module { id: 1, bias: exe_bias, path }) = s.read().unwrap() else {
+            panic!("the executable first")
+        };
+        assert_eq!(path, std::fs::read_link("/proc/self/exe").unwrap().as_os_str().as_bytes());
+        let m = s.read().unwrap();
+        assert_eq!(m, Some(Message::Module { id: 2, bias: libc_base, path: &libc_path }));
+        let at = |module, addr: u64, bias: u64| CodeAddr { module, vaddr: addr - bias };
+        let Some(Message::Hit(first)) = s.read().unwrap() else { panic!("a hit") };
+        assert_eq!((first.wp, first.tid, first.imprecise), (2, 77, true));
+        assert_eq!((first.old, first.new), (Some(0xa), 0xb));
         assert_eq!(
-            lines[2],
-            format!(
-                "hit 2 77 1 a b 1:{:x} 2:{:x} 2:{:x} 0:0",
-                exe - exe_bias,
-                write - libc_base,
-                read - libc_base
-            )
+            first.addrs(),
+            [
+                at(1, exe, exe_bias),
+                at(2, write, libc_base),
+                at(2, read, libc_base),
+                CodeAddr { module: 0, vaddr: 0 }
+            ]
         );
-        assert_eq!(
-            lines[3],
-            format!("hit 2 77 1 a b 1:{:x} 2:{:x}", exe - exe_bias, read - libc_base)
-        );
+        let Some(Message::Hit(second)) = s.read().unwrap() else { panic!("a hit") };
+        assert_eq!((second.imprecise, second.old), (false, None), "the old value unknown");
+        assert_eq!(second.addrs(), [at(1, exe, exe_bias), at(2, read, libc_base)]);
+        assert_eq!(s.read().unwrap(), None, "each module announced once");
         // SAFETY: closing our own fds.
         unsafe { (libc::close(r), libc::close(w)) };
     }

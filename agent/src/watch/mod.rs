@@ -2,7 +2,7 @@
 //! constructor, hits caught by a synchronous SIGTRAP handler, and a writer thread that
 //! streams them to `strobe watch`.
 //!
-//! It owns: the watch configuration (read from the environment, [`config`]), the
+//! It owns: the watch request (read from the environment, [`config`]), the
 //! `PERF_TYPE_BREAKPOINT` events (one per debug-register slot) and the round-robin rotation
 //! of more watchpoints than slots ([`arm`], over [`strobe_watch::Multiplexer`]), what the
 //! handler reads ([`state`]), the hit ring ([`ring`]), the output channel ([`channel`]) and
@@ -13,17 +13,16 @@
 //!
 //! # Configuration (set by `strobe watch`)
 //!
-//! - `STROBE_WATCH_FD=N`: the write end of a pipe `strobe watch` reads.
-//! - `STROBE_WATCH_POINTS=P;P;...`, each `P` = `KIND,ADDR,LEN,ACCESS`: `KIND` is `pie` (an
-//!   address in the main executable, relocated by its load bias), `lib=DEV:INO` (an
-//!   address in the loaded shared library whose file has that device and inode number, hex,
-//!   relocated by its load bias) or `abs`; `ADDR` hex;
-//!   `LEN` 1, 2, 4 or 8; `ACCESS` `w` or `rw`.
-//! - `STROBE_WATCH_OPTS=a,b,...`: `thread` (per-thread events: each thread gets its own
-//!   instead of inherited ones: opened by the thread itself before its start routine runs
-//!   when it is made with `pthread_create`, else by the writer thread when it finds the
-//!   thread in `/proc/self/task`), `nomux` (never rotate), `stack` (walk frame pointers per hit),
-//!   `rotate_us=N` (rotation interval).
+//! Two environment variables, both typed in strobe-protocol (`watch`, `env`): the write end
+//! of a pipe `strobe watch` reads (`STROBE_WATCH_FD`), and the request (`STROBE_WATCH`):
+//! the points, each an address relative to the main executable (relocated by its load
+//! bias), to a shared library named by its file's device and inode (relocated by that
+//! library's load bias) or absolute, with its length (1, 2, 4 or 8) and access (writes, or
+//! reads and writes); and the options: per-thread events (each thread gets its own instead
+//! of inherited ones: opened by the thread itself before its start routine runs when it is
+//! made with `pthread_create`, else by the writer thread when it finds the thread in
+//! `/proc/self/task`), whether to rotate, whether to walk frame pointers per hit, and the
+//! rotation interval. The agent reads both in its constructor and removes them.
 //!
 //! # Arming
 //!
@@ -41,27 +40,18 @@
 //! event raises SIGTRAP (perf's `sigtrap`, `remove_on_exec`) carrying `sig_data` =
 //! [`SIG_TAG`] << 32 | watchpoint index, which is how the handler tells our traps from
 //! the target's. With more watchpoints than slots, the writer thread rotates one slot
-//! every `rotate_us` with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` (applied by the kernel to
+//! every rotation interval with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` (applied by the kernel to
 //! every inherited copy) and keeps each watchpoint's armed time.
 //!
-//! # The channel: one text line per record
+//! # The channel
 //!
-//! ```text
-//! start PID WATCHPOINTS SLOTS MULTIPLEXED(0|1)
-//! wp INDEX ADDR_HEX LEN ACCESS
-//! mod ID BIAS_HEX PATH                    a module hit addresses are relative to
-//! hit WP TID FLAGS OLD_HEX NEW_HEX MOD:VADDR_HEX [MOD:VADDR_HEX ...]   ip, then frames
-//! armed WP HITS ARMED_NS ENABLED_NS TIMES_ARMED
-//! lost N            hits dropped (ring full)
-//! chained N         SIGTRAPs handed to the target's own handler
-//! threads N         per-thread mode: threads that got their own events
-//! err MESSAGE       the agent could not watch; the target runs on unwatched
-//! end
-//! ```
-//!
-//! `FLAGS` bit 0: imprecise (the target had SIGTRAP blocked; the kernel delivered the hit
-//! late, so the IP is not the access); bit 1: the old value is unknown. Module 0 with
-//! vaddr 0 means an address in no module.
+//! strobe-protocol's `watch::Message` frames, the first a hello with the version: `Start`
+//! (pid, watchpoints, slots, multiplexed), one `Watchpoint` each as armed, `Module` (a
+//! module hit addresses are relative to, announced before its first use), `Hit`
+//! (watchpoint, thread, imprecise, old value if known, new value, the instruction and
+//! frames as module and link-time address), and at exit `Armed` per watchpoint, `Threads`
+//! (per-thread mode), `Lost`, `Chained` and `End`. `Error` says why the agent could not
+//! watch (without a `Start` the target runs on unwatched).
 //!
 //! # Exit, exec, fork
 //!
@@ -115,11 +105,14 @@ pub fn start() {
     }
     let Some(id) = fd_identity(fd) else { return };
     let mut ch = Channel::new(fd, id);
-    let opts = config::opts();
-    let points = config::points();
+    let request = config::request();
     config::forget_config();
-    let wps: Vec<Wp> = match points {
-        Ok(p) => p.into_iter().map(Wp::new).collect(),
+    let relocated = request.and_then(|r| {
+        let points = config::relocate(&r.points, config::exe_bias(), config::library_bias)?;
+        Ok((points, r.options))
+    });
+    let (wps, opts): (Vec<Wp>, _) = match relocated {
+        Ok((p, opts)) => (p.into_iter().map(Wp::new).collect(), opts),
         Err(e) => return fail(&mut ch, &e),
     };
     let n = wps.len();

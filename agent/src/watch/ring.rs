@@ -8,8 +8,8 @@
 //! A handler cannot be re-entered by SIGTRAP on its own thread (the signal is blocked
 //! while it runs), and the ring's CAS makes concurrent producers on other threads safe.
 
-/// Return addresses kept per hit with `--stack`.
-pub const MAX_FRAMES: usize = 8;
+/// Return addresses kept per hit with `--stack`: as many as a hit message carries.
+pub const MAX_FRAMES: usize = strobe_protocol::watch::MAX_FRAMES;
 
 /// One watch hit, as the handler saw it.
 #[derive(Debug, Clone, Copy, Default)]

@@ -4,15 +4,15 @@
 //!
 //! Owns the thread's loop and the watch session's life: [`OWNER_PID`] (which process
 //! armed), [`STOP`] and [`DONE`]. It must never stall the target: it polls rather than
-//! blocks, keeps at most [`CHANNEL_BACKLOG`] bytes of lines while strobe reads slower than
+//! blocks, keeps at most [`CHANNEL_BACKLOG`] bytes of messages while strobe reads slower than
 //! hits arrive (the rest wait in the ring, or are counted lost), and the atexit handler
 //! waits for it at most two seconds. It blocks every signal on its own thread, so the
 //! target's signals never land there.
 
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use strobe_protocol::watch::Message;
 use strobe_watch::mux::monotonic_ns;
 use strobe_watch::Multiplexer;
 
@@ -31,7 +31,7 @@ static DONE: AtomicBool = AtomicBool::new(false);
 /// must not wait for one at exit.
 pub static OWNER_PID: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes of written-out lines the writer keeps while strobe reads slower than hits arrive.
+/// Bytes of encoded messages the writer keeps while strobe reads slower than hits arrive.
 const CHANNEL_BACKLOG: usize = 4 << 20;
 
 thread_local! {
@@ -101,19 +101,22 @@ pub fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts
         }
     }
     let multiplexed = armed.mux.as_ref().is_some_and(Multiplexer::is_multiplexed);
-    let _ = writeln!(
-        ch.buf,
-        "start {} {} {} {}",
-        std::process::id(),
-        st.wps.len(),
-        armed.events.len(),
-        u8::from(multiplexed)
-    );
+    ch.send(&Message::Start {
+        pid: std::process::id(),
+        watchpoints: st.wps.len() as u32,
+        slots: armed.events.len() as u32,
+        multiplexed,
+    });
     for (i, w) in st.wps.iter().enumerate() {
-        let _ = writeln!(ch.buf, "wp {i} {:x} {} {}", w.addr, w.len, w.access.as_str());
+        ch.send(&Message::Watchpoint {
+            index: i as u32,
+            addr: w.addr,
+            len: w.len as u8,
+            access: w.access.into(),
+        });
     }
     if let Some(e) = &armed.error {
-        let _ = writeln!(ch.buf, "err {e}");
+        ch.send(&Message::Error(e));
     }
     ch.flush();
     let mut mods = Modules::default();
@@ -142,12 +145,12 @@ pub fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts
         let mut drained = false;
         // While strobe lags, hits wait in the ring (and past it are counted lost) rather
         // than in an ever-growing buffer; at stop everything left is written.
-        while ch.buf.len() < CHANNEL_BACKLOG || stopping {
+        while ch.pending() < CHANNEL_BACKLOG || stopping {
             // SAFETY: this writer thread is the ring's only consumer.
             let Some(h) = (unsafe { st.ring.pop() }) else { break };
             drained = true;
             write_hit(&h, &mut mods, &mut ch);
-            if ch.buf.len() > 48 * 1024 {
+            if ch.pending() > 48 * 1024 {
                 ch.flush();
             }
         }
@@ -176,11 +179,13 @@ pub fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts
         let _ = mux.stop(now, |_| Ok::<(), ()>(()));
         for i in 0..st.wps.len() {
             if let Some(s) = mux.stats(i, now, &st.hits) {
-                let _ = writeln!(
-                    ch.buf,
-                    "armed {i} {} {} {} {}",
-                    s.hits, s.armed_ns, s.enabled_ns, s.times_armed
-                );
+                ch.send(&Message::Armed {
+                    wp: i as u32,
+                    hits: s.hits,
+                    armed_ns: s.armed_ns,
+                    enabled_ns: s.enabled_ns,
+                    times: s.times_armed,
+                });
             }
         }
     }
@@ -191,11 +196,11 @@ pub fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts
         armed.table.release(t.reservation);
     }
     if opts.per_thread {
-        let _ = writeln!(ch.buf, "threads {}", armed.threads_armed);
+        ch.send(&Message::Threads(armed.threads_armed));
     }
-    let _ = writeln!(ch.buf, "lost {}", st.ring.lost());
-    let _ = writeln!(ch.buf, "chained {}", trap::CHAINED.load(Ordering::Relaxed));
-    let _ = writeln!(ch.buf, "end");
+    ch.send(&Message::Lost(st.ring.lost()));
+    ch.send(&Message::Chained(trap::CHAINED.load(Ordering::Relaxed)));
+    ch.send(&Message::End);
     // Within at_exit's two-second wait for us.
     ch.flush_all(Duration::from_millis(1500));
     // Release: at_exit may return once everything above is written.

@@ -1,9 +1,9 @@
-//! The built-in counting consumer, driven by environment variables, so that
-//! `strobe probe` can enable probe points of a program it launches without
-//! the program's cooperation.
+//! The built-in counting and tracing consumers, driven by environment variables, so that
+//! `strobe probe` can enable probe points of a program it launches without the program's
+//! cooperation.
 //!
-//! Read once when the library is loaded (an `.init_array` constructor; also
-//! callable as [`init_from_env`]):
+//! Read once when the library is loaded (an `.init_array` constructor; also callable as
+//! [`init_from_env`]):
 //!
 //! | variable | effect |
 //! |---|---|
@@ -13,29 +13,20 @@
 //! | `STROBE_PROBE_TRACE=a,b` | attach a tracing consumer: one JSON line per hit |
 //! | `STROBE_PROBE_TRACE_OUT=PATH` | where trace lines go (default: stderr) |
 //!
-//! The exit report is JSON lines:
+//! The variables, the exit report and the trace lines are typed in strobe-protocol's
+//! `probe` module (which documents them), shared with `strobe probe`, which sets the
+//! variables and reads the report. The exit report is JSON lines: the format's version,
+//! then per counted probe its `count` line (and an `unknown` line, with a "did you mean"
+//! hint, when no site has that name), then with listing one `site` line per site.
+//! `hits` counts plain hits and scope entries; `exits` counts scope exits, `total_ns` sums
+//! their durations and `log2_ns[i]` counts exits that took `[2^i, 2^(i+1))` ns (`log2_ns[0]`
+//! also holds 0 ns), enough for percentiles.
 //!
-//! ```text
-//! {"type":"count","probe":"NAME","hits":N,"exits":N,"total_ns":N,"log2_ns":[c0,c1,...]}
-//! {"type":"site","probe":"NAME","file":"F","line":L,"nargs":K}
-//! {"type":"unknown","probe":"NAME","hint":" (did you mean X?)"}
-//! ```
+//! Trace lines are written as the hits happen (one `write(2)` each, so lines of concurrent
+//! threads never interleave).
 //!
-//! `hits` counts plain hits and scope entries; `exits` counts scope exits,
-//! `total_ns` sums their durations and `log2_ns[i]` counts exits that took
-//! `[2^i, 2^(i+1))` ns (`log2_ns[0]` also holds 0 ns), enough for percentiles.
-//! `unknown` lines name requested probes that never got a site.
-//!
-//! Trace lines, written as the hits happen (one `write(2)` each, so lines of
-//! concurrent threads never interleave):
-//!
-//! ```text
-//! {"type":"hit","probe":"NAME","tid":T,"ns":CLOCK_MONOTONIC,"kind":"fire","args":[a,b]}
-//! {"type":"hit","probe":"NAME","tid":T,"ns":N,"kind":"exit","dur_ns":D,"args":[]}
-//! ```
-//!
-//! Both handlers are async-signal-safe: the counter does relaxed atomic adds,
-//! the tracer formats into a stack buffer and calls `write(2)`.
+//! Both handlers are async-signal-safe: the counter does relaxed atomic adds, the tracer
+//! encodes into a stack buffer and calls `write(2)`.
 //!
 //! Must never: do anything at all when none of the variables is set.
 
@@ -43,10 +34,14 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 
+use strobe_protocol::probe::{
+    LineBuf, PointCount, PointSite, ProbeRequest, ReportLine, TraceKind, TraceLine, VERSION,
+};
+
 use crate::{attach, Action, Attachment, Consumer, HitKind};
 
 /// Histogram buckets: one per power of two of nanoseconds.
-pub const LOG2_BUCKETS: usize = 64;
+pub const LOG2_BUCKETS: usize = strobe_protocol::probe::LOG2_BUCKETS;
 
 /// Counts of one probe, as the counting consumer keeps them.
 #[derive(Debug)]
@@ -98,18 +93,15 @@ impl Counts {
         }
     }
 
-    /// One JSON line (without the newline).
-    pub fn to_json_line(&self) -> String {
-        let hist: Vec<String> =
-            self.log2_ns.iter().map(|c| c.load(Ordering::Relaxed).to_string()).collect();
-        format!(
-            "{{\"type\":\"count\",\"probe\":{},\"hits\":{},\"exits\":{},\"total_ns\":{},\"log2_ns\":[{}]}}",
-            json_str(&self.probe),
-            self.hits(),
-            self.exits(),
-            self.total_ns.load(Ordering::Relaxed),
-            hist.join(",")
-        )
+    /// The counts as they are now, as the exit report carries them.
+    pub fn snapshot(&self) -> PointCount {
+        PointCount {
+            probe: self.probe.clone(),
+            hits: self.hits(),
+            exits: self.exits(),
+            total_ns: self.total_ns.load(Ordering::Relaxed),
+            log2_ns: std::array::from_fn(|i| self.log2_ns[i].load(Ordering::Relaxed)),
+        }
     }
 }
 
@@ -133,104 +125,30 @@ pub fn attach_counter(
     Ok((counts, a))
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The tracing consumer's file descriptor (stderr unless
 /// `STROBE_PROBE_TRACE_OUT` names a file).
 static TRACE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
 
-/// A fixed buffer that formats without allocating (truncates when full).
-struct LineBuf {
-    buf: [u8; 512],
-    len: usize,
-}
-
-impl LineBuf {
-    fn new() -> Self {
-        LineBuf { buf: [0; 512], len: 0 }
-    }
-
-    fn bytes(&mut self, b: &[u8]) {
-        for &c in b {
-            if let Some(slot) = self.buf.get_mut(self.len) {
-                *slot = c;
-                self.len += 1;
-            }
-        }
-    }
-
-    fn num(&mut self, mut v: u64) {
-        let mut d = [0u8; 20];
-        let mut i = d.len();
-        loop {
-            i -= 1;
-            if let Some(x) = d.get_mut(i) {
-                *x = b'0' + (v % 10) as u8;
-            }
-            v /= 10;
-            if v == 0 || i == 0 {
-                break;
-            }
-        }
-        self.bytes(d.get(i..).unwrap_or(&[]));
-    }
-
-    /// A JSON string body (quotes and backslashes escaped, controls dropped).
-    fn json_str(&mut self, s: &str) {
-        self.bytes(b"\"");
-        for &c in s.as_bytes() {
-            match c {
-                b'"' | b'\\' => self.bytes(&[b'\\', c]),
-                c if c < 0x20 => {}
-                c => self.bytes(&[c]),
-            }
-        }
-        self.bytes(b"\"");
-    }
-}
-
-/// Formats one trace line for `hit` and writes it with one `write(2)`.
+/// Encodes one trace line for `hit` and writes it with one `write(2)`.
 /// Async-signal-safe: no allocation, no lock.
 fn trace_hit(hit: &crate::Hit<'_>) {
-    let mut l = LineBuf::new();
-    l.bytes(b"{\"type\":\"hit\",\"probe\":");
-    l.json_str(hit.name());
-    l.bytes(b",\"tid\":");
-    // SAFETY: gettid has no preconditions.
-    l.num(unsafe { libc::gettid() } as u64);
-    l.bytes(b",\"ns\":");
-    l.num(crate::now_ns());
-    match hit.kind {
-        HitKind::Fire => l.bytes(b",\"kind\":\"fire\""),
-        HitKind::Entry => l.bytes(b",\"kind\":\"entry\""),
-        HitKind::Exit { ns } => {
-            l.bytes(b",\"kind\":\"exit\",\"dur_ns\":");
-            l.num(ns);
-        }
+    let kind = match hit.kind {
+        HitKind::Fire => TraceKind::Fire,
+        HitKind::Entry => TraceKind::Entry,
+        HitKind::Exit { ns } => TraceKind::Exit { dur_ns: ns },
+    };
+    let mut l = LineBuf::<512>::new();
+    TraceLine {
+        probe: hit.name(),
+        // SAFETY: gettid has no preconditions.
+        tid: unsafe { libc::gettid() } as u64,
+        ns: crate::now_ns(),
+        kind,
+        args: hit.args,
     }
-    l.bytes(b",\"args\":[");
-    for (i, a) in hit.args.iter().enumerate() {
-        if i > 0 {
-            l.bytes(b",");
-        }
-        l.num(*a);
-    }
-    l.bytes(b"]}\n");
+    .encode(&mut l);
     let fd = TRACE_FD.load(Ordering::Relaxed);
-    let out = l.buf.get(..l.len).unwrap_or(&[]);
+    let out = l.as_bytes();
     // SAFETY: writing initialised bytes from a live buffer; a failed write
     // loses this line only.
     unsafe { libc::write(fd, out.as_ptr().cast(), out.len()) };
@@ -266,13 +184,11 @@ static INIT: Once = Once::new();
 /// constructor calls it.
 pub fn init_from_env() {
     INIT.call_once(|| {
-        let count = std::env::var("STROBE_PROBE_COUNT").ok().filter(|s| !s.is_empty());
-        let list = std::env::var_os("STROBE_PROBE_LIST").is_some_and(|v| !v.is_empty() && v != "0");
-        let trace = std::env::var("STROBE_PROBE_TRACE").ok().filter(|s| !s.is_empty());
-        if count.is_none() && !list && trace.is_none() {
+        let req = ProbeRequest::from_env(|k| std::env::var_os(k));
+        if !req.is_active() {
             return;
         }
-        if let Some(path) = std::env::var_os("STROBE_PROBE_TRACE_OUT") {
+        if let Some(path) = &req.trace_out {
             use std::os::unix::io::IntoRawFd;
             if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
                 // Relaxed: set before any tracer is attached (the attach
@@ -281,29 +197,24 @@ pub fn init_from_env() {
             }
         }
         let tracers =
-            split_names(trace.as_deref()).iter().filter_map(|n| attach_tracer(n).ok()).collect();
-        let names = split_names(count.as_deref());
-        let counters = names.iter().filter_map(|n| attach_counter(n).ok()).collect();
-        let st = EnvState {
-            _tracers: tracers,
-            counters,
-            list,
-            out: std::env::var_os("STROBE_PROBE_OUT"),
-        };
+            expand_names(&req.trace).iter().filter_map(|n| attach_tracer(n).ok()).collect();
+        let counters =
+            expand_names(&req.count).iter().filter_map(|n| attach_counter(n).ok()).collect();
+        let st = EnvState { _tracers: tracers, counters, list: req.list, out: req.out };
         *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(st);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(at_exit) };
     });
 }
 
-/// Probe names from a comma-separated list; `*` stands for every Rust site's name.
-fn split_names(list: Option<&str>) -> Vec<String> {
+/// The requested names with `*` standing for every Rust site's name, sorted, each once.
+fn expand_names(list: &[String]) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    for n in list.into_iter().flat_map(|c| c.split(',')).map(str::trim).filter(|n| !n.is_empty()) {
+    for n in list {
         if n == "*" {
             names.extend(crate::probe_names());
         } else {
-            names.push(n.to_string());
+            names.push(n.clone());
         }
     }
     names.sort();
@@ -316,31 +227,27 @@ pub fn report() -> Option<String> {
     let st = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let st = st.as_ref()?;
     let mut out = String::new();
+    ReportLine::Version(VERSION).encode(&mut out);
     let known = crate::probe_names();
     for (c, _) in &st.counters {
-        out.push_str(&c.to_json_line());
-        out.push('\n');
+        ReportLine::Count(Box::new(c.snapshot())).encode(&mut out);
         if !known.contains(&c.probe) {
             let hint = match crate::ProbeError::unknown(&c.probe, &known) {
                 crate::ProbeError::UnknownProbe { hint, .. } => hint,
                 crate::ProbeError::BadName => String::new(),
             };
-            out.push_str(&format!(
-                "{{\"type\":\"unknown\",\"probe\":{},\"hint\":{}}}\n",
-                json_str(&c.probe),
-                json_str(&hint)
-            ));
+            ReportLine::Unknown { probe: c.probe.clone(), hint }.encode(&mut out);
         }
     }
     if st.list {
         for s in crate::sites() {
-            out.push_str(&format!(
-                "{{\"type\":\"site\",\"probe\":{},\"file\":{},\"line\":{},\"nargs\":{}}}\n",
-                json_str(&s.name),
-                json_str(&s.file),
-                s.line,
-                s.nargs
-            ));
+            let site = PointSite {
+                probe: s.name,
+                file: s.file,
+                line: u64::from(s.line),
+                nargs: s.nargs as u64,
+            };
+            ReportLine::Site(site).encode(&mut out);
         }
     }
     Some(out)

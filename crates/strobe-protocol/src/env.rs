@@ -1,9 +1,11 @@
 //! The environment variables that cross from `strobe` into the target, named once, and
-//! the one way to add a library to `LD_PRELOAD`.
+//! the one way to add a library to `LD_PRELOAD`. Their values are written and read by the
+//! module that types them: [`crate::watch`] for `strobe watch`'s, [`crate::probe`] for
+//! the probe library's.
 //!
 //! Owns: the names and the preload list's syntax. Must never carry configuration the
-//! arena can carry: the environment is visible to the target and its children, so it
-//! holds only what the agent needs to find the arena.
+//! arena can carry: the environment is visible to the target and its children, so for a
+//! recording it holds only what the agent needs to find the arena.
 
 use std::ffi::{OsStr, OsString};
 
@@ -14,6 +16,26 @@ pub const ARENA: &str = "STROBE_ARENA";
 pub const AGENT_PID: &str = "STROBE_AGENT_PID";
 /// The dynamic loader's preload list.
 pub const LD_PRELOAD: &str = "LD_PRELOAD";
+
+/// `strobe watch`: the write end of the pipe the agent streams its messages to, in
+/// decimal (`watch::fd_to_env`, `watch::fd_from_env`).
+pub const WATCH_FD: &str = "STROBE_WATCH_FD";
+/// `strobe watch`: what to watch and how (`watch::WatchRequest::to_env`).
+pub const WATCH: &str = "STROBE_WATCH";
+/// Every variable `strobe watch` sets, for the agent to remove once read (a program the
+/// target execs must not mistake an unrelated fd with the same number for the channel).
+pub const WATCH_ALL: &[&str] = &[WATCH_FD, WATCH];
+
+/// Probe points: attach a counting consumer to these points (`a,b`; `*`: every Rust site).
+pub const PROBE_COUNT: &str = "STROBE_PROBE_COUNT";
+/// Probe points: at exit, list every registered site (on unless unset, empty or `0`).
+pub const PROBE_LIST: &str = "STROBE_PROBE_LIST";
+/// Probe points: where the exit report goes (default: stderr).
+pub const PROBE_OUT: &str = "STROBE_PROBE_OUT";
+/// Probe points: attach a tracing consumer to these points: one line per hit.
+pub const PROBE_TRACE: &str = "STROBE_PROBE_TRACE";
+/// Probe points: where trace lines go (default: stderr).
+pub const PROBE_TRACE_OUT: &str = "STROBE_PROBE_TRACE_OUT";
 
 /// Every variable `strobe` sets for a recording, for a launcher to clear from an
 /// inherited environment before setting its own.

@@ -1,5 +1,6 @@
-//! strobe-protocol: everything that crosses between `strobe record` and the agent it
-//! injects into the target, typed once and used by both ends.
+//! strobe-protocol: everything that crosses between strobe and the code it puts in the
+//! target (the agent of `strobe record` and `strobe watch`, the probe library), typed
+//! once and used by both ends.
 //!
 //! - [`config`]: the recording's configuration ([`RecordConfig`]), encoded into the arena
 //!   by the recorder and decoded by each agent.
@@ -8,6 +9,9 @@
 //!   pool (crate strobe-sampler's `custody`) and the slots, and calibration results.
 //! - [`calibration`]: what the calibration process measures (the cost per sample and the
 //!   empty-window baseline of every counter) and hands back through its arena.
+//! - [`watch`]: `strobe watch`'s request (the points to watch and the options) and the
+//!   hit stream the agent writes back on its pipe.
+//! - [`probe`]: the probe library's configuration and its exit report and trace lines.
 //! - [`env`]: the environment variables and the `LD_PRELOAD` list, named once.
 //! - [`wire`]: the small binary encoding the above use, with typed decode errors.
 //!
@@ -19,6 +23,8 @@ pub mod arena;
 pub mod calibration;
 pub mod config;
 pub mod env;
+pub mod probe;
+pub mod watch;
 pub mod wire;
 
 pub use arena::{Arena, ArenaError, ArenaSizes, ProcEntry, ProcState};

@@ -136,13 +136,16 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The probe library's report (`point:` probes) cannot be read.
-    #[error("bad line in the probe-point report {}: {why}", path.display())]
+    #[error("the probe-point report {} cannot be read: {source}", path.display())]
     PointReport {
         /// The report file.
         path: PathBuf,
         /// What is wrong.
-        why: String,
+        source: strobe_protocol::probe::ReportError,
     },
+    /// A request the probe library cannot be given.
+    #[error(transparent)]
+    PointRequest(#[from] strobe_protocol::probe::RequestError),
     /// Neither a binary nor a command to find one from.
     #[error("no binary to probe: name the ELF file, or the command that runs it")]
     NoBinary,

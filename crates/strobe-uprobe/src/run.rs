@@ -218,7 +218,7 @@ impl Run {
             None
         } else {
             let file = PointsFile::create()?;
-            file.configure(&mut command, Some(&names), false, probe_lib.as_deref());
+            file.configure(&mut command, Some(&names), false, probe_lib.as_deref())?;
             Some(file)
         };
         let trace = session.trace;
@@ -275,7 +275,7 @@ impl Run {
                         symbol: name.clone(),
                         sites: 1,
                         hits: c.map_or(0, |c| c.hits),
-                        latency: c.and_then(|c| c.summary()),
+                        latency: c.and_then(crate::points::latency),
                     });
                 }
             }
@@ -370,7 +370,7 @@ pub fn list(opts: ListOptions) -> Result<Listing, Error> {
     let points = match opts.command {
         Some(mut cmd) => {
             let file = PointsFile::create()?;
-            file.configure(&mut cmd, None, true, opts.probe_lib.as_deref());
+            file.configure(&mut cmd, None, true, opts.probe_lib.as_deref())?;
             let mut session = Session::launch(&cmd, Vec::new(), Options::default(), |_| {})?;
             let report = session.run(|_| {})?;
             Some((file.read()?, report.exit))

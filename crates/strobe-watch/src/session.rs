@@ -20,12 +20,13 @@
 //! hide or change the program's exit status: the session reports it as the program ended.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use strobe_protocol::env;
+use strobe_protocol::watch::{fd_to_env, Base, HitStream, WatchOptions, WatchPoint, WatchRequest};
 use strobe_report::lookup::{symbolize_file_offsets, CodeLocation};
 use strobe_target::elf::{self, ElfFile, Identity};
 use strobe_target::launch::{HeldChild, InterruptGuard};
@@ -34,7 +35,7 @@ pub use strobe_target::{Command, Exit};
 
 use crate::bp::{self, Breakpoint, Mode, Scope};
 use crate::slots::DEBUG_REGISTERS;
-use crate::stream::{AgentLog, RawHit, FLAG_IMPRECISE, FLAG_READ};
+use crate::stream::{AgentLog, CodeAddr, HitRecord};
 use crate::{
     Access, ElfSymbols, Len, Multiplexer, MuxError, Place, Policy, ResolveError, SpecError,
     WatchSpec, Watchpoint,
@@ -151,7 +152,8 @@ pub struct Hit<'a> {
     pub label: &'a str,
     /// The accessing thread.
     pub tid: i32,
-    /// The value before a write (`None` for a read).
+    /// The value before the access (`None` when the agent did not know it: the first hit
+    /// after the watchpoint was armed or took its turn again).
     pub old: Option<u64>,
     /// The value after the access.
     pub new: u64,
@@ -202,6 +204,9 @@ pub enum Warning {
         /// The program as typed.
         program: String,
     },
+    /// The agent's messages could not be read past a point (why, from
+    /// [`strobe_protocol::watch::StreamError`]); what it said after that is missing.
+    Stream(String),
 }
 
 impl std::fmt::Display for Warning {
@@ -217,6 +222,7 @@ impl std::fmt::Display for Warning {
                 "the agent did not start in {program} (a statically linked or setuid program \
                  ignores LD_PRELOAD); nothing was watched"
             ),
+            Warning::Stream(e) => write!(f, "{e}; what the agent said after that is not shown"),
         }
     }
 }
@@ -269,27 +275,22 @@ impl Watch {
         Multiplexer::new(wps.len(), DEBUG_REGISTERS, policy)?;
         check_breakpoints_permitted()?;
 
-        let points = wps.iter().map(|w| agent_point(w, &exe)).collect::<Result<Vec<_>, _>>()?;
-        let mut agent_opts = vec![format!("rotate_us={}", (rotate.as_micros() as u64).max(100))];
-        if per_thread {
-            agent_opts.push("thread".into());
-        }
-        if policy == Policy::NoMultiplex {
-            agent_opts.push("nomux".into());
-        }
-        if stack {
-            agent_opts.push("stack".into());
-        }
+        let request = WatchRequest {
+            points: wps.iter().map(|w| agent_point(w, &exe)).collect::<Result<_, _>>()?,
+            options: WatchOptions {
+                per_thread,
+                multiplex: policy == Policy::Multiplex,
+                stack,
+                // Whole microseconds, and not below 100 us.
+                rotate: Duration::from_micros((rotate.as_micros() as u64).max(100)),
+            },
+        };
         let (read_end, write_end) = pipe()?;
-        let mut preload = agent.into_os_string();
-        if let Some(old) = command.env_var("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(" ");
-            preload.push(old);
-        }
-        command.env.push(("LD_PRELOAD".into(), preload));
-        command.env.push(("STROBE_WATCH_FD".into(), write_end.as_raw_fd().to_string().into()));
-        command.env.push(("STROBE_WATCH_POINTS".into(), points.join(";").into()));
-        command.env.push(("STROBE_WATCH_OPTS".into(), agent_opts.join(",").into()));
+        let old = command.env_var(env::LD_PRELOAD);
+        let preload = env::preload_with(agent.as_os_str(), old.as_deref());
+        command.env.push((env::LD_PRELOAD.into(), preload));
+        command.env.push((env::WATCH_FD.into(), fd_to_env(write_end.as_raw_fd())));
+        command.env.push((env::WATCH.into(), request.to_env()));
         command.keep_fds.push(write_end.as_raw_fd());
         // The program gets the default dispositions whatever strobe's are.
         let interrupts = InterruptGuard::ignore();
@@ -313,48 +314,53 @@ impl Watch {
         &self.labels
     }
 
-    /// Reads the agent's lines until the program and everything it started have exited,
+    /// Reads the agent's messages until the program and everything it started have exited,
     /// handing each hit to `on_hit` (unless counting), then reaps the program and reports.
     /// Ctrl-C goes to the program; the watch keeps reading until it ends.
     pub fn run(mut self, mut on_hit: impl FnMut(&Hit<'_>)) -> Result<WatchReport, SessionError> {
         let Some(fd) = self.hits.take() else {
             return Err(SessionError::Agent("the watch was already run".into()));
         };
-        let mut reader = std::io::BufReader::new(std::fs::File::from(fd));
+        let mut stream = HitStream::new(std::fs::File::from(fd));
         let mut log = AgentLog::default();
         let mut names = Names::default();
-        let mut pending: Vec<RawHit> = Vec::new();
-        let mut counted: HashMap<(usize, (u32, u64)), u64> = HashMap::new();
-        let mut line = Vec::new();
+        let mut pending: Vec<HitRecord> = Vec::new();
+        let mut counted: HashMap<(usize, CodeAddr), u64> = HashMap::new();
+        let mut unread = None;
         loop {
-            line.clear();
-            let n = reader.read_until(b'\n', &mut line).map_err(|source| SessionError::Io {
-                what: "reading the agent's hits".into(),
-                source,
-            })?;
-            if n == 0 {
-                break;
-            }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(h) = log.take(text.trim_end_matches('\n')) {
+            let m = match stream.read() {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => {
+                    unread = Some(e);
+                    break;
+                }
+            };
+            if let Some(h) = log.take(&m) {
                 if self.count {
-                    let at = h.addrs.first().copied().unwrap_or((0, 0));
-                    *counted.entry((h.wp, at)).or_default() += 1;
+                    *counted.entry((h.wp as usize, h.at())).or_default() += 1;
                 } else {
                     pending.push(h);
                 }
             }
             // Name every hit already waiting in one pass, then hand them on.
-            let more_waiting = reader.buffer().contains(&b'\n');
-            if !pending.is_empty() && (!more_waiting || pending.len() >= 4096) {
+            if !pending.is_empty() && (!stream.ready() || pending.len() >= 4096) {
                 self.deliver(&mut pending, &log, &mut names, &mut on_hit);
             }
+        }
+        if unread.is_some() {
+            // The program runs on to its end: keep its pipe drained.
+            let mut rest = stream.into_inner();
+            let _ = std::io::copy(&mut rest, &mut std::io::sink());
         }
         self.deliver(&mut pending, &log, &mut names, &mut on_hit);
         let exit = self.child.wait()?;
         let counts =
             if self.count { count_by_function(&counted, &log, &mut names) } else { Vec::new() };
         let mut warnings: Vec<Warning> = log.errors.iter().cloned().map(Warning::Agent).collect();
+        if let Some(e) = unread {
+            warnings.push(Warning::Stream(e.to_string()));
+        }
         if !log.started && log.errors.is_empty() {
             warnings.push(match exit.signal() {
                 Some(signal) => {
@@ -368,24 +374,24 @@ impl Watch {
 
     fn deliver(
         &self,
-        pending: &mut Vec<RawHit>,
+        pending: &mut Vec<HitRecord>,
         log: &AgentLog,
         names: &mut Names,
         on_hit: &mut impl FnMut(&Hit<'_>),
     ) {
-        names.name_all(log, pending.iter().flat_map(|h| h.addrs.iter().copied()));
+        names.name_all(log, pending.iter().flat_map(|h| h.addrs().iter().copied()));
         for h in pending.drain(..) {
-            let at = h.addrs.first().copied().unwrap_or((0, 0));
+            let wp = h.wp as usize;
             let hit = Hit {
-                wp: h.wp,
-                label: self.labels.get(h.wp).map_or("?", String::as_str),
+                wp,
+                label: self.labels.get(wp).map_or("?", String::as_str),
                 tid: h.tid,
-                old: (h.flags & FLAG_READ == 0).then_some(h.old),
+                old: h.old,
                 new: h.new,
-                len: log.wp_len.get(&h.wp).copied().unwrap_or(8),
-                imprecise: h.flags & FLAG_IMPRECISE != 0,
-                at: names.get(at),
-                stack: h.addrs.iter().skip(1).map(|&a| names.get(a)).collect(),
+                len: log.wp_len.get(&wp).copied().unwrap_or(8),
+                imprecise: h.imprecise,
+                at: names.get(h.at()),
+                stack: h.addrs().iter().skip(1).map(|&a| names.get(a)).collect(),
             };
             on_hit(&hit);
         }
@@ -397,14 +403,14 @@ impl Watch {
 struct Names {
     /// Module id -> its program headers (None: unreadable).
     modules: HashMap<u32, Option<Identity>>,
-    codes: HashMap<(u32, u64), Code>,
+    codes: HashMap<CodeAddr, Code>,
     unknown: Code,
 }
 
 impl Names {
     /// Names every address of `addrs` not named yet, in one symbolization pass.
-    fn name_all(&mut self, log: &AgentLog, addrs: impl Iterator<Item = (u32, u64)>) {
-        let mut new: Vec<(u32, u64)> = addrs.filter(|a| !self.codes.contains_key(a)).collect();
+    fn name_all(&mut self, log: &AgentLog, addrs: impl Iterator<Item = CodeAddr>) {
+        let mut new: Vec<CodeAddr> = addrs.filter(|a| !self.codes.contains_key(a)).collect();
         new.sort_unstable();
         new.dedup();
         if new.is_empty() {
@@ -412,7 +418,7 @@ impl Names {
         }
         let mut queries: Vec<(PathBuf, u64)> = Vec::new();
         let mut asked: Vec<Option<usize>> = Vec::new();
-        for &(m, v) in &new {
+        for &CodeAddr { module: m, vaddr: v } in &new {
             let path = log.modules.get(&m);
             let offset = path.and_then(|p| {
                 let id = self.modules.entry(m).or_insert_with(|| elf::identify(p).ok().flatten());
@@ -428,21 +434,21 @@ impl Names {
         }
         let refs: Vec<(&Path, u64)> = queries.iter().map(|(p, o)| (p.as_path(), *o)).collect();
         let found = symbolize_file_offsets(&refs);
-        for (&(m, v), q) in new.iter().zip(asked) {
+        for (&a, q) in new.iter().zip(asked) {
             let location = q.and_then(|i| found.get(i).cloned().flatten());
-            self.codes
-                .insert((m, v), Code { module: log.modules.get(&m).cloned(), vaddr: v, location });
+            let module = log.modules.get(&a.module).cloned();
+            self.codes.insert(a, Code { module, vaddr: a.vaddr, location });
         }
     }
 
-    fn get(&self, a: (u32, u64)) -> &Code {
+    fn get(&self, a: CodeAddr) -> &Code {
         self.codes.get(&a).unwrap_or(&self.unknown)
     }
 }
 
 /// Folds per-address counts into per-function counts, most hits first.
 fn count_by_function(
-    counted: &HashMap<(usize, (u32, u64)), u64>,
+    counted: &HashMap<(usize, CodeAddr), u64>,
     log: &AgentLog,
     names: &mut Names,
 ) -> Vec<WatchCounts> {
@@ -477,25 +483,24 @@ fn count_by_function(
         .collect()
 }
 
-/// The agent's form of a watchpoint: `KIND,ADDR,LEN,ACCESS`, `KIND` being `pie` (the
-/// executable's load bias is added), `lib=DEV:INO` (a library's, found by the file's
-/// identity, which survives symlinks and needs no escaping) or `abs`.
-fn agent_point(w: &Watchpoint, exe: &Path) -> Result<String, SessionError> {
-    let (kind, addr) = match &w.place {
+/// The agent's form of a watchpoint: its address relative to the executable (whose load
+/// bias the agent adds), to a library (named by its file's identity, which survives
+/// symlinks), or absolute.
+fn agent_point(w: &Watchpoint, exe: &Path) -> Result<WatchPoint, SessionError> {
+    let (base, addr) = match &w.place {
         Place::Module { vaddr, relocatable: true, path } if path == exe => {
-            ("pie".to_string(), *vaddr)
+            (Base::Executable, *vaddr)
         }
         Place::Module { vaddr, relocatable: true, path } => {
             let m = std::fs::metadata(path).map_err(|source| SessionError::Io {
                 what: format!("reading {}", path.display()),
                 source,
             })?;
-            (format!("lib={:x}:{:x}", m.dev(), m.ino()), *vaddr)
+            (Base::Library { dev: m.dev(), ino: m.ino() }, *vaddr)
         }
-        _ => ("abs".to_string(), w.address(0)),
+        _ => (Base::Absolute, w.address(0)),
     };
-    let acc = if w.access == Access::Write { "w" } else { "rw" };
-    Ok(format!("{kind},{addr:x},{},{acc}", w.len.bytes()))
+    Ok(WatchPoint { base, addr, len: w.len.bytes() as u8, access: w.access.into() })
 }
 
 /// Resolves every spec. A symbol is looked up in the executable, then (if it is not
@@ -653,14 +658,15 @@ mod tests {
                 source: Some(src.into()),
             }),
         };
-        names.codes.insert((1, 0x10), f("writer", "w.c:5"));
-        names.codes.insert((1, 0x20), f("writer", "w.c:9"));
-        names.codes.insert((1, 0x30), f("reader", "r.c:2"));
+        let a = |vaddr| CodeAddr { module: 1, vaddr };
+        names.codes.insert(a(0x10), f("writer", "w.c:5"));
+        names.codes.insert(a(0x20), f("writer", "w.c:9"));
+        names.codes.insert(a(0x30), f("reader", "r.c:2"));
         let counted = HashMap::from([
-            ((0, (1, 0x10)), 2),
-            ((0, (1, 0x20)), 7),
-            ((0, (1, 0x30)), 3),
-            ((1, (1, 0x30)), 1),
+            ((0, a(0x10)), 2),
+            ((0, a(0x20)), 7),
+            ((0, a(0x30)), 3),
+            ((1, a(0x30)), 1),
         ]);
         let c = count_by_function(&counted, &AgentLog::default(), &mut names);
         assert_eq!(c.len(), 2);

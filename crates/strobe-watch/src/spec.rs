@@ -59,6 +59,24 @@ impl Access {
     }
 }
 
+impl From<Access> for strobe_protocol::watch::Access {
+    fn from(a: Access) -> Self {
+        match a {
+            Access::Write => strobe_protocol::watch::Access::Write,
+            Access::ReadWrite => strobe_protocol::watch::Access::ReadWrite,
+        }
+    }
+}
+
+impl From<strobe_protocol::watch::Access> for Access {
+    fn from(a: strobe_protocol::watch::Access) -> Self {
+        match a {
+            strobe_protocol::watch::Access::Write => Access::Write,
+            strobe_protocol::watch::Access::ReadWrite => Access::ReadWrite,
+        }
+    }
+}
+
 /// How many bytes a watchpoint covers: 1, 2, 4 or 8, the lengths x86 debug registers offer.
 /// The watched address must be aligned to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,39 +1,18 @@
-//! The host's reading of the lines the agent writes to `strobe watch`'s pipe (the protocol
-//! is documented in `agent/src/watch/mod.rs`): `start`, `wp`, `mod`, `hit`, `armed`,
-//! `lost`, `chained`, `threads`, `err` and `end`.
+//! The host's reading of what the agent says over `strobe watch`'s pipe: strobe-protocol's
+//! watch messages (decoded there, by `HitStream`), folded into the run's log.
 //!
-//! [`AgentLog::take`] folds one line into the run's log and hands back a hit, still as raw
-//! `(module id, link-time address)` pairs; naming the code is the session's job. Unknown
-//! line types are skipped (a newer agent), and a malformed field reads as 0 rather than
-//! stopping the run.
+//! [`AgentLog::take`] folds one message into the log and hands back a hit, still as raw
+//! `(module id, link-time address)` pairs ([`CodeAddr`]); naming the code is the session's
+//! job.
 //!
-//! This module must never do I/O: it reads strings it is given.
+//! This module must never do I/O or decode bytes: it folds messages it is given.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-/// Hit flag: the SIGTRAP was blocked, so the hit was found late (no precise IP).
-pub const FLAG_IMPRECISE: u32 = 1;
-/// Hit flag: a read, with no old value.
-pub const FLAG_READ: u32 = 2;
-
-/// One hit as the agent reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawHit {
-    /// The watchpoint's index.
-    pub wp: usize,
-    /// The accessing thread.
-    pub tid: i32,
-    /// [`FLAG_IMPRECISE`], [`FLAG_READ`].
-    pub flags: u32,
-    /// The value before a write.
-    pub old: u64,
-    /// The value after the access.
-    pub new: u64,
-    /// `(module id, link-time address)`: the IP first, then return addresses. Module 0 is
-    /// none (an address in no module the agent knows).
-    pub addrs: Vec<(u32, u64)>,
-}
+pub use strobe_protocol::watch::{CodeAddr, HitRecord, Message};
 
 /// How long one watchpoint was armed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,61 +68,33 @@ pub struct AgentLog {
 }
 
 impl AgentLog {
-    /// Takes one line; returns it if it is a hit.
-    pub fn take(&mut self, line: &str) -> Option<RawHit> {
-        let mut f = line.split(' ');
-        let hex = |s: Option<&str>| s.and_then(|s| u64::from_str_radix(s, 16).ok()).unwrap_or(0);
-        let dec = |s: Option<&str>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        match f.next() {
-            Some("start") => {
+    /// Takes one message; returns the hit if it is one.
+    pub fn take(&mut self, m: &Message<'_>) -> Option<HitRecord> {
+        match *m {
+            Message::Hello { .. } => {}
+            Message::Start { slots, multiplexed, .. } => {
                 self.started = true;
-                let _pid = f.next();
-                let _n = f.next();
-                self.slots = dec(f.next()) as u32;
-                self.multiplexed = f.next() == Some("1");
+                self.slots = slots;
+                self.multiplexed = multiplexed;
             }
-            Some("wp") => {
-                let i = dec(f.next()) as usize;
-                let _addr = f.next();
-                self.wp_len.insert(i, dec(f.next()));
+            Message::Watchpoint { index, len, .. } => {
+                self.wp_len.insert(index as usize, u64::from(len));
             }
-            Some("mod") => {
-                let id = dec(f.next()) as u32;
-                let _bias = f.next();
-                let path: Vec<&str> = f.collect();
-                self.modules.insert(id, PathBuf::from(path.join(" ")));
+            Message::Module { id, path, .. } => {
+                self.modules.insert(id, PathBuf::from(OsStr::from_bytes(path)));
             }
-            Some("hit") => {
-                let wp = dec(f.next()) as usize;
-                let tid = dec(f.next()) as i32;
-                let flags = dec(f.next()) as u32;
-                let old = hex(f.next());
-                let new = hex(f.next());
-                let addrs = f
-                    .filter_map(|a| {
-                        let (m, v) = a.split_once(':')?;
-                        Some((m.parse().ok()?, u64::from_str_radix(v, 16).ok()?))
-                    })
-                    .collect();
+            Message::Hit(h) => {
                 self.hits += 1;
-                return Some(RawHit { wp, tid, flags, old, new, addrs });
+                return Some(h);
             }
-            Some("armed") => {
-                let i = dec(f.next()) as usize;
-                let a = Armed {
-                    hits: dec(f.next()),
-                    armed_ns: dec(f.next()),
-                    enabled_ns: dec(f.next()),
-                    times: dec(f.next()),
-                };
-                self.armed.insert(i, a);
+            Message::Armed { wp, hits, armed_ns, enabled_ns, times } => {
+                self.armed.insert(wp as usize, Armed { hits, armed_ns, enabled_ns, times });
             }
-            Some("lost") => self.lost = dec(f.next()),
-            Some("chained") => self.chained = dec(f.next()),
-            Some("threads") => self.threads = Some(dec(f.next())),
-            Some("err") => self.errors.push(line.trim_start_matches("err ").to_string()),
-            Some("end") => self.ended = true,
-            _ => {}
+            Message::Lost(n) => self.lost = n,
+            Message::Chained(n) => self.chained = n,
+            Message::Threads(n) => self.threads = Some(n),
+            Message::Error(e) => self.errors.push(e.to_string()),
+            Message::End => self.ended = true,
         }
         None
     }
@@ -152,18 +103,31 @@ impl AgentLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strobe_protocol::watch::Access;
 
     #[test]
-    fn the_agents_lines_are_read_back() {
+    fn the_agents_messages_are_folded_into_the_log() {
         let mut log = AgentLog::default();
-        for l in ["start 42 2 2 0", "wp 0 5000 4 w", "mod 1 1000 /bin/my prog", "future 1 2"] {
-            assert!(log.take(l).is_none());
+        for m in [
+            Message::Start { pid: 42, watchpoints: 2, slots: 2, multiplexed: false },
+            Message::Watchpoint { index: 0, addr: 0x5000, len: 4, access: Access::Write },
+            Message::Module { id: 1, bias: 0x1000, path: b"/bin/my prog" },
+        ] {
+            assert!(log.take(&m).is_none());
         }
-        let h = log.take("hit 0 77 1 ffffffff 5 1:1a2b 1:30").unwrap();
-        assert_eq!((h.wp, h.tid, h.flags, h.old, h.new), (0, 77, FLAG_IMPRECISE, 0xffff_ffff, 5));
-        assert_eq!(h.addrs, [(1, 0x1a2b), (1, 0x30)]);
-        for l in ["armed 0 1 500 1000 3", "lost 2", "chained 4", "err no slots", "end"] {
-            assert!(log.take(l).is_none());
+        let mut hit = HitRecord::new(0, 77, true, Some(0xffff_ffff), 5);
+        hit.push(CodeAddr { module: 1, vaddr: 0x1a2b });
+        hit.push(CodeAddr { module: 1, vaddr: 0x30 });
+        let h = log.take(&Message::Hit(hit)).unwrap();
+        assert_eq!(h, hit);
+        for m in [
+            Message::Armed { wp: 0, hits: 1, armed_ns: 500, enabled_ns: 1000, times: 3 },
+            Message::Lost(2),
+            Message::Chained(4),
+            Message::Error("no slots"),
+            Message::End,
+        ] {
+            assert!(log.take(&m).is_none());
         }
         assert!(log.started && log.ended && !log.multiplexed);
         assert_eq!((log.slots, log.hits, log.lost, log.chained), (2, 1, 2, 4));
@@ -172,6 +136,9 @@ mod tests {
         assert_eq!((log.armed[&0].armed_ns, log.armed[&0].times), (500, 3));
         assert_eq!(log.armed[&0].fraction(), 0.5);
         assert_eq!(log.errors, ["no slots"]);
+        assert_eq!(log.threads, None);
+        log.take(&Message::Threads(5));
+        assert_eq!(log.threads, Some(5));
         assert_eq!(Armed::default().fraction(), 1.0, "never rotated: always armed");
     }
 }
