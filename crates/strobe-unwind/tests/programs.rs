@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use common::{Mod, Symbolizer};
 use strobe_unwind::WalkEnd;
@@ -89,6 +89,8 @@ fn run(prog: &str, args: &[&str], mode: &str) -> Profile {
         .env("LD_PRELOAD", preload())
         .env("STROBE_UNWIND_OUT", &out)
         .env("STROBE_UNWIND_MODE", mode)
+        // The programs print their own measurements, for strobe's stacks tests.
+        .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(status.success(), "{prog} under the sampler exited with {status}");
