@@ -33,17 +33,11 @@ struct Profile {
 }
 
 impl Profile {
-    /// The function of the interrupted ip, then those of the frames (the
-    /// frame after `__restore_rt` is an exact address, the others return
-    /// addresses).
+    /// The function of the interrupted ip, then those of the frames (each
+    /// one past an instruction of its function).
     fn names(&mut self, s: &Sample) -> Vec<String> {
         let mut v = vec![self.sym.name(s.ip)];
-        let mut exact = false;
-        for &a in &s.frames {
-            let n = self.sym.name(if exact { a } else { a - 1 });
-            exact = n == "__restore_rt";
-            v.push(n);
-        }
+        v.extend(s.frames.iter().map(|&a| self.sym.name(a - 1)));
         v
     }
 
