@@ -134,6 +134,31 @@ fn at_entry(path: &[String]) -> bool {
     path.first().is_some_and(|f| f == "_start" || f.ends_with("clone3") || f.ends_with("clone"))
 }
 
+/// True when the symbols of the libc this test runs with (its own, or a debug file found
+/// by build id under /usr/lib/debug) include `name`.
+fn libc_names(name: &str) -> bool {
+    use object::{Object, ObjectSymbol};
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let Some(libc) = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| {
+        Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+    }) else {
+        return false;
+    };
+    let has = |path: &Path| -> (bool, Option<Vec<u8>>) {
+        let Ok(bytes) = std::fs::read(path) else { return (false, None) };
+        let Ok(obj) = object::File::parse(&*bytes) else { return (false, None) };
+        let found = obj.symbols().any(|s| s.name() == Ok(name));
+        (found, obj.build_id().ok().flatten().map(<[u8]>::to_vec))
+    };
+    let (found, id) = has(Path::new(libc));
+    found
+        || id.is_some_and(|id| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+            has(Path::new(&debug)).0
+        })
+}
+
 fn check_total(json: &Value, r: &Recorded, report_name: &str, truth_name: &str) {
     let got = total_pct(json, report_name);
     let want = r.truth_pct(truth_name);
@@ -294,6 +319,17 @@ fn signal_handler_samples_carry_the_interrupted_functions_callers() {
     );
     assert!(in_handler >= 30, "too few samples in the handler ({in_handler}) to judge");
     assert!(good >= 0.95, "handler samples with victim <- main: {:.1}%", 100.0 * good);
+    // The frame under the handler is the trampoline, named as libc's symbols name it.
+    let mut under: BTreeMap<&str, u64> = BTreeMap::new();
+    for (p, n) in paths.iter().filter(|(p, _)| ends_with(p, &["on_usr1", "in_handler"])) {
+        *under.entry(p[p.len() - 3].as_str()).or_default() += n;
+    }
+    println!("frames under on_usr1: {under:?}");
+    if libc_names("__restore_rt") {
+        assert_eq!(under.keys().copied().collect::<Vec<_>>(), ["__restore_rt"]);
+    } else {
+        println!("libc's symbols here do not name __restore_rt: its name is not checked");
+    }
     assert!(complete >= 0.99, "samples whose stack reaches _start: {:.1}%", 100.0 * complete);
     let json = report_json(&r.file);
     // victim's calls include the handler's time: the walk must cross the trampoline.
