@@ -137,7 +137,9 @@ pub fn on_overflow(
             }
         }
         MODE_BASELINE => {
-            if let Some(h) = sampler::handle_overflow(a, slot, local, uc, false, |_| {}) {
+            // The real handler, appends included: their cost is in every window.
+            let taken = arena().and_then(|ar| take_sample(a, ar, index, slot, local, uc, false));
+            if let Some(h) = taken {
                 baseline_sample(&h);
             }
         }

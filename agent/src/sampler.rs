@@ -424,8 +424,7 @@ fn rec<'r>(
 }
 
 /// The handler's work for one overflow of `slot`'s leader, appending its samples to the
-/// thread's block in the arena. Async-signal-safe. Returns what the last append did
-/// (`None` when nothing was recorded).
+/// thread's block in the arena. Async-signal-safe. `None` when nothing was recorded.
 #[inline]
 pub fn take_sample(
     a: &Agent,
@@ -435,26 +434,32 @@ pub fn take_sample(
     local: &Local,
     uc: *mut libc::c_void,
     late: bool,
-) -> Option<Append> {
-    let mut last = None;
-    handle_overflow(a, slot, local, uc, late, |r| {
+) -> Option<Handled> {
+    let pool = ar.pool();
+    let reserve = |words| {
+        // SAFETY: as for the appends below.
+        if let Some(true) = unsafe { custody::reserve(&pool, slot, index as u32, words) } {
+            ar.wake_recorder();
+        }
+    };
+    handle_overflow(a, slot, local, uc, late, reserve, |r| {
         // SAFETY: this handler is the slot's only producer: it runs on the slot's owner
         // thread (the caller's lookup checked the generation), and SIGTRAP is blocked
         // while it runs, so it does not re-enter itself.
-        let appended = unsafe { custody::append(&ar.pool(), slot, index as u32, r) };
+        let appended = unsafe { custody::append(&pool, slot, index as u32, r) };
         if let Append::Stored { wake: true } | Append::Lost { wake: true } = appended {
             ar.wake_recorder();
         }
-        last = Some(appended);
-    });
-    last
+    })
 }
 
 /// The handler's work for one overflow of `slot`'s leader: take the overflow's values
 /// from the ring, walk the stack (a window's end too: not a place where time went, but
-/// the report needs which calls the window stayed inside), read the group, program the
-/// next period, and hand the samples to `put`. Async-signal-safe. `None` when nothing was
-/// recorded: stopping, or a signal whose overflow an earlier handler already took.
+/// the report needs which calls the window stayed inside), make room for the samples
+/// (`reserve`, before a window begins: the first touch of a shared page faults, and that
+/// fault is the sampler's, not the window's), read the group, program the next period,
+/// and hand the samples to `put`. Async-signal-safe. `None` when nothing was recorded:
+/// stopping, or a signal whose overflow an earlier handler already took.
 ///
 /// A `late` signal (the thread had SIGTRAP blocked) is still a time sample, near where
 /// the time went (the blocked stretch is the code that blocked it), but no window: its
@@ -467,6 +472,7 @@ pub fn handle_overflow(
     local: &Local,
     uc: *mut libc::c_void,
     late: bool,
+    mut reserve: impl FnMut(usize),
     mut put: impl FnMut(&Rec<'_>),
 ) -> Option<Handled> {
     if STOPPING.load(Ordering::Relaxed) {
@@ -519,8 +525,14 @@ pub fn handle_overflow(
     // Every sample walks, a window's end too: the report needs where a window ended to
     // know which calls it stayed inside.
     let (depth, flags) = walk(a, local, &r, &mut frames);
+    if long {
+        // Room for this window start's samples (an overflow's values, the start, a tail
+        // window's end; each a header, the counters and, for two, the stack).
+        let per = strobe_sampler::custody::record::HEAD_WORDS + a.spec.events.len();
+        reserve(3 * per + 2 * depth);
+    }
     // The group read is as late as possible: a window begins here, so the handler's
-    // work before it (the walk) is not in the window.
+    // work before it (the walk, the room) is not in the window.
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
     let n = read_group(local, &mut words);
     let time = mono_ns();

@@ -38,6 +38,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use crate::drive::{last_line, Scratch};
 use crate::report::{machine_summary, row};
 use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -95,27 +96,6 @@ impl Paired {
     }
 }
 
-/// A private scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Scratch, BenchError> {
-        let dir = std::env::temp_dir().join(format!("strobe-bench-kernel-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
-            what: format!("creating {}", dir.display()),
-            source,
-        })?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// CPU time (s) of this process's reaped children so far.
 fn children_cpu_s() -> f64 {
     // SAFETY: getrusage fills a valid, zeroed struct.
@@ -137,16 +117,6 @@ fn workload_args(exe: &Path, rounds: u64, truth: &Path) -> Vec<OsString> {
         "--truth".into(),
         truth.into(),
     ]
-}
-
-fn last_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("(no message)")
-        .trim()
-        .to_string()
 }
 
 /// Runs `cmd` (stdout discarded), returning its stderr; an error names `what`.
@@ -311,8 +281,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     } else {
         Plan { rounds: 300, report_rounds: 300, repeats: opts.repeats.max(1) }
     };
-    let scratch = Scratch::new()?;
-    let dir = scratch.0.as_path();
+    let scratch = Scratch::new("kernel")?;
+    let dir = scratch.path();
     let period = format!("{{task-clock/period={PERIOD_4X_NS}/}}");
     let (mut bare, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut default, mut wakeup1) = (Vec::new(), Vec::new());

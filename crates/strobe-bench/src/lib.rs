@@ -13,6 +13,9 @@
 pub mod report;
 pub mod stats;
 
+mod drive;
+
+pub mod accuracy;
 pub mod breakpoint;
 pub mod kernel_mode;
 pub mod probe;
@@ -49,6 +52,10 @@ pub enum BenchError {
 /// The benchmark names `strobe bench` accepts, with a one-line description each.
 pub const BENCHES: &[(&str, &str)] = &[
     (
+        "accuracy",
+        "strobe's numbers against the programs' own: window metrics, shares, short threads, crashes, interval coverage",
+    ),
+    (
         "sampling",
         "alternating windows vs short period only: slowdown, bytes, wakeups, report speed",
     ),
@@ -76,6 +83,7 @@ pub const BENCHES: &[(&str, &str)] = &[
 /// Runs the benchmark called `name`.
 pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     match name {
+        "accuracy" => accuracy::run(opts),
         "sampling" => sampling::run(opts),
         "reclaim" => reclaim::run(opts),
         "readside" => readside::run(opts),

@@ -51,6 +51,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use strobe_format::{ProcessOrigin, Reader, Record};
 
+use crate::drive::{last_line, run_quiet, Scratch};
 use crate::report::{machine_summary, row};
 use crate::stats::{median, median_interval};
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -157,7 +158,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         )
     })?;
     let plan = Plan::new(opts);
-    let dir = Scratch::new("run")?;
+    let dir = Scratch::new("sampling")?;
     probe_record(&exe, dir.path())?;
     let mut perf = find_perf();
 
@@ -224,32 +225,6 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     Ok(summarize(&m))
 }
 
-/// A private scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Result<Scratch, BenchError> {
-        let dir = std::env::temp_dir()
-            .join(format!("strobe-bench-sampling-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
-            what: format!("creating {}", dir.display()),
-            source,
-        })?;
-        Ok(Scratch(dir))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn workload_args(exe: &Path, plan: &Plan, truth: &Path) -> Vec<OsString> {
     vec![
         exe.into(),
@@ -261,35 +236,6 @@ fn workload_args(exe: &Path, plan: &Plan, truth: &Path) -> Vec<OsString> {
         "--truth".into(),
         truth.into(),
     ]
-}
-
-/// The last non-empty line of a command's stderr, for error messages.
-fn last_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("(no message)")
-        .trim()
-        .to_string()
-}
-
-/// Runs `cmd` with stdout discarded; an error names `what` and the command's last line.
-fn run_quiet(cmd: &mut Command, what: &str) -> Result<std::process::Output, BenchError> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| BenchError::Io { what: format!("starting {what}"), source })?;
-    if !out.status.success() {
-        return Err(BenchError::Other(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            last_line(&out.stderr)
-        )));
-    }
-    Ok(out)
 }
 
 /// Fails with [`BenchError::Unsupported`] unless `strobe record` can record a tiny run.

@@ -191,13 +191,14 @@ impl Iterator for SampleIter<'_> {
         }
         let Some(tk) = self.cur.varint() else { return self.corrupt("sample time cut short") };
         let Some(kind) = SampleKind::from_bits(tk & 7) else {
-            return self.corrupt("unknown sample kind 3");
+            return self.corrupt("unknown sample kind");
         };
         self.time = self.time.wrapping_add(tk >> 3);
         let Some(dip) = self.cur.varint() else { return self.corrupt("sample IP cut short") };
         self.ip = self.ip.wrapping_add(unzigzag(dip) as u64);
         let Some(ds) = self.cur.varint() else { return self.corrupt("sample stack cut short") };
-        let Some(stack) = u32::try_from(i64::from(self.stack) + unzigzag(ds)).ok() else {
+        let stack = i64::from(self.stack).checked_add(unzigzag(ds)).and_then(|s| u32::try_from(s).ok());
+        let Some(stack) = stack else {
             return self.corrupt("sample stack id out of range");
         };
         self.stack = stack;
@@ -697,8 +698,10 @@ impl<R: Read> Reader<R> {
                     t = t.wrapping_add(v!("off-CPU start"));
                     let duration = v!("off-CPU duration");
                     ip = ip.wrapping_add(unzigzag(v!("off-CPU address")) as u64);
-                    stack = u32::try_from(i64::from(stack) + unzigzag(v!("off-CPU stack")))
-                        .map_err(|_| bad(&c, "off-CPU stack id out of range"))?;
+                    stack = i64::from(stack)
+                        .checked_add(unzigzag(v!("off-CPU stack")))
+                        .and_then(|s| u32::try_from(s).ok())
+                        .ok_or_else(|| bad(&c, "off-CPU stack id out of range"))?;
                     let flags = b!("off-CPU flags");
                     intervals.push(OffCpuInterval {
                         start: t,
@@ -875,7 +878,7 @@ pub struct ProcessData {
 impl ProcessData {
     /// Lost samples of all threads.
     pub fn lost_total(&self) -> u64 {
-        self.lost.iter().map(|l| l.lost).sum()
+        self.lost.iter().fold(0u64, |a, l| a.saturating_add(l.lost))
     }
 }
 
@@ -905,7 +908,7 @@ impl Recording {
 
     /// Lost samples of all processes.
     pub fn total_lost(&self) -> u64 {
-        self.processes.iter().map(ProcessData::lost_total).sum()
+        self.processes.iter().fold(0u64, |a, p| a.saturating_add(p.lost_total()))
     }
 }
 
@@ -915,6 +918,10 @@ pub fn read_all(path: impl AsRef<Path>) -> Result<Recording, FormatError> {
     let reader = Reader::open(path)?;
     collect(reader)
 }
+
+/// The most stack nodes that lost chunks may account for (each node takes at
+/// least two bytes, so this is 32 MiB of lost chunks); a larger jump is corruption.
+const MAX_STACK_GAP: usize = 1 << 24;
 
 pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, FormatError> {
     let header = reader.header().clone();
@@ -948,7 +955,8 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
             Record::Maps { stream, maps } => proc_mut(&mut processes, stream).maps.push(maps),
             Record::Samples(batch) => {
                 let p = proc_mut(&mut processes, batch.stream);
-                p.samples.reserve(batch.count as usize);
+                // Every sample takes at least three bytes: a count beyond that is a lie.
+                p.samples.reserve((batch.count as usize).min(batch.encoded_len() / 3));
                 for s in batch.iter() {
                     p.samples.push(s?);
                 }
@@ -957,7 +965,7 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
                 let p = proc_mut(&mut processes, stream);
                 for l in lost {
                     match p.lost.iter_mut().find(|x| x.tid == l.tid) {
-                        Some(x) => x.lost += l.lost,
+                        Some(x) => x.lost = x.lost.saturating_add(l.lost),
                         None => p.lost.push(l),
                     }
                 }
@@ -969,6 +977,13 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
                 let p = proc_mut(&mut processes, stream);
                 // Ids continue across chunks; a gap (a lost chunk) is padded with roots.
                 let at = first_id as usize - 1;
+                if at > p.stacks.len() + MAX_STACK_GAP {
+                    return Err(FormatError::Corrupt {
+                        path: reader.path.clone(),
+                        offset: 0,
+                        what: format!("stack ids jump from {} to {first_id}", p.stacks.len()),
+                    });
+                }
                 if p.stacks.len() < at {
                     p.stacks.resize(at, StackNode { parent: 0, addr: 0 });
                 }

@@ -474,3 +474,58 @@ fn stack_tables_continue_across_chunks_and_a_forward_parent_is_corrupt() {
     let err = recs[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("parent is not an earlier node"), "{err}");
 }
+
+/// Frames `payload` as one chunk the way the encoder does, with a correct checksum, so
+/// that a payload no encoder writes reaches its parser.
+fn raw_chunk(out: &mut Vec<u8>, tag: u8, stream: u32, payload: &[u8]) {
+    let mut h = Vec::with_capacity(CHUNK_HEADER_LEN);
+    h.extend_from_slice(&CHUNK_SYNC);
+    h.extend_from_slice(&[tag, 0]);
+    h.extend_from_slice(&stream.to_le_bytes());
+    h.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&h);
+    crc.update(payload);
+    h.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(payload);
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Found by the fuzzer: a stack delta that overflows i64 when added to the previous id
+/// is corruption, not a panic.
+#[test]
+fn a_stack_delta_past_i64_is_corrupt() {
+    let mut e = Encoder::new();
+    e.preamble();
+    e.header(&header());
+    let mut bytes = e.as_bytes().to_vec();
+    let mut p = Vec::new();
+    varint(&mut p, 11); // thread id
+    p.push(0); // no counters
+    p.extend_from_slice(&2u32.to_le_bytes());
+    for ds in [zigzag(1), zigzag(i64::MAX)] {
+        varint(&mut p, 8); // time delta 1, kind plain
+        varint(&mut p, 0); // ip delta
+        varint(&mut p, ds);
+    }
+    raw_chunk(&mut bytes, tag::SAMPLES, 7, &p);
+    let recs = records(&bytes);
+    let Ok(Record::Samples(batch)) = &recs[0] else { panic!("{:?}", recs[0]) };
+    let got: Vec<_> = batch.iter().collect();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].as_ref().unwrap().stack, 1);
+    let err = got[1].as_ref().unwrap_err().to_string();
+    assert!(err.contains("stack id out of range"), "{err}");
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}

@@ -90,6 +90,13 @@ pub struct FunctionStats {
     pub total_windows: u64,
     /// Net counter deltas over those windows.
     pub total_sums: WindowSums,
+    /// Windows that began in the function and ended in another one (which the discard
+    /// policy leaves out): their rate against the kept windows' bounds what leaving out
+    /// the function's edges (its first and last stretch, a window long) can cost.
+    pub edge_sums: WindowSums,
+    /// The same for the inclusive windows: those that began inside the function's calls
+    /// and ended outside them.
+    pub total_edge_sums: WindowSums,
     /// Off-CPU time (ns) of intervals whose thread left the CPU in the function (self):
     /// blocked in a system call it made, or preempted in it.
     pub off_cpu_ns: u64,
@@ -262,6 +269,8 @@ impl Report {
                     sums: WindowSums::new(width),
                     total_windows: 0,
                     total_sums: WindowSums::new(width),
+                    edge_sums: WindowSums::new(width),
+                    total_edge_sums: WindowSums::new(width),
                     off_cpu_ns: 0,
                     total_off_cpu_ns: 0,
                     off_cpu_intervals: 0,
@@ -403,6 +412,11 @@ impl Report {
         // Windows' sums are net already (the pass subtracted the baseline).
         for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
             let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
+            if fs != fe {
+                if let Some(f) = functions.get_mut(fs) {
+                    f.edge_sums.merge(net);
+                }
+            }
             if policy == WindowPolicy::Discard && fs != fe {
                 discarded += net.n;
                 continue;
@@ -453,6 +467,15 @@ impl Report {
                     }
                 }
             }
+            // The calls the window left: it began inside them and ended outside.
+            for &g in &start {
+                if !seen.contains(&g) {
+                    seen.push(g);
+                    if let Some(f) = functions.get_mut(g) {
+                        f.total_edge_sums.merge(net);
+                    }
+                }
+            }
         }
 
         // CPU time before sampling was armed: its own row, so shares are of all CPU time.
@@ -470,6 +493,8 @@ impl Report {
                 sums: WindowSums::new(width),
                 total_windows: 0,
                 total_sums: WindowSums::new(width),
+                edge_sums: WindowSums::new(width),
+                total_edge_sums: WindowSums::new(width),
                 off_cpu_ns: 0,
                 total_off_cpu_ns: 0,
                 off_cpu_intervals: 0,
@@ -601,13 +626,34 @@ impl Report {
     /// Metric `m` for `f` with its 95% interval: the windows' spread, plus the
     /// baseline's own uncertainty.
     pub fn metric_estimate(&self, f: &FunctionStats, m: &MetricDef) -> Option<Estimate> {
-        self.estimate_of(&f.sums, m)
+        self.with_edges(self.estimate_of(&f.sums, m)?, &f.sums, &f.edge_sums, m)
     }
 
     /// Metric `m` over the windows inside `f`'s calls, its callees' included, with its
     /// 95% interval.
     pub fn total_metric_estimate(&self, f: &FunctionStats, m: &MetricDef) -> Option<Estimate> {
-        self.estimate_of(&f.total_sums, m)
+        self.with_edges(self.estimate_of(&f.total_sums, m)?, &f.total_sums, &f.total_edge_sums, m)
+    }
+
+    /// `e`, its interval widened by what leaving out the windows that crossed the
+    /// function's edges can have moved it: half the difference between their rate and
+    /// the kept windows', in proportion to how many they are. (A window holds one
+    /// function's work only if it began and ended in it, so a function's first and last
+    /// stretch, a window long, is under-represented in its windows: a function that ends
+    /// in a long system call, say, reads the rate of its other parts.)
+    fn with_edges(
+        &self,
+        e: Estimate,
+        kept: &WindowSums,
+        edge: &WindowSums,
+        m: &MetricDef,
+    ) -> Option<Estimate> {
+        let Some(crossing) = self.estimate_of(edge, m).filter(|_| edge.n > 0) else {
+            return Some(e);
+        };
+        let share = edge.n as f64 / (edge.n + kept.n) as f64;
+        let bound = 0.5 * (crossing.value - e.value).abs() * share;
+        Some(Estimate { value: e.value, low: (e.low - bound).max(0.0), high: e.high + bound })
     }
 
     /// Metric `m` over any window sums (a function's, a call path's), with its interval.

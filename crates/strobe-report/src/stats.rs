@@ -152,10 +152,15 @@ pub struct Estimate {
 }
 
 impl Estimate {
-    /// `value ± z·sd`, with `sd = sqrt(var)`; a lower end below `floor` is cut to it.
+    /// `value ± z·sd`, with `sd = sqrt(var)`; anything below `floor` (a rate of events,
+    /// which the baseline's subtraction can push below zero) is cut to it.
     pub fn from_var(value: f64, var: f64, floor: f64) -> Estimate {
         let half = Z95 * var.max(0.0).sqrt();
-        Estimate { value, low: (value - half).max(floor), high: value + half }
+        Estimate {
+            value: value.max(floor),
+            low: (value - half).max(floor),
+            high: (value + half).max(floor),
+        }
     }
 
     /// The same, scaled.

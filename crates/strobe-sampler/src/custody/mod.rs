@@ -76,7 +76,9 @@ mod pool;
 pub mod record;
 
 pub use drain::{Drain, PassStats, SlotEvent};
-pub use pool::{append, close, Append, BlockHead, HeapPool, Pool, PoolHead, SharedSlot, Word};
+pub use pool::{
+    append, close, reserve, Append, BlockHead, HeapPool, Pool, PoolHead, SharedSlot, Word,
+};
 
 /// A block is on the free list.
 pub const BLOCK_FREE: u32 = 0;

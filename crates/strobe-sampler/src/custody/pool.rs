@@ -440,6 +440,29 @@ impl<'a> Pool<'a> {
         });
     }
 
+    /// Writes zero to one word of every page that words `at..at + n` of block `index`
+    /// lie on (the first and the last word, and one per 512 between), mapping them.
+    ///
+    /// # Safety
+    /// As [`Pool::write`] for those words.
+    #[inline]
+    unsafe fn touch(&self, index: u32, at: usize, n: usize) {
+        let base = index as usize * self.block_words() + at;
+        let last = n.saturating_sub(1);
+        let mut i = 0;
+        loop {
+            if let Some(cell) = self.words.get(base + i) {
+                // SAFETY: unpublished words of a block this producer owns (caller's
+                // contract): nobody reads them until the Release store of `head`.
+                cell.with_mut(|p| unsafe { p.write(0) });
+            }
+            if i == last {
+                break;
+            }
+            i = (i + 512).min(last);
+        }
+    }
+
     /// Reads words `from..to` of block `index` into `out` (the recorder).
     ///
     /// # Safety
@@ -469,6 +492,78 @@ fn hand_over(pool: &Pool<'_>, slot: &SharedSlot, index: u32) {
     pool.push_full(index);
 }
 
+/// Makes sure the slot's current block has room for `need` more words, taking a new block
+/// when it has not (as [`append`] would), and touches those words so their pages are
+/// mapped: the appends that follow, within `need` words, neither take a block nor fault.
+/// The sampler calls it before a window begins, so the first touch of a shared page (a
+/// page fault) is not counted in the window. Returns whether the recorder should be
+/// woken (a block was taken and few are free); `None` when no block was free (the
+/// appends will count their records lost).
+///
+/// # Safety
+///
+/// As [`append`].
+#[inline]
+pub unsafe fn reserve(
+    pool: &Pool<'_>,
+    slot: &SharedSlot,
+    slot_index: u32,
+    need: usize,
+) -> Option<bool> {
+    let bw = pool.block_words();
+    if need > bw || bw == 0 {
+        return Some(false);
+    }
+    let (index, at, wake) = current_with_room(pool, slot, slot_index, need)?;
+    // SAFETY: we own block `index` (WRITING, ours), `at + need <= bw`, and the words are
+    // unpublished (above the head): writing zeros there is ours to do.
+    unsafe { pool.touch(index, at, need) };
+    Some(wake)
+}
+
+/// The slot's current block, with at least `need` free words from `at`: the current one,
+/// or a fresh one after handing the current over. `None` when no block is free. Also
+/// whether the recorder should be woken.
+#[inline]
+fn current_with_room(
+    pool: &Pool<'_>,
+    slot: &SharedSlot,
+    slot_index: u32,
+    need: usize,
+) -> Option<(u32, usize, bool)> {
+    let bw = pool.block_words();
+    // Relaxed: only we store it.
+    let cur = slot.block.load(Ordering::Relaxed);
+    let at = match cur.checked_sub(1).and_then(|i| pool.block(i)) {
+        // Relaxed: only we store it while the block is WRITING.
+        Some(b) => b.head.load(Ordering::Relaxed) as usize,
+        None => 0,
+    };
+    if cur != 0 && at + need <= bw {
+        return Some((cur - 1, at, false));
+    }
+    if let Some(old) = cur.checked_sub(1) {
+        hand_over(pool, slot, old);
+    }
+    let fresh = pool.pop_free()?;
+    if let Some(b) = pool.block(fresh) {
+        // Relaxed: published by the Release store of the slot's block below.
+        b.owner.store(slot_index, Ordering::Relaxed);
+        let seq = slot.next_seq.load(Ordering::Relaxed);
+        b.seq.store(seq, Ordering::Relaxed);
+        slot.next_seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        b.head.store(0, Ordering::Relaxed);
+        b.state.store(BLOCK_WRITING, Ordering::Relaxed);
+    }
+    // Release: the block's owner, seq and empty head are visible to a recorder that
+    // finds the block through the slot (Acquire in `current_block`).
+    slot.block.store(fresh + 1, Ordering::Release);
+    // Relaxed: a heuristic; fewer than a quarter free wakes the recorder early.
+    let n = pool.blocks.len() as u32;
+    let wake = pool.free_count() < n / 4 && pool.request_wake();
+    Some((fresh, 0, wake))
+}
+
 /// Appends one record to the slot's current block, taking a new block when it is full.
 /// Async-signal-safe: no allocation, no lock, no panic; a sample that cannot be stored is
 /// counted in the slot's `lost`.
@@ -486,43 +581,10 @@ pub unsafe fn append(pool: &Pool<'_>, slot: &SharedSlot, slot_index: u32, rec: &
         slot.count_lost();
         return Append::Lost { wake: false };
     }
-    // Relaxed: only we store it.
-    let mut cur = slot.block.load(Ordering::Relaxed);
-    let mut at = match cur.checked_sub(1).and_then(|i| pool.block(i)) {
-        // Relaxed: only we store it while the block is WRITING.
-        Some(b) => b.head.load(Ordering::Relaxed) as usize,
-        None => 0,
+    let Some((index, at, mut wake)) = current_with_room(pool, slot, slot_index, need) else {
+        slot.count_lost();
+        return Append::Lost { wake: pool.request_wake() };
     };
-    let mut wake = false;
-    if cur == 0 || at + need > bw {
-        if let Some(old) = cur.checked_sub(1) {
-            hand_over(pool, slot, old);
-        }
-        let Some(fresh) = pool.pop_free() else {
-            slot.count_lost();
-            return Append::Lost { wake: pool.request_wake() };
-        };
-        if let Some(b) = pool.block(fresh) {
-            // Relaxed: published by the Release store of the slot's block below.
-            b.owner.store(slot_index, Ordering::Relaxed);
-            let seq = slot.next_seq.load(Ordering::Relaxed);
-            b.seq.store(seq, Ordering::Relaxed);
-            slot.next_seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-            b.head.store(0, Ordering::Relaxed);
-            b.state.store(BLOCK_WRITING, Ordering::Relaxed);
-        }
-        // Release: the block's owner, seq and empty head are visible to a recorder that
-        // finds the block through the slot (Acquire in `current_block`).
-        slot.block.store(fresh + 1, Ordering::Release);
-        cur = fresh + 1;
-        at = 0;
-        // Relaxed: a heuristic; fewer than a quarter free wakes the recorder early.
-        let n = pool.blocks.len() as u32;
-        if pool.free_count() < n / 4 {
-            wake |= pool.request_wake();
-        }
-    }
-    let index = cur - 1;
     // SAFETY: we own block `index` (WRITING, ours), `at + need <= bw` (checked above or a
     // fresh block), and the words are unpublished.
     unsafe { pool.write(index, at, rec) };
@@ -611,6 +673,40 @@ mod tests {
             )
         };
         (times, lost, freed)
+    }
+
+    /// Reserving room takes the block the next appends need (handing over a full one),
+    /// so that those appends take none; every record still arrives, in order.
+    #[test]
+    fn reserving_takes_the_block_the_next_appends_need() {
+        // Three blocks of 10 words: two 5-word records per block.
+        let hp = HeapPool::new(3, 10, 1000);
+        let pool = hp.pool();
+        let slots = [SharedSlot::new()];
+        slots[0].ctl.try_claim().unwrap();
+        slots[0].reset_custody(1, 2, 3);
+        slots[0].ctl.activate();
+        let block = || slots[0].block.load(Ordering::Relaxed);
+        // SAFETY: one producer.
+        unsafe {
+            assert_eq!(reserve(&pool, &slots[0], 0, 10), Some(false));
+            let first = block();
+            assert_ne!(first, 0, "a block was taken");
+            append(&pool, &slots[0], 0, &rec(0, &[7, 8]));
+            append(&pool, &slots[0], 0, &rec(1, &[7, 8]));
+            assert_eq!(block(), first, "the reserved room held both");
+            // No room left: reserving hands the block over and takes the next.
+            assert_eq!(reserve(&pool, &slots[0], 0, 5), Some(false));
+            let second = block();
+            assert_ne!(second, first);
+            append(&pool, &slots[0], 0, &rec(2, &[7, 8]));
+            assert_eq!(block(), second);
+            // More than a block can hold: nothing to prepare.
+            assert_eq!(reserve(&pool, &slots[0], 0, 11), Some(false));
+        }
+        let mut d = Drain::new(pool.len(), 1);
+        let (times, lost, _) = drain_all(&mut d, &pool, &slots);
+        assert_eq!((times, lost), (vec![0, 1, 2], 0));
     }
 
     #[test]

@@ -22,15 +22,19 @@ pub const DEFAULT_OUTPUT: &str = "strobe.data";
 In agent mode, strobe injects its agent (libstrobe_agent.so) into a dynamically linked \
 program with LD_PRELOAD (other programs are recorded in kernel mode, below). Every thread, including threads created later, gets its own \
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
-PMU) and the counters chosen with -e. Sampling alternates a long period and a short window; \
-the counters read at both ends of each window give per-function metrics (strobe report). \
-Each thread's first period starts at a random phase, so threads shorter than a period are \
-sampled in proportion to their CPU time.\n\n\
+PMU) and the counters chosen with -e. Sampling alternates a long period and a short window \
+(50 us of task-clock by default); the counters read at both ends of each window give \
+per-function metrics (strobe report). A window whose overflow interrupted a system call \
+begins at the overflow (the kernel's own record of the counters there), so functions that \
+spend time in long calls are measured whole. Each thread's first period starts at a random \
+phase, so threads shorter than a period are sampled in proportion to their CPU time. \
+Stacks are walked in the signal handler (--call-graph).\n\n\
 Each sample leaves the program as it is taken, into a shared buffer strobe drains while the \
 program runs: a program that crashes or is killed keeps every sample it took. Before the \
 program starts, a short calibration measures what each counter counts in a window that is \
-not the program's own work (the kernel's overflow and return paths, about 28 us of \
-task-clock per window on a VM); strobe report subtracts it.\n\n\
+not the program's own work (the kernel's overflow and return paths and the handler, about \
+20-35 us of task-clock per window on a VM); strobe report subtracts it, and gives every \
+metric a 95% interval.\n\n\
 The long period comes from the overhead budget (--overhead): before the program starts, the \
 agent measures what one sample costs it, in a short process of its own (about 15 ms of CPU the \
 program does not pay), charges twice that for what the measurement \
@@ -57,7 +61,7 @@ CAP_PERFMON).",
     after_help = "Examples:\n  \
 strobe record                                          # profile the bundled workload\n  \
 strobe record -o run.strobe -- ./myprog args\n  \
-strobe record -e '{task-clock/period=1ms,window=20us/,page-faults,context-switches}' -- ./myprog\n  \
+strobe record -e '{task-clock/period=1ms,window=50us/,page-faults,context-switches}' -- ./myprog\n  \
 strobe record -e '{cycles/period=999700,window=300/,instructions,branch-misses}' -- ./myprog\n  \
 strobe record --call-graph fp -- ./myprog\n  \
 strobe record -p 1234                                  # a running process, until it exits or Ctrl-C\n  \
