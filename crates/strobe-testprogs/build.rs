@@ -6,6 +6,11 @@
 //! flags (e.g. `-lm`, `-O0`). Default flags: `-O1 -g -pthread -I include`, dynamically linked (the
 //! agent is injected with LD_PRELOAD, which needs a dynamic executable).
 //!
+//! Rust programs in `tests/rust/*.rs` are built with `$RUSTC` (the toolchain building this
+//! crate), one file each, std only, edition 2021, with debug info and the flags of their
+//! `// strobe-testprogs:` line (e.g. `-C opt-level=2`): real Rust binaries as a release
+//! build makes them (no frame pointers), independent of the profile the tests build in.
+//!
 //! Go programs in `tests/go/` are built with the `go` tool when it is installed (`$GO`,
 //! else `go` on PATH, else /usr/local/go/bin/go), twice: statically (`CGO_ENABLED=0`,
 //! NAME_static) and with cgo (NAME_cgo, adding NAME_cgo.go); stdlib only, no module
@@ -96,6 +101,42 @@ fn go_programs(manifest: &Path, out: &Path) -> Result<Vec<String>, String> {
     Ok(built)
 }
 
+/// Builds every tests/rust/*.rs into OUT_DIR. Returns the programs built.
+fn rust_programs(manifest: &Path, out: &Path) -> Vec<String> {
+    let dir = manifest.join("../../tests/rust");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/rust exists")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    sources.sort();
+    let mut built = Vec::new();
+    for path in sources {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let extra: Vec<String> = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("// strobe-testprogs:"))
+            .map(|f| f.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let status = Command::new(&rustc)
+            .args(["--edition", "2021", "--crate-type", "bin", "-g", "--crate-name"])
+            .arg(&name)
+            .args(&extra)
+            .arg("-o")
+            .arg(out.join(&name))
+            .arg(&path)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run rustc '{rustc}': {e}"));
+        assert!(status.success(), "compiling {} failed", path.display());
+        built.push(name);
+    }
+    built
+}
+
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let src_dir = manifest.join("../../tests/c");
@@ -182,6 +223,7 @@ fn main() {
         assert!(status.success(), "compiling {} failed", path.display());
         names.push(name);
     }
+    names.extend(rust_programs(&manifest, &out));
     let (go_list, go_skip) = match go_programs(&manifest, &out) {
         Ok(built) => {
             (built.iter().map(|n| format!("    \"{n}\",\n")).collect::<String>(), String::new())
@@ -195,7 +237,7 @@ fn main() {
     std::fs::write(
         out.join("programs.rs"),
         format!(
-            "/// Every test program built from tests/c.\npub const PROGRAMS: &[&str] = &[\n{list}];\n\
+            "/// Every test program built from tests/c and tests/rust.\npub const PROGRAMS: &[&str] = &[\n{list}];\n\
              /// Every shared library built from tests/c (`shared` marker).\n\
              pub const SHARED_LIBS: &[&str] = &[\n{lib_list}];\n\
              /// libstrobe_probe_c.so, which the programs with probe points link against.\n\

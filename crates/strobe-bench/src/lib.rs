@@ -24,6 +24,7 @@ pub mod readside;
 pub mod reclaim;
 pub mod sampling;
 pub mod slotmaps;
+pub mod stacks;
 pub mod views;
 
 pub use report::{BenchOpts, BenchReport, Row};
@@ -73,6 +74,10 @@ pub const BENCHES: &[(&str, &str)] = &[
         "kernel-mode",
         "kernel-ring recording vs perf record: cost and bytes per sample, wakeups, report speed",
     ),
+    (
+        "stacks",
+        "--call-graph none vs fp vs dwarf: cost, bytes, complete stacks; report vs perf report -g",
+    ),
 ];
 
 /// Runs the benchmark called `name`.
@@ -86,6 +91,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "breakpoint" => breakpoint::run(opts),
         "report" => views::run(opts),
         "kernel-mode" => kernel_mode::run(opts),
+        "stacks" => stacks::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
             Err(BenchError::Other(format!(

@@ -54,8 +54,9 @@ const BRANCHING: usize = 10;
 /// perf's sampling period, ns of task-clock.
 const PERIOD_NS: u64 = 50_000;
 
-/// The C source of the program both sides profile.
-fn program_source() -> String {
+/// The C source of the program both sides profile (`strobe bench stacks` times its
+/// reports on it too).
+pub(crate) fn program_source() -> String {
     let mut s = String::from(
         "#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <time.h>\n\
          static volatile unsigned long sink;\n\

@@ -1,10 +1,11 @@
-//! Paths of the test programs built from `tests/c/*.c` and `tests/go/` (see build.rs).
+//! Paths of the test programs built from `tests/c/*.c`, `tests/rust/*.rs` and `tests/go/`
+//! (see build.rs).
 
 use std::path::PathBuf;
 
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));
 
-/// The path of test program `name` (the file stem of `tests/c/NAME.c`).
+/// The path of test program `name` (the file stem of `tests/c/NAME.c` or `tests/rust/NAME.rs`).
 ///
 /// # Panics
 /// If no such program was built: the list of programs is fixed at build time, so a typo

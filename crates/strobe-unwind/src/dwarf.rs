@@ -24,7 +24,9 @@
 //! trampoline (glibc's `__restore_rt`, whose FDE describes the interrupted
 //! registers in the `ucontext_t` on the stack with expressions). The walk
 //! crosses it like any frame; the frame it yields is the interrupted code,
-//! whose address is exact (looked up as is, not minus one).
+//! whose address is exact (looked up as is, not minus one). Both that
+//! address and the trampoline's are written to the walk's output plus one,
+//! so that every entry is symbolized as `addr - 1`.
 //!
 //! Must never: allocate, lock, make a system call or panic on the walk path
 //! (gimli errors become [`WalkEnd`]s); read thread memory except through
@@ -379,7 +381,18 @@ mod x86 {
             if n == out.len() {
                 return Walk { frames: n, end: WalkEnd::DepthLimit };
             }
-            out[n] = next.ip;
+            // Every entry lies one past an instruction of its frame's function
+            // (crate note), so that its users symbolize `addr - 1` throughout: a
+            // return address already does. The frame a signal interrupted is an
+            // exact address, and the sigreturn trampoline before it is one too
+            // (the handler returns to its first instruction, not after a call):
+            // both are stored plus one.
+            if next.exact && !f.exact && n > 0 {
+                if let Some(prev) = out.get_mut(n - 1) {
+                    *prev = f.ip.wrapping_add(1);
+                }
+            }
+            out[n] = if next.exact { next.ip.wrapping_add(1) } else { next.ip };
             n += 1;
             f = next;
         }

@@ -22,10 +22,12 @@
 //!
 //! `out` receives the callers' return addresses, innermost first; the
 //! interrupted instruction pointer itself is `regs.ip` and is not repeated.
-//! A return address points after its call instruction: symbolize `addr - 1`.
-//! The one exception is the frame interrupted by a signal whose handler the
-//! walk crossed (the sigreturn trampoline `__restore_rt` is listed first, as
-//! a frame of its own): that entry is the exact interrupted instruction.
+//! Every entry lies one past an instruction of its frame's function:
+//! symbolize `addr - 1`. A return address points after its call instruction.
+//! When the walk crosses a signal handler ([`walk_dwarf`] only), the sigreturn
+//! trampoline (`__restore_rt`, which the handler returns to at its first
+//! instruction) is listed as a frame of its own, then the instruction the
+//! signal interrupted: those two entries are the exact addresses plus one.
 //!
 //! # Async-signal safety
 //!

@@ -9,6 +9,7 @@ mod perfdata;
 mod probe;
 mod record;
 mod report;
+mod stacks;
 mod trust;
 mod views;
 mod watch;
