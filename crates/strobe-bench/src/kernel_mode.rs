@@ -32,15 +32,14 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::drive::{last_line, Scratch};
+use crate::drive::{children_cpu_s, find_perf, med, perf_samples, r3, run_quiet, Scratch};
 use crate::report::{machine_summary, row};
-use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport};
 
 /// Worker threads of the workload: as many as this VM has CPUs.
@@ -96,16 +95,6 @@ impl Paired {
     }
 }
 
-/// CPU time (s) of this process's reaped children so far.
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage fills a valid, zeroed struct.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(r.ru_utime) + tv(r.ru_stime)
-}
-
 fn workload_args(exe: &Path, rounds: u64, truth: &Path) -> Vec<OsString> {
     vec![
         exe.into(),
@@ -119,22 +108,8 @@ fn workload_args(exe: &Path, rounds: u64, truth: &Path) -> Vec<OsString> {
     ]
 }
 
-/// Runs `cmd` (stdout discarded), returning its stderr; an error names `what`.
-fn run_cmd(cmd: &mut Command, what: &str) -> Result<String, BenchError> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| BenchError::Io { what: format!("starting {what}"), source })?;
-    if !out.status.success() {
-        return Err(BenchError::Other(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            last_line(&out.stderr)
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+fn stderr_of(out: std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn read_truth(path: &Path) -> Result<(f64, f64), BenchError> {
@@ -161,9 +136,12 @@ fn measure(
     let args = workload_args(exe, rounds, &truth);
     let before = children_cpu_s();
     let stderr = if prefix.is_empty() {
-        run_cmd(Command::new(&args[0]).args(&args[1..]), what)?
+        stderr_of(run_quiet(Command::new(&args[0]).args(&args[1..]), what)?)
     } else {
-        run_cmd(Command::new(&prefix[0]).args(&prefix[1..]).arg("--").args(&args), what)?
+        stderr_of(run_quiet(
+            Command::new(&prefix[0]).args(&prefix[1..]).arg("--").args(&args),
+            what,
+        )?)
     };
     let children = children_cpu_s() - before;
     let (cpu_s, wall_s) = read_truth(&truth)?;
@@ -229,27 +207,6 @@ fn perf_record(
     Ok(run)
 }
 
-/// SAMPLE records in a perf.data file.
-fn perf_samples(file: &Path) -> Result<u64, BenchError> {
-    let f = strobe_perfdata::PerfFile::open(file).map_err(|e| BenchError::Other(format!("{e}")))?;
-    let data = f.parse().map_err(|e| BenchError::Other(format!("{e}")))?;
-    Ok(data
-        .records()
-        .filter(|r| r.as_ref().is_ok_and(|r| r.kind == strobe_perfdata::abi::RECORD_SAMPLE))
-        .count() as u64)
-}
-
-fn find_perf() -> Result<PathBuf, String> {
-    match Command::new("perf").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status()
-    {
-        Ok(s) if s.success() => Ok(PathBuf::from("perf")),
-        Ok(s) => Err(format!("`perf --version` failed ({s})")),
-        Err(e) => {
-            Err(format!("perf is not installed ({e}); on Debian: apt-get install linux-perf"))
-        }
-    }
-}
-
 /// Seconds for `cmd` to run to its end (stdout to /dev/null), best of `repeats`.
 fn best_time(
     repeats: usize,
@@ -260,14 +217,10 @@ fn best_time(
     for _ in 0..repeats.max(1) {
         let mut cmd = make();
         let t0 = Instant::now();
-        run_cmd(&mut cmd, what)?;
+        run_quiet(&mut cmd, what)?;
         best = best.min(t0.elapsed().as_secs_f64());
     }
     Ok(best)
-}
-
-fn med(xs: impl Iterator<Item = f64>) -> f64 {
-    median(&xs.collect::<Vec<_>>())
 }
 
 /// Runs every variant of `strobe bench kernel-mode`.
@@ -358,15 +311,12 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             ("period_ns", period_ns.into()),
             ("wakeup", wakeup.into()),
             ("samples", (samples.round() as u64).into()),
-            ("cost_per_sample_us", json!(round3(cost(runs)))),
-            (
-                "target_extra_cpu_s",
-                json!(round3(med(runs.iter().map(|p| p.run.cpu_s - p.bare_cpu_s)))),
-            ),
-            ("recorder_cpu_s", json!(round3(per(runs, |r| r.recorder_s)))),
-            ("bytes_per_sample", json!(round3(per(runs, |r| r.bytes as f64) / samples.max(1.0)))),
-            ("wakeups_per_s", json!(round3(per(runs, |r| r.wakeups as f64 / r.wall_s.max(1e-9))))),
-            ("wall_s", json!(round3(per(runs, |r| r.wall_s)))),
+            ("cost_per_sample_us", json!(r3(cost(runs)))),
+            ("target_extra_cpu_s", json!(r3(med(runs.iter().map(|p| p.run.cpu_s - p.bare_cpu_s))))),
+            ("recorder_cpu_s", json!(r3(per(runs, |r| r.recorder_s)))),
+            ("bytes_per_sample", json!(r3(per(runs, |r| r.bytes as f64) / samples.max(1.0)))),
+            ("wakeups_per_s", json!(r3(per(runs, |r| r.wakeups as f64 / r.wall_s.max(1e-9))))),
+            ("wall_s", json!(r3(per(runs, |r| r.wall_s)))),
         ]);
         report.rows.push(r.clone());
         Value::Object(r)
@@ -377,8 +327,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let s1 = line("strobe-kernel-wakeup1", &wakeup1, DEFAULT_PERIOD_NS, "1");
     let bare_row = row([
         ("variant", "bare".into()),
-        ("cpu_s", json!(round3(bare_cpu))),
-        ("wall_s", json!(round3(med(bare.iter().map(|r| r.wall_s))))),
+        ("cpu_s", json!(r3(bare_cpu))),
+        ("wall_s", json!(r3(med(bare.iter().map(|r| r.wall_s))))),
     ]);
     report.rows.push(bare_row);
     let strobe_rate = n / strobe_s;
@@ -443,8 +393,4 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     );
     report.text = t;
     Ok(report)
-}
-
-fn round3(v: f64) -> f64 {
-    (v * 1e3).round() / 1e3
 }

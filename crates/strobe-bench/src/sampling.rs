@@ -44,14 +44,14 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::{json, Map, Value};
 use strobe_format::{ProcessOrigin, Reader, Record};
 
-use crate::drive::{last_line, run_quiet, Scratch};
+use crate::drive::{find_perf, last_line, med, r3, run_quiet, Scratch};
 use crate::report::{machine_summary, row};
 use crate::stats::{median, median_interval};
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -444,19 +444,6 @@ fn amplified_spec(windows: &Recorded) -> Result<String, BenchError> {
     same_events_spec(windows, windows.period_ns / AMPLIFY, windows.window_ns)
 }
 
-/// `perf`, if it is installed and runs.
-fn find_perf() -> Result<PathBuf, String> {
-    let perf = PathBuf::from("perf");
-    match Command::new(&perf).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status()
-    {
-        Ok(s) if s.success() => Ok(perf),
-        Ok(s) => Err(format!("`perf --version` failed ({s})")),
-        Err(e) => {
-            Err(format!("perf is not installed ({e}); on Debian: apt-get install linux-perf"))
-        }
-    }
-}
-
 /// The workload under `perf record -e task-clock -c PERIOD`: its run, the file's bytes
 /// and the samples `perf report --stats` counts.
 fn perf_record(
@@ -496,21 +483,8 @@ fn perf_record(
     Ok((run, bytes, samples))
 }
 
-fn med(xs: impl Iterator<Item = f64>) -> f64 {
-    median(&xs.collect::<Vec<_>>())
-}
-
 fn pct(over: f64, base: f64) -> f64 {
     100.0 * (over - base) / base.max(1e-12)
-}
-
-/// Rounds for JSON: figures here carry 3-4 significant digits at best.
-fn r3(v: f64) -> f64 {
-    if v.is_finite() {
-        (v * 1e3).round() / 1e3
-    } else {
-        0.0
-    }
 }
 
 /// The median figures of one variant.

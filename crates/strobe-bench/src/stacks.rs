@@ -63,6 +63,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use strobe_format::SampleKind;
 
+use crate::drive::{children_cpu_s, find_perf, io, last_line, med, perf_samples, r3, run_stdout};
 use crate::report::{machine_summary, row};
 use crate::stats::{median, median_interval};
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -108,7 +109,13 @@ impl Plan {
         if opts.quick {
             Plan { rounds: 30, c_ms: 300, repeats: 1, deep_s: 1.0, quick: true }
         } else {
-            Plan { rounds: 150, c_ms: 1500, repeats: opts.repeats.max(1), deep_s: 6.0, quick: false }
+            Plan {
+                rounds: 150,
+                c_ms: 1500,
+                repeats: opts.repeats.max(1),
+                deep_s: 6.0,
+                quick: false,
+            }
         }
     }
 }
@@ -239,48 +246,6 @@ impl Drop for Scratch {
     }
 }
 
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
-    move |source| BenchError::Io { what: what.to_string(), source }
-}
-
-fn last_line(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("(no message)")
-        .trim()
-        .to_string()
-}
-
-/// Runs `cmd` to its end, returning its stdout; an error names `what` and its last line.
-fn run_cmd(cmd: &mut Command, what: &str) -> Result<Vec<u8>, BenchError> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|source| BenchError::Io { what: format!("starting {what}"), source })?;
-    if !out.status.success() {
-        return Err(BenchError::Other(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            last_line(&out.stderr)
-        )));
-    }
-    Ok(out.stdout)
-}
-
-/// CPU time (s) of this process's reaped children so far.
-fn children_cpu_s() -> f64 {
-    // SAFETY: getrusage fills a valid, zeroed struct.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(r.ru_utime) + tv(r.ru_stime)
-}
-
 /// The compiler flags of a test program's `// strobe-testprogs:` line.
 fn marker_flags(source: &str) -> Vec<String> {
     source
@@ -324,9 +289,11 @@ fn fields(stdout: &[u8]) -> Vec<(String, f64)> {
 }
 
 fn field(stdout: &[u8], key: &str, what: &str) -> Result<f64, BenchError> {
-    fields(stdout).into_iter().find(|(k, _)| k == key).map(|(_, v)| v).ok_or_else(|| {
-        BenchError::Other(format!("{what} printed no {key}= (its output changed?)"))
-    })
+    fields(stdout)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .ok_or_else(|| BenchError::Other(format!("{what} printed no {key}= (its output changed?)")))
 }
 
 /// The target's command line; for the workload, its truth file.
@@ -398,7 +365,7 @@ fn group(
 fn run_bare(exe: &Path, dir: &Path, target: &Target, plan: &Plan) -> Result<Run, BenchError> {
     let truth = dir.join("bare.truth.json");
     let args = target_args(exe, target, plan, &truth);
-    let stdout = run_cmd(Command::new(&args[0]).args(&args[1..]), target.name())?;
+    let stdout = run_stdout(Command::new(&args[0]).args(&args[1..]), target.name())?;
     target_run(target, &stdout, &truth)
 }
 
@@ -414,7 +381,7 @@ fn record(
     let truth = dir.join(format!("{variant}.truth.json"));
     let _ = std::fs::remove_file(&file);
     let before = children_cpu_s();
-    let stdout = run_cmd(
+    let stdout = run_stdout(
         Command::new(exe)
             .arg("record")
             .arg("-o")
@@ -427,7 +394,7 @@ fn record(
     let run = target_run(target, &stdout, &truth)?;
     let (samples, depth) = file_samples(&file)?;
     let bytes = std::fs::metadata(&file).map_err(io("reading the record file's size"))?.len();
-    let folded = run_cmd(
+    let folded = run_stdout(
         Command::new(exe).arg("report").arg(&file).args(["--format", "folded", "--quiet"]),
         &format!("strobe report --format folded ({})", target.name()),
     )?;
@@ -518,28 +485,6 @@ fn times(
     Ok(v)
 }
 
-/// `perf`, if it is installed and runs.
-fn find_perf() -> Result<PathBuf, String> {
-    match Command::new("perf").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status()
-    {
-        Ok(s) if s.success() => Ok(PathBuf::from("perf")),
-        Ok(s) => Err(format!("`perf --version` failed ({s})")),
-        Err(e) => {
-            Err(format!("perf is not installed ({e}); on Debian: apt-get install linux-perf"))
-        }
-    }
-}
-
-/// SAMPLE records in a perf.data file.
-fn perf_samples(file: &Path) -> Result<u64, String> {
-    let f = strobe_perfdata::PerfFile::open(file).map_err(|e| e.to_string())?;
-    let data = f.parse().map_err(|e| e.to_string())?;
-    Ok(data
-        .records()
-        .filter(|r| r.as_ref().is_ok_and(|r| r.kind == strobe_perfdata::abi::RECORD_SAMPLE))
-        .count() as u64)
-}
-
 /// The report-throughput comparison (module note).
 fn report_speed(exe: &Path, dir: &Path, plan: &Plan, repeats: usize) -> Result<Speed, BenchError> {
     let src = dir.join("deep.c");
@@ -557,7 +502,7 @@ fn report_speed(exe: &Path, dir: &Path, plan: &Plan, repeats: usize) -> Result<S
     }
     let seconds = format!("{:.2}", plan.deep_s);
     let file = dir.join("deep.strobe");
-    run_cmd(
+    run_stdout(
         Command::new(exe)
             .arg("record")
             .arg("-o")
@@ -594,7 +539,7 @@ fn report_speed(exe: &Path, dir: &Path, plan: &Plan, repeats: usize) -> Result<S
         if !recorded.status.success() {
             return Err(format!("perf record failed: {}", last_line(&recorded.stderr)));
         }
-        let samples = perf_samples(&data)?;
+        let samples = perf_samples(&data).map_err(|e| e.to_string())?;
         let report = |strobe: bool| {
             times(
                 repeats,
@@ -611,26 +556,9 @@ fn report_speed(exe: &Path, dir: &Path, plan: &Plan, repeats: usize) -> Result<S
             )
             .map_err(|e| e.to_string())
         };
-        Ok(PerfSpeed {
-            samples,
-            perf_report_s: report(false)?,
-            strobe_on_perf_s: report(true)?,
-        })
+        Ok(PerfSpeed { samples, perf_report_s: report(false)?, strobe_on_perf_s: report(true)? })
     });
     Ok(Speed { strobe_samples, strobe_depth, strobe_s, perf })
-}
-
-fn med(xs: impl Iterator<Item = f64>) -> f64 {
-    median(&xs.collect::<Vec<_>>())
-}
-
-/// Rounds for JSON: figures here carry 3-4 significant digits at best.
-fn r3(v: f64) -> f64 {
-    if v.is_finite() {
-        (v * 1e3).round() / 1e3
-    } else {
-        0.0
-    }
 }
 
 fn mark(met: Option<bool>) -> &'static str {

@@ -45,7 +45,9 @@ use strobe_format::{
     RecordMode, SampleKind, StackNode, MINOR_VERSION,
 };
 
+use crate::drive::{check, io};
 use crate::report::{machine_summary, row, BenchOpts, BenchReport};
+use crate::stats::median;
 use crate::BenchError;
 
 const LEVELS: usize = 20;
@@ -96,28 +98,6 @@ pub(crate) fn program_source() -> String {
            return 0; }\n",
     );
     s
-}
-
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
-    move |source| BenchError::Io { what: what.to_string(), source }
-}
-
-fn check(out: std::process::Output, what: &str) -> Result<std::process::Output, BenchError> {
-    if out.status.success() {
-        Ok(out)
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        Err(BenchError::Other(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim()
-        )))
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// One sample of `perf script -F tid,time,ip,dso`: thread, time (ns) and its call chain,
@@ -392,7 +372,7 @@ fn run_in(opts: &BenchOpts, strobe: &Path, dir: &Path) -> Result<BenchReport, Be
 
     let mut rows = vec![row([
         ("variant", "perf script | inferno-collapse-perf | inferno-flamegraph".into()),
-        ("seconds", json!(median(perf_times.clone()))),
+        ("seconds", json!(median(&perf_times.clone()))),
         ("bytes", perf_svg.into()),
     ])];
     let mut figures: Vec<(String, f64, u64)> = Vec::new();
@@ -419,7 +399,7 @@ fn run_in(opts: &BenchOpts, strobe: &Path, dir: &Path) -> Result<BenchReport, Be
             times.push(t.elapsed().as_secs_f64());
         }
         let bytes = std::fs::metadata(&out_path).map_or(0, |m| m.len());
-        let secs = median(times);
+        let secs = median(&times);
         rows.push(row([
             ("variant", variant.into()),
             ("seconds", json!(secs)),
@@ -437,7 +417,7 @@ fn run_in(opts: &BenchOpts, strobe: &Path, dir: &Path) -> Result<BenchReport, Be
         ]));
     }
 
-    let perf_s = median(perf_times);
+    let perf_s = median(&perf_times);
     let (flame_s, html_bytes) = (figures[0].1, figures[2].2);
     let mut text = format!(
         "strobe bench report: {} samples at mean stack depth {depth:.1} ({} distinct paths), \

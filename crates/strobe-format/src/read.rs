@@ -197,7 +197,8 @@ impl Iterator for SampleIter<'_> {
         let Some(dip) = self.cur.varint() else { return self.corrupt("sample IP cut short") };
         self.ip = self.ip.wrapping_add(unzigzag(dip) as u64);
         let Some(ds) = self.cur.varint() else { return self.corrupt("sample stack cut short") };
-        let stack = i64::from(self.stack).checked_add(unzigzag(ds)).and_then(|s| u32::try_from(s).ok());
+        let stack =
+            i64::from(self.stack).checked_add(unzigzag(ds)).and_then(|s| u32::try_from(s).ok());
         let Some(stack) = stack else {
             return self.corrupt("sample stack id out of range");
         };
