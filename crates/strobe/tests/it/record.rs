@@ -339,6 +339,8 @@ fn clear_errors_for_unknown_events_static_binaries_missing_targets_and_bad_outpu
         &[&o("-o"), &o("/no/such/dir/x.strobe"), &o("--"), &hello],
         &["cannot write the output file", "/no/such/dir/x.strobe"],
     );
+    // A mistyped option is not run as the command.
+    expect_error(&[&o("-o"), out.as_os_str(), &o("-q"), &hello], &["unknown option '-q'"]);
     assert!(!out.exists(), "no output file is created when the command is refused");
     if strobe_perf_hardware_absent() {
         expect_error(
