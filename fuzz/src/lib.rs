@@ -225,6 +225,38 @@ pub fn protocol(data: &[u8]) {
     }
 }
 
+/// The perf.data decoder (strobe-perfdata): a file as Linux perf writes it (or its pipe
+/// form), every record in file order and in the order `perf report` reads them, every
+/// sample field a report uses.
+pub fn perf_data(data: &[u8]) {
+    let Ok(file) = strobe_perfdata::PerfData::parse(data) else { return };
+    let _ = (file.attrs().len(), file.info(), file.truncated_at());
+    let mut n = 0usize;
+    for rec in file.records() {
+        n += 1;
+        assert!(n <= data.len() / 8 + 1, "a record takes at least 8 bytes");
+        let Ok(rec) = rec else { break };
+        let _ = (rec.cpumode(), rec.id_fields());
+        if let strobe_perfdata::Event::Sample(s) = rec.event {
+            let _ = (s.ip(), s.tid(), s.time(), s.period(), s.cpu(), s.identifier());
+            if let Some(r) = s.read() {
+                let _ = (r.time_enabled(), r.time_running());
+                assert!(r.iter().count() <= r.len());
+            }
+            if let Some(c) = s.callchain() {
+                assert_eq!(c.raw().count(), c.len());
+                let _ = c.frames().count();
+            }
+            let _ = (s.regs_user().is_some(), s.stack_user().is_some());
+        }
+    }
+    for rec in file.ordered() {
+        if rec.is_err() {
+            break;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,38 +299,6 @@ mod tests {
                 n += 1;
             }
             assert!(n >= 3, "{name}: {n} seeds");
-        }
-    }
-}
-
-/// The perf.data decoder (strobe-perfdata): a file as Linux perf writes it (or its pipe
-/// form), every record in file order and in the order `perf report` reads them, every
-/// sample field a report uses.
-pub fn perf_data(data: &[u8]) {
-    let Ok(file) = strobe_perfdata::PerfData::parse(data) else { return };
-    let _ = (file.attrs().len(), file.info(), file.truncated_at());
-    let mut n = 0usize;
-    for rec in file.records() {
-        n += 1;
-        assert!(n <= data.len() / 8 + 1, "a record takes at least 8 bytes");
-        let Ok(rec) = rec else { break };
-        let _ = (rec.cpumode(), rec.id_fields());
-        if let strobe_perfdata::Event::Sample(s) = rec.event {
-            let _ = (s.ip(), s.tid(), s.time(), s.period(), s.cpu(), s.identifier());
-            if let Some(r) = s.read() {
-                let _ = (r.time_enabled(), r.time_running());
-                assert!(r.iter().count() <= r.len());
-            }
-            if let Some(c) = s.callchain() {
-                assert_eq!(c.raw().count(), c.len());
-                let _ = c.frames().count();
-            }
-            let _ = (s.regs_user().is_some(), s.stack_user().is_some());
-        }
-    }
-    for rec in file.ordered() {
-        if rec.is_err() {
-            break;
         }
     }
 }
