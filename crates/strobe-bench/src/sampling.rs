@@ -59,9 +59,10 @@ use crate::{BenchError, BenchOpts, BenchReport};
 /// Worker threads of the workload: as many as this VM has CPUs.
 const THREADS: usize = 2;
 
-/// The goals on the 2-vCPU VM.
+/// The issues' goals on the 2-vCPU VM (the cost goal is the trust issue's: the custody
+/// path must bring a sample to at most 1.5x the floor; it was 2x before).
 const GOAL_SLOWDOWN_PCT: f64 = 2.0;
-const GOAL_COST_OVER_FLOOR: f64 = 2.0;
+const GOAL_COST_OVER_FLOOR: f64 = 1.5;
 const GOAL_BYTES_RATIO: f64 = 25.0;
 const GOAL_REPORT_SAMPLES_PER_S: f64 = 5e6;
 
@@ -640,7 +641,9 @@ fn summarize(m: &Measured) -> BenchReport {
 
     let bytes_ratio = s.bytes / w.bytes.max(1.0);
     let report_ratio = s.report_s / w.report_s.max(1e-9);
-    let wakeup_ratio = w1.wakeups_per_s / w.wakeups_per_s.max(1e-9);
+    // No wakeup at all at the default threshold (the writer drained only at the end) makes
+    // the ratio meaningless, not huge.
+    let wakeup_ratio = (w.wakeups_per_s > 0.0).then(|| w1.wakeups_per_s / w.wakeups_per_s);
     let cost_ratio = cost_us / floor_us.max(1e-9);
 
     let perf_json = match &m.perf {
@@ -713,7 +716,7 @@ fn summarize(m: &Measured) -> BenchReport {
         json!({
             "bytes_short_only_over_windows": r3(bytes_ratio),
             "report_s_short_only_over_windows": r3(report_ratio),
-            "wakeups_wakeup1_over_windows": r3(wakeup_ratio),
+            "wakeups_wakeup1_over_windows": wakeup_ratio.map(r3),
             "sample_cost_over_floor": r3(cost_ratio),
             "effective_cost_over_calibrated": r3(effective_ratio),
         }),
@@ -850,7 +853,17 @@ fn summarize(m: &Measured) -> BenchReport {
     let _ = writeln!(t, "\nratios:");
     let _ = writeln!(t, "  bytes      short-only / windows      {bytes_ratio:8.1}x");
     let _ = writeln!(t, "  report_s   short-only / windows      {report_ratio:8.1}x");
-    let _ = writeln!(t, "  wakeups/s  windows-wakeup1 / windows {wakeup_ratio:8.1}x");
+    match wakeup_ratio {
+        Some(r) => {
+            let _ = writeln!(t, "  wakeups/s  windows-wakeup1 / windows {r:8.1}x");
+        }
+        None => {
+            let _ = writeln!(
+                t,
+                "  wakeups/s  windows-wakeup1 / windows      n/a (no wakeup at the default threshold)"
+            );
+        }
+    }
     let _ = writeln!(t, "  cost       sample / floor            {cost_ratio:8.2}x");
     let _ = writeln!(t, "\ngoals:");
     for (goal, value, met) in &goals {
@@ -945,11 +958,12 @@ mod tests {
     #[test]
     fn text_shows_ratios_and_goals_met_or_missed() {
         let r = summarize(&measured());
-        // bytes 40,000 / 1,200 = 33.3x: met; cost 28 / 15 = 1.87x: met; slowdown 1.5%: met;
-        // report 5M/s: met.
+        // bytes 40,000 / 1,200 = 33.3x: met; cost 28 / 15 = 1.87x: missed (goal 1.5x);
+        // slowdown 1.5%: met; report 5M/s: met.
         assert!(r.text.contains("short-only / windows          33.3x"), "{}", r.text);
         assert!(r.text.contains("windows-wakeup1 / windows     25.0x"), "{}", r.text);
-        assert_eq!(r.text.matches("  met    ").count(), 4, "{}", r.text);
+        assert_eq!(r.text.matches("  met    ").count(), 3, "{}", r.text);
+        assert!(r.text.contains("MISSED per-sample cost <= 1.5x the floor: 1.87x"), "{}", r.text);
         assert!(r.text.contains("interval 0.00% to 0.75%"), "{}", r.text);
         assert!(r.text.contains("perf record: skipped: perf is not installed"), "{}", r.text);
 
