@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 
 use crate::BenchError;
 
-/// A private scratch directory, removed when dropped.
+/// A private scratch directory, removed when dropped (kept, and named on stderr, when
+/// `STROBE_BENCH_KEEP` is set).
 pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
@@ -32,7 +33,11 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::env::var_os("STROBE_BENCH_KEEP").is_some() {
+            eprintln!("strobe bench: kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 

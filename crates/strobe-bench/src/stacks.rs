@@ -63,7 +63,9 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use strobe_format::SampleKind;
 
-use crate::drive::{children_cpu_s, find_perf, io, last_line, med, perf_samples, r3, run_stdout};
+use crate::drive::{
+    children_cpu_s, find_perf, io, last_line, med, perf_samples, r3, run_stdout, Scratch,
+};
 use crate::report::{machine_summary, row};
 use crate::stats::{median, median_interval};
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -201,8 +203,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         )
     })?;
     let plan = Plan::new(opts);
-    let scratch = Scratch::new()?;
-    let dir = scratch.0.as_path();
+    let scratch = Scratch::new("stacks")?;
+    let dir = scratch.path();
     let c_prog = compile_c(dir)?;
     let targets = [Target::Workload, Target::C(c_prog)];
     let mut measured: Vec<(&'static str, Vec<Group>)> =
@@ -219,31 +221,6 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     eprintln!("strobe bench stacks: report throughput");
     let speed = report_speed(&exe, dir, &plan, opts.repeats.max(1))?;
     Ok(summarize(&Measured { plan, targets: measured, speed }))
-}
-
-/// A private scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Scratch, BenchError> {
-        let dir = std::env::temp_dir().join(format!("strobe-bench-stacks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
-            what: format!("creating {}", dir.display()),
-            source,
-        })?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::env::var_os("STROBE_BENCH_KEEP").is_some() {
-            eprintln!("strobe bench stacks: kept {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 /// The compiler flags of a test program's `// strobe-testprogs:` line.

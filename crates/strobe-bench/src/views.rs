@@ -45,7 +45,7 @@ use strobe_format::{
     RecordMode, SampleKind, StackNode, MINOR_VERSION,
 };
 
-use crate::drive::{check, io};
+use crate::drive::{check, io, Scratch};
 use crate::report::{machine_summary, row, BenchOpts, BenchReport};
 use crate::stats::median;
 use crate::BenchError;
@@ -268,14 +268,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             )));
         }
     }
-    let dir = std::env::temp_dir().join(format!("strobe-bench-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(io("creating a scratch directory"))?;
-    let result = run_in(opts, &strobe, &dir);
-    if std::env::var_os("STROBE_BENCH_KEEP").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    result
+    let scratch = Scratch::new("report")?;
+    run_in(opts, &strobe, scratch.path())
 }
 
 fn run_in(opts: &BenchOpts, strobe: &Path, dir: &Path) -> Result<BenchReport, BenchError> {

@@ -1,5 +1,8 @@
 //! The errors a report can end in, each phrased for the user: what went wrong and what
 //! to do about it.
+//!
+//! Owns the error type. Must never carry a panic's text or a bare OS error without the
+//! file or step it concerns.
 
 /// Why a report could not be built or rendered.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,7 @@
 //! Paths of the test programs built from `tests/c/*.c`, `tests/rust/*.rs` and `tests/go/`
 //! (see build.rs).
+//!
+//! Owns only the paths. Must never be a dependency of anything but tests and benchmarks.
 
 use std::path::PathBuf;
 

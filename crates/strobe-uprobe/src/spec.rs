@@ -13,6 +13,9 @@
 //! (`ns::f`, `app::main`) need no quoting beyond the shell's. Other `SCHEME:` prefixes
 //! (such as `point:` for in-program probe points) belong to the caller, which must dispatch
 //! on them before handing the rest here.
+//!
+//! Owns the parser and the printed form. Must never look at the file system: resolving a
+//! library or a symbol is the session's.
 
 use crate::Error;
 

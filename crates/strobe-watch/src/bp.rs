@@ -15,6 +15,8 @@
 //! type, `disabled` and `sig_data` is unchanged.
 //!
 //! [`PerfTrap::from_siginfo`] and [`retarget`] are async-signal-safe. Opening is not.
+//!
+//! Must never allocate, lock or panic in the async-signal-safe functions above.
 
 use std::io;
 use std::os::fd::RawFd;

@@ -1,6 +1,9 @@
 //! The pool's memory layout, its two lists, and the producer's side: [`append`] (a
 //! signal handler's write of one record) and [`close`] (a thread's hand-over of its last
 //! block). See the parent module for the protocol and why each ordering is what it is.
+//!
+//! Must never allocate, lock or block in [`append`] or [`close`]: they run in signal
+//! handlers and in the target's exiting threads.
 
 use crate::alternate::AltCell;
 use crate::custody::record::Rec;

@@ -1,5 +1,7 @@
 //! `strobe bench NAME`: runs one benchmark from strobe-bench and prints its
 //! side-by-side table, or its JSON with `--json`.
+//!
+//! Must never measure anything itself.
 
 use std::process::ExitCode;
 

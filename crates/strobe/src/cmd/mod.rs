@@ -1,4 +1,6 @@
 //! One module per subcommand: its clap arguments and the glue that runs it.
+//!
+//! Must never hold engine logic: sessions live in the library crates.
 
 pub mod bench;
 pub mod probe;

@@ -1,5 +1,8 @@
 //! `strobe record`: clap arguments, their conversion into the recording session's plain
 //! options (crate strobe-record, which does the work), and the summary it prints.
+//!
+//! Must never hold engine logic (launching, draining, ELF or /proc reading): that is
+//! strobe-record's and strobe-target's.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! views (flame graph, pprof, Firefox Profiler, HTML), or compares two recordings
 //! (`--diff`). The work is in crate strobe-report; this module turns arguments into its
 //! plain options, shows the progress bar (on a terminal only) and writes the files.
+//!
+//! Must never compute a metric: every figure comes from strobe-report.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! `strobe workload`: runs the bundled workload (crate strobe-workload), the program
 //! `strobe record` profiles when given no command, and optionally writes its ground
 //! truth.
+//!
+//! Must never change what the workload does: that is strobe-workload's.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
