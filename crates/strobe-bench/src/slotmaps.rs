@@ -440,56 +440,19 @@ mod tests {
 
     use super::*;
 
-    /// The table's contract, on any map: the same sequence strobe-watch checks on its own
-    /// map, so a figure measured here is for a map that does the same job.
-    fn behaves<M: ThreadMultiMap + Default>() {
-        let t: SlotTable<M> = SlotTable::default();
-        let a = t.reserve(100, 1).unwrap();
-        assert_eq!(a.slots().collect::<Vec<_>>(), [0]);
-        let b = t.reserve(100, 2).unwrap();
-        assert_eq!(b.slots().collect::<Vec<_>>(), [1, 2]);
-        // Another thread has its own four.
-        let other = t.reserve(200, 4).unwrap();
-        assert_eq!(other.mask(), 0b1111);
-        let e = t.reserve(100, 2).unwrap_err();
-        assert_eq!(e, SlotError::Exhausted { tid: 100, requested: 2, in_use: 3, capacity: 4 });
-        let c = t.reserve(100, 1).unwrap();
-        assert_eq!(c.slots().collect::<Vec<_>>(), [3]);
-        assert_eq!(t.used(100), 0b1111);
-        // Releasing the middle reservation frees exactly its slots, which are reused.
-        t.release(b);
-        assert_eq!(t.used(100), 0b1001);
-        let d = t.reserve(100, 2).unwrap();
-        assert_eq!(d.mask(), 0b0110);
-        assert!(matches!(t.reserve(100, 1), Err(SlotError::Exhausted { .. })));
-        assert!(!t.forget(100), "a thread holding slots is not forgotten");
-        assert_eq!(t.used(100), 0b1111);
-        for r in [a, c, d, other] {
-            t.release(r);
-        }
-        assert_eq!((t.used(100), t.used(200)), (0, 0));
-        assert!(t.forget(100) && t.forget(200) && t.forget(300));
-        assert!(t.map().is_empty());
-        let again = t.reserve(100, 3).unwrap();
-        assert_eq!(again.mask(), 0b0111);
-        t.release(again);
-        assert!(t.forget(100));
-        assert!(t.map().is_empty());
-    }
-
     #[test]
     fn list_reserves_and_releases() {
-        behaves::<ListMap>();
+        strobe_watch::conformance::behaves::<ListMap>();
     }
 
     #[test]
     fn array_reserves_and_releases() {
-        behaves::<ArrayMap>();
+        strobe_watch::conformance::behaves::<ArrayMap>();
     }
 
     #[test]
     fn mutex_hash_reserves_and_releases() {
-        behaves::<MutexHashMap>();
+        strobe_watch::conformance::behaves::<MutexHashMap>();
     }
 
     /// One pseudo-random sequence of reserves, releases and forgets run on a map and on

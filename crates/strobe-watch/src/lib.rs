@@ -21,6 +21,8 @@
 //! allocation-free and lock-free.
 
 pub mod bp;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod mux;
 #[cfg(feature = "resolve")]
 pub mod resolve;

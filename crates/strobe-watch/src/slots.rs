@@ -428,48 +428,14 @@ impl<M: ThreadMultiMap> SlotTable<M> {
 mod tests {
     use super::*;
 
-    fn behaves<M: ThreadMultiMap + Default>() {
-        let t: SlotTable<M> = SlotTable::default();
-        let a = t.reserve(100, 1).unwrap();
-        assert_eq!(a.slots().collect::<Vec<_>>(), [0]);
-        let b = t.reserve(100, 2).unwrap();
-        assert_eq!(b.slots().collect::<Vec<_>>(), [1, 2]);
-        // Another thread has its own four.
-        let other = t.reserve(200, 4).unwrap();
-        assert_eq!(other.mask(), 0b1111);
-        let e = t.reserve(100, 2).unwrap_err();
-        assert_eq!(e, SlotError::Exhausted { tid: 100, requested: 2, in_use: 3, capacity: 4 });
-        assert!(e.to_string().contains("3 of its 4 are in use"), "{e}");
-        let c = t.reserve(100, 1).unwrap();
-        assert_eq!(c.slots().collect::<Vec<_>>(), [3]);
-        assert_eq!(t.used(100), 0b1111);
-        // Releasing the middle reservation frees exactly its slots, which are reused.
-        t.release(b);
-        assert_eq!(t.used(100), 0b1001);
-        let d = t.reserve(100, 2).unwrap();
-        assert_eq!(d.mask(), 0b0110);
-        assert!(matches!(t.reserve(100, 1), Err(SlotError::Exhausted { .. })));
-        assert!(matches!(t.reserve(100, 0), Err(SlotError::BadCount { .. })));
-        assert!(matches!(t.reserve(100, 5), Err(SlotError::BadCount { .. })));
-        assert!(!t.forget(100), "a thread holding slots is not forgotten");
-        assert_eq!(t.used(100), 0b1111);
-        for r in [a, c, d, other] {
-            t.release(r);
-        }
-        assert_eq!((t.used(100), t.used(200)), (0, 0));
-        assert!(t.forget(100) && t.forget(200) && t.forget(300));
-        assert!(t.map().is_empty());
-        // A forgotten thread comes back as a fresh one.
-        let again = t.reserve(100, 3).unwrap();
-        assert_eq!(again.mask(), 0b0111);
-        t.release(again);
-        assert!(t.forget(100));
-        assert!(t.map().is_empty());
+    #[test]
+    fn rcu_hash_reserves_and_releases() {
+        crate::conformance::behaves::<RcuHashMap>();
     }
 
     #[test]
-    fn rcu_hash_reserves_and_releases() {
-        behaves::<RcuHashMap>();
+    fn rcu_hash_table_under_contention() {
+        crate::conformance::stress::<RcuHashMap>();
     }
 
     #[test]

@@ -1,13 +1,58 @@
-//! Concurrent reserve/release on a shared slot table over strobe's RCU map: no thread is
-//! ever given more slots than it has, and no slot is ever handed out twice. Bounded by an
-//! iteration count, not by time. (strobe-bench's `tests/slotmaps.rs` runs the same on the
-//! maps the benchmark compares against.)
+//! The slot table's contract, as checks any [`ThreadMultiMap`] must pass: one sequence of
+//! reserves, releases and forgets with known answers ([`behaves`]), and workers that
+//! reserve and release concurrently while independent bookkeeping checks that no slot is
+//! handed out twice and no thread holds more than it may ([`stress`]). strobe-watch runs
+//! them on its own map, strobe-bench on the maps its breakpoint benchmark compares, so a
+//! figure there is for a map that does the same job.
+//!
+//! Owns those checks. Must never be built into strobe or the agent: it exists in test
+//! builds and behind the `conformance` feature only, and it panics by design.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use strobe_watch::slots::DEBUG_REGISTERS;
-use strobe_watch::{RcuHashMap, SlotError, SlotTable, ThreadMultiMap};
+use crate::slots::DEBUG_REGISTERS;
+use crate::{SlotError, SlotTable, ThreadMultiMap};
+
+/// The table's answers to one known sequence, on map `M`.
+pub fn behaves<M: ThreadMultiMap + Default>() {
+    let t: SlotTable<M> = SlotTable::default();
+    let a = t.reserve(100, 1).unwrap();
+    assert_eq!(a.slots().collect::<Vec<_>>(), [0]);
+    let b = t.reserve(100, 2).unwrap();
+    assert_eq!(b.slots().collect::<Vec<_>>(), [1, 2]);
+    // Another thread has its own four.
+    let other = t.reserve(200, 4).unwrap();
+    assert_eq!(other.mask(), 0b1111);
+    let e = t.reserve(100, 2).unwrap_err();
+    assert_eq!(e, SlotError::Exhausted { tid: 100, requested: 2, in_use: 3, capacity: 4 });
+    assert!(e.to_string().contains("3 of its 4 are in use"), "{e}");
+    let c = t.reserve(100, 1).unwrap();
+    assert_eq!(c.slots().collect::<Vec<_>>(), [3]);
+    assert_eq!(t.used(100), 0b1111);
+    // Releasing the middle reservation frees exactly its slots, which are reused.
+    t.release(b);
+    assert_eq!(t.used(100), 0b1001);
+    let d = t.reserve(100, 2).unwrap();
+    assert_eq!(d.mask(), 0b0110);
+    assert!(matches!(t.reserve(100, 1), Err(SlotError::Exhausted { .. })));
+    assert!(matches!(t.reserve(100, 0), Err(SlotError::BadCount { .. })));
+    assert!(matches!(t.reserve(100, 5), Err(SlotError::BadCount { .. })));
+    assert!(!t.forget(100), "a thread holding slots is not forgotten");
+    assert_eq!(t.used(100), 0b1111);
+    for r in [a, c, d, other] {
+        t.release(r);
+    }
+    assert_eq!((t.used(100), t.used(200)), (0, 0));
+    assert!(t.forget(100) && t.forget(200) && t.forget(300));
+    assert!(t.map().is_empty());
+    // A forgotten thread comes back as a fresh one.
+    let again = t.reserve(100, 3).unwrap();
+    assert_eq!(again.mask(), 0b0111);
+    t.release(again);
+    assert!(t.forget(100));
+    assert!(t.map().is_empty());
+}
 
 const TIDS: usize = 6;
 const WORKERS: usize = 4;
@@ -24,7 +69,9 @@ impl Rng {
     }
 }
 
-fn stress<M: ThreadMultiMap + Default + 'static>() {
+/// Concurrent reserve/release on a shared table over map `M`, bounded by an iteration
+/// count, not by time.
+pub fn stress<M: ThreadMultiMap + Default + 'static>() {
     let table: Arc<SlotTable<M>> = Arc::new(SlotTable::default());
     // Independent bookkeeping of what the table handed out, per thread id.
     let held: Arc<Vec<AtomicU8>> = Arc::new((0..TIDS).map(|_| AtomicU8::new(0)).collect());
@@ -86,9 +133,4 @@ fn stress<M: ThreadMultiMap + Default + 'static>() {
     }
     assert!(table.map().is_empty(), "every thread was forgotten");
     assert!(refusals.load(Ordering::Relaxed) > 0, "the test must reach the 4-slot limit");
-}
-
-#[test]
-fn rcu_hash_table_under_contention() {
-    stress::<RcuHashMap>();
 }
