@@ -141,7 +141,7 @@ pub struct Args {
     off_cpu: bool,
     /// The program to profile and its arguments, after `--` or after strobe's own options
     /// (default: strobe's bundled workload).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<OsString>,
 }
 
@@ -248,16 +248,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.max_depth,
             strobe_sampler::custody::record::MAX_FRAMES
         );
-    }
-    // Options are read up to the first word that is not one, and everything from there is
-    // the command: a mistyped option would otherwise be run as a program.
-    if let Some(first) = args.command.first().and_then(|c| c.to_str()) {
-        if first.starts_with('-') && !std::path::Path::new(first).exists() {
-            anyhow::bail!(
-                "unknown option '{first}' for strobe record (see strobe record --help); the \
-                 command to record comes after the options"
-            );
-        }
     }
     let self_exe = std::env::current_exe().context("cannot find strobe's own executable")?;
     let command: Vec<OsString> = if args.command.is_empty() && attach == Attach::Launch {

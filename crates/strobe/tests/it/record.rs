@@ -340,7 +340,10 @@ fn clear_errors_for_unknown_events_static_binaries_missing_targets_and_bad_outpu
         &["cannot write the output file", "/no/such/dir/x.strobe"],
     );
     // A mistyped option is not run as the command.
-    expect_error(&[&o("-o"), out.as_os_str(), &o("-q"), &hello], &["unknown option '-q'"]);
+    // (clap's usage error: exit status 2, with the `--` tip and the usage line).
+    let typo = run(strobe().arg("record").args([&o("-o"), out.as_os_str(), &o("-q"), &hello]));
+    assert_eq!(typo.status.code(), Some(2), "{}", show(&typo));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("unexpected argument '-q'"));
     assert!(!out.exists(), "no output file is created when the command is refused");
     if strobe_perf_hardware_absent() {
         expect_error(
