@@ -941,7 +941,7 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
         };
         &mut ps[i]
     }
-    for rec in reader.by_ref() {
+    while let Some(rec) = reader.next() {
         match rec? {
             Record::Process { stream, info } => proc_mut(&mut processes, stream).info = Some(info),
             Record::Threads { stream, threads } => {
@@ -979,10 +979,14 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
                 // Ids continue across chunks; a gap (a lost chunk) is padded with roots.
                 let at = first_id as usize - 1;
                 if at > p.stacks.len() + MAX_STACK_GAP {
+                    // The chunk just read ends where the reader stands.
                     return Err(FormatError::Corrupt {
                         path: reader.path.clone(),
-                        offset: 0,
-                        what: format!("stack ids jump from {} to {first_id}", p.stacks.len()),
+                        offset: reader.offset(),
+                        what: format!(
+                            "the stack chunk ending here jumps from id {} to {first_id}",
+                            p.stacks.len()
+                        ),
                     });
                 }
                 if p.stacks.len() < at {

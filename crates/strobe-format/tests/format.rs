@@ -529,3 +529,22 @@ fn a_stack_delta_past_i64_is_corrupt() {
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
+
+/// A stack chunk whose ids start billions past the table is corruption, not a request to
+/// pad the table with billions of nodes.
+#[test]
+fn a_stack_id_jump_past_any_loss_is_corrupt() {
+    let mut e = Encoder::new();
+    e.preamble();
+    e.header(&header());
+    e.stacks(7, 1, &stack_nodes()[..2]);
+    e.stacks(7, 3_000_000_000, &[StackNode { parent: 0, addr: 1 }]);
+    let dir = std::env::temp_dir().join(format!("strobe-format-jump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("j.strobe");
+    std::fs::write(&p, e.as_bytes()).unwrap();
+    let err = read_all(&p).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(err.contains("jumps from id 2 to 3000000000"), "{err}");
+    assert!(err.contains(&format!("at byte {}", e.len())), "{err}");
+}
