@@ -191,11 +191,38 @@ pub fn walk_dwarf_with(
         let Some(table) = thread.registry.and_then(|r| r.load(&guard)) else {
             return Walk { frames: 0, end: WalkEnd::NotInModule };
         };
-        x86::walk(regs, bounds, table, &mut rules.x86, &mut rules.stats, out)
+        let stack = crate::regs::Stack::new(bounds, regs.sp);
+        x86::walk(regs, stack, table, &mut rules.x86, &mut rules.stats, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (regs, bounds, thread, rules, out);
+        Walk { frames: 0, end: WalkEnd::Unsupported }
+    }
+}
+
+/// Walks another thread's stack from a copy: `stack` holds the bytes from
+/// `regs.sp` up (what the kernel copies for `PERF_SAMPLE_STACK_USER`), and
+/// `table` that process's modules ([`Module::from_file`](crate::modules::Module::from_file)).
+/// Reads only `stack` and the modules' tables; a frame whose caller lies past
+/// the copy ends the walk with [`WalkEnd::OutOfBounds`]. `rules` may be shared
+/// by the walks of every process, as long as each table's generation is
+/// distinct.
+pub fn walk_dwarf_copied(
+    regs: &Regs,
+    stack: &[u8],
+    table: &crate::modules::Table<Module>,
+    rules: &mut RuleCache,
+    out: &mut [u64],
+) -> Walk {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let copy = crate::regs::Stack::copied(regs.sp, stack);
+        x86::walk(regs, copy, table, &mut rules.x86, &mut rules.stats, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (regs, stack, table, rules, out);
         Walk { frames: 0, end: WalkEnd::Unsupported }
     }
 }
@@ -210,7 +237,7 @@ mod x86 {
 
     use super::{CacheStats, CACHE_ENTRIES};
     use crate::modules::{Module, Table};
-    use crate::regs::{Regs, Stack, StackBounds};
+    use crate::regs::{Regs, Stack};
     use crate::{Walk, WalkEnd};
 
     /// DWARF register numbers (x86-64 psABI, figure 3.36).
@@ -353,14 +380,14 @@ mod x86 {
 
     pub(super) fn walk(
         regs: &Regs,
-        bounds: &StackBounds,
+        stack: Option<Stack>,
         table: &Table<Module>,
         cache: &mut Cache,
         stats: &mut CacheStats,
         out: &mut [u64],
     ) -> Walk {
         let mut n = 0;
-        let Some(stack) = Stack::new(bounds, regs.sp) else {
+        let Some(stack) = stack else {
             return Walk { frames: 0, end: WalkEnd::OutOfBounds };
         };
         let mut f = Frame { ip: regs.ip, sp: regs.sp, bp: regs.bp, exact: true };

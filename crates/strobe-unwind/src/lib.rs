@@ -74,7 +74,10 @@ pub mod modules;
 mod regs;
 mod sync;
 
-pub use dwarf::{walk_dwarf, walk_dwarf_with, CacheStats, RuleCache, ThreadCache, CACHE_ENTRIES};
+pub use dwarf::{
+    walk_dwarf, walk_dwarf_copied, walk_dwarf_with, CacheStats, RuleCache, ThreadCache,
+    CACHE_ENTRIES,
+};
 pub use fp::{walk_fp, walk_fp_in};
 pub use regs::{Regs, StackBounds};
 

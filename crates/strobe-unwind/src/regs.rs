@@ -157,10 +157,16 @@ const RED_ZONE: u64 = 128;
 /// reads only the live part of the stack (callers' frames lie above the sp),
 /// which is mapped on every kind of thread stack, so a read never faults
 /// even when [`StackBounds`] were too generous.
+///
+/// A stack can also be a copy of another thread's ([`Stack::copied`]): the
+/// same addresses, read from the copy.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stack {
     lo: u64,
     hi: u64,
+    /// Added (wrapping) to an address to find its bytes in this process: 0
+    /// for the calling process's own stack, the copy's place for a copy.
+    delta: u64,
 }
 
 impl Stack {
@@ -168,8 +174,20 @@ impl Stack {
     /// when `sp` lies outside the stack.
     #[inline]
     pub(crate) fn new(bounds: &StackBounds, sp: u64) -> Option<Stack> {
-        (bounds.lo < bounds.hi && bounds.contains(sp))
-            .then_some(Stack { lo: sp.saturating_sub(RED_ZONE).max(bounds.lo), hi: bounds.hi })
+        (bounds.lo < bounds.hi && bounds.contains(sp)).then_some(Stack {
+            lo: sp.saturating_sub(RED_ZONE).max(bounds.lo),
+            hi: bounds.hi,
+            delta: 0,
+        })
+    }
+
+    /// A copy of another thread's stack from its `sp` up (what the kernel
+    /// copies for `PERF_SAMPLE_STACK_USER`): addresses `[sp, sp + len)` read
+    /// from `copy`, which must outlive every read.
+    #[inline]
+    pub(crate) fn copied(sp: u64, copy: &[u8]) -> Option<Stack> {
+        let hi = sp.checked_add(copy.len() as u64)?;
+        Some(Stack { lo: sp, hi, delta: (copy.as_ptr() as u64).wrapping_sub(sp) })
     }
 
     /// True when `addr` may be a stack pointer of an outer frame: inside the
@@ -186,7 +204,9 @@ impl Stack {
             return None;
         }
         // SAFETY: [addr, addr + 8) lies in the live part of the thread's stack
-        // (between the interrupted sp and the stack's top), which is mapped.
-        Some(unsafe { std::ptr::read_unaligned(addr as *const u64) })
+        // (between the interrupted sp and the stack's top), which is mapped;
+        // for a copy, `delta` moves it into the copy, which the caller keeps
+        // alive for the walk.
+        Some(unsafe { std::ptr::read_unaligned(addr.wrapping_add(self.delta) as *const u64) })
     }
 }

@@ -3,7 +3,8 @@
 //! file when the module is first scanned, indexed by address.
 //!
 //! Owns: [`DebugFrame`] (the section's bytes and a sorted FDE index) and the
-//! minimal ELF64 section-table reader that finds it.
+//! minimal ELF64 reader that finds it (also used for the modules of another
+//! process, built from their files: [`section`], [`load_segments`]).
 //!
 //! Must never: run in a signal handler (it reads files and allocates); trust
 //! the file (every offset is checked; a malformed file gives no table).
@@ -86,6 +87,39 @@ fn read_at(f: &mut File, offset: u64, len: u64) -> Option<Vec<u8>> {
 
 /// The bytes of section `name` of a little-endian ELF64 file.
 fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
+    section(path, name).map(|(_, bytes)| bytes)
+}
+
+/// The `PT_LOAD` segments of a little-endian ELF64 file: (file offset, virtual
+/// address, file size, executable).
+pub(super) fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64, bool)>> {
+    let mut f = File::open(path).ok()?;
+    let eh = read_at(&mut f, 0, 64)?;
+    if eh.get(0..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let phoff = u64_at(&eh, 0x20)?;
+    let phentsize = u64::from(u16_at(&eh, 0x36)?);
+    let phnum = u64::from(u16_at(&eh, 0x38)?);
+    if phoff == 0 || phentsize < 56 || phnum == 0 {
+        return None;
+    }
+    let ph = read_at(&mut f, phoff, phentsize * phnum)?;
+    let mut out = Vec::new();
+    for i in 0..phnum {
+        let o = (i * phentsize) as usize;
+        if u32_at(&ph, o)? == 1 {
+            // PT_LOAD: p_flags, p_offset, p_vaddr, p_filesz.
+            let exec = u32_at(&ph, o + 4)? & 1 != 0;
+            out.push((u64_at(&ph, o + 8)?, u64_at(&ph, o + 0x10)?, u64_at(&ph, o + 0x20)?, exec));
+        }
+    }
+    Some(out)
+}
+
+/// The link-time address and bytes of section `name` of a little-endian ELF64
+/// file (`None` when absent, empty, compressed or without file bytes).
+pub(super) fn section(path: &Path, name: &[u8]) -> Option<(u64, Vec<u8>)> {
     let mut f = File::open(path).ok()?;
     let eh = read_at(&mut f, 0, 64)?;
     // ELF magic, 64-bit, little-endian.
@@ -100,7 +134,7 @@ fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let sh = read_at(&mut f, shoff, shentsize * shnum)?;
-    let header = |i: u64| -> Option<(u32, u32, u64, u64, u64)> {
+    let header = |i: u64| -> Option<(u32, u32, u64, u64, u64, u64)> {
         let o = (i * shentsize) as usize;
         Some((
             u32_at(&sh, o)?,        // sh_name
@@ -108,12 +142,13 @@ fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
             u64_at(&sh, o + 8)?,    // sh_flags
             u64_at(&sh, o + 0x18)?, // sh_offset
             u64_at(&sh, o + 0x20)?, // sh_size
+            u64_at(&sh, o + 0x10)?, // sh_addr
         ))
     };
-    let (_, _, _, str_off, str_size) = header(shstrndx)?;
+    let (_, _, _, str_off, str_size, _) = header(shstrndx)?;
     let names = read_at(&mut f, str_off, str_size)?;
     for i in 0..shnum {
-        let (n, ty, flags, off, size) = header(i)?;
+        let (n, ty, flags, off, size, addr) = header(i)?;
         let start = n as usize;
         let matches = names.get(start..start + name.len()) == Some(name)
             && names.get(start + name.len()) == Some(&0);
@@ -121,7 +156,7 @@ fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
             if ty == SHT_NOBITS || flags & SHF_COMPRESSED != 0 || size == 0 {
                 return None;
             }
-            return read_at(&mut f, off, size);
+            return read_at(&mut f, off, size).map(|b| (addr, b));
         }
     }
     None

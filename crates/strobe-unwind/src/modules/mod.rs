@@ -75,6 +75,7 @@
 //! always the linker's, then ours); start a thread.
 
 mod debug_frame;
+mod file;
 mod registry;
 mod scan;
 

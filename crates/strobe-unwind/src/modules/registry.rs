@@ -59,6 +59,25 @@ pub struct Table<M> {
 }
 
 impl<M: ModuleRange> Table<M> {
+    /// A table of `modules` outside any registry (another process's modules,
+    /// walked from a copy of its stack). Overlapping modules: the later one
+    /// in address order is dropped. `generation` must differ from every
+    /// other table a [`crate::RuleCache`] it is used with has seen.
+    pub fn new(generation: u64, mut modules: Vec<Arc<M>>) -> Table<M> {
+        modules.sort_by_key(|m| m.range());
+        let mut kept: Vec<Arc<M>> = Vec::with_capacity(modules.len());
+        for m in modules {
+            if kept.last().is_none_or(|k| k.range().1 <= m.range().0) {
+                kept.push(m);
+            }
+        }
+        Table {
+            generation,
+            ranges: kept.iter().map(|m| m.range()).collect(),
+            modules: kept.into_boxed_slice(),
+        }
+    }
+
     /// The module whose code contains `addr`. Async-signal-safe.
     #[inline]
     pub fn find(&self, addr: u64) -> Option<&M> {

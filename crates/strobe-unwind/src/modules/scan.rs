@@ -48,6 +48,24 @@ unsafe impl Send for Tables {}
 unsafe impl Sync for Tables {}
 
 impl Tables {
+    /// Tables held in memory of their own: `hdr` is the `.eh_frame_hdr` at
+    /// `hdr_addr`, `eh` the `.eh_frame` at `eh_addr`.
+    pub(crate) fn owned(hdr_addr: u64, hdr: Vec<u8>, eh_addr: u64, eh: Vec<u8>) -> Tables {
+        let hdr_len = hdr.len();
+        let mut owned = hdr;
+        owned.extend_from_slice(&eh);
+        let owned = owned.into_boxed_slice();
+        let p = owned.as_ptr();
+        Tables {
+            hdr_addr,
+            eh_addr,
+            hdr: (p, hdr_len),
+            // SAFETY: `owned` holds hdr_len + eh.len() bytes.
+            eh: (unsafe { p.add(hdr_len) }, eh.len()),
+            _owned: Some(owned),
+        }
+    }
+
     /// The `.eh_frame_hdr` bytes.
     #[inline]
     pub(crate) fn hdr(&self) -> &[u8] {
@@ -330,19 +348,7 @@ unsafe fn eh_frame_of(
             _owned: None,
         });
     }
-    let mut owned = Vec::with_capacity(hdr.len() + eh.len());
-    owned.extend_from_slice(hdr);
-    owned.extend_from_slice(eh);
-    let owned = owned.into_boxed_slice();
-    let p = owned.as_ptr();
-    Some(Tables {
-        hdr_addr,
-        eh_addr,
-        hdr: (p, hdr_len),
-        // SAFETY: `owned` holds hdr_len + eh_len bytes.
-        eh: (unsafe { p.add(hdr_len) }, eh_len),
-        _owned: Some(owned),
-    })
+    Some(Tables::owned(hdr_addr, hdr.to_vec(), eh_addr, eh.to_vec()))
 }
 
 const DT_NULL: i64 = 0;
