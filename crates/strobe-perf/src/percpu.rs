@@ -48,6 +48,10 @@ pub struct RingSampling {
     pub window: u64,
     /// Samples carry the call chain the kernel walks (frame pointers).
     pub callchain: bool,
+    /// Bytes of each sampled thread's user stack (from its stack pointer up) that
+    /// samples carry with the user registers a walk starts from, for a DWARF walk in
+    /// the reader (0: none). The kernel's call chain then keeps only kernel frames.
+    pub user_stack: u32,
     /// The most frames a call chain keeps (`sample_max_stack`).
     pub max_stack: u16,
     /// Events without a modifier may count the kernel (and samples may carry kernel
@@ -108,8 +112,16 @@ pub enum RingSetError {
     Cpus(std::io::Error),
 }
 
+/// The user registers a copied-stack walk starts from (x86-64 `perf_regs` numbers:
+/// BP 6, SP 7, IP 8), lowest first as samples carry them.
+#[cfg(target_arch = "x86_64")]
+pub const USER_STACK_REGS: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+/// No copied-stack walk on other architectures.
+#[cfg(not(target_arch = "x86_64"))]
+pub const USER_STACK_REGS: u64 = 0;
+
 /// `sample_type` of the leader.
-pub fn leader_sample_type(callchain: bool, group_read: bool) -> u64 {
+pub fn leader_sample_type(callchain: bool, group_read: bool, user_stack: bool) -> u64 {
     let mut t = u64::from(
         sys::PERF_SAMPLE_IDENTIFIER
             | sys::PERF_SAMPLE_IP
@@ -123,6 +135,9 @@ pub fn leader_sample_type(callchain: bool, group_read: bool) -> u64 {
     }
     if callchain {
         t |= u64::from(sys::PERF_SAMPLE_CALLCHAIN);
+    }
+    if user_stack {
+        t |= u64::from(sys::PERF_SAMPLE_REGS_USER | sys::PERF_SAMPLE_STACK_USER);
     }
     t
 }
@@ -157,11 +172,19 @@ pub fn leader_attr(
 ) -> perf_event_attr {
     let mut a = spec.counting_attr(0, s.kernel_allowed);
     a.__bindgen_anon_1.sample_period = s.period.max(1);
-    a.sample_type = leader_sample_type(s.callchain, group_read);
+    let user_stack = s.user_stack > 0 && USER_STACK_REGS != 0;
+    a.sample_type = leader_sample_type(s.callchain, group_read, user_stack);
     a.read_format = if group_read { u64::from(sys::PERF_FORMAT_GROUP) } else { 0 };
     a.sample_max_stack = s.max_stack;
     // Kernel frames only where kernel events are allowed (and wanted).
     a.set_exclude_callchain_kernel(a.exclude_kernel());
+    if user_stack {
+        a.sample_regs_user = USER_STACK_REGS;
+        // The kernel wants a multiple of 8.
+        a.sample_stack_user = s.user_stack & !7;
+        // The user frames come from the copy.
+        a.set_exclude_callchain_user(1);
+    }
     a.set_mmap(1);
     a.set_mmap2(1);
     a.set_comm(1);
@@ -547,6 +570,7 @@ mod tests {
 
     fn sampling() -> RingSampling {
         RingSampling {
+            user_stack: 0,
             period: 100_000,
             window: 0,
             callchain: true,
@@ -555,6 +579,22 @@ mod tests {
             wakeup: Wakeup::Bytes(4096),
             off_cpu: false,
         }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn a_user_stack_brings_its_registers_and_drops_the_user_call_chain() {
+        let g = spec::parse("task-clock", false).unwrap();
+        let s = RingSampling { user_stack: 8196, ..sampling() };
+        let a = leader_attr(&g, &s, &Scope::Launched(1), false);
+        let both = u64::from(sys::PERF_SAMPLE_REGS_USER | sys::PERF_SAMPLE_STACK_USER);
+        assert_eq!(a.sample_type & both, both);
+        assert_ne!(a.sample_type & u64::from(sys::PERF_SAMPLE_CALLCHAIN), 0);
+        assert_eq!((a.sample_regs_user, a.sample_stack_user), (0x1c0, 8192));
+        assert_eq!(a.exclude_callchain_user(), 1);
+        let plain = leader_attr(&g, &sampling(), &Scope::Launched(1), false);
+        assert_eq!(plain.sample_type & both, 0);
+        assert_eq!((plain.sample_regs_user, plain.exclude_callchain_user()), (0, 0));
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub(crate) struct SampleEv {
     pub values: [u64; MAX_COUNTERS],
     /// Return addresses, innermost first (kernel frames, then user frames).
     pub callers: Vec<u64>,
+    /// With `--call-graph dwarf`: the user registers and stack copy the writer walks
+    /// for the user frames (`callers` then holds the kernel's only).
+    pub user: Option<super::unwind::UserStack>,
 }
 
 /// What a record says, in the writer's terms.
@@ -173,6 +176,10 @@ impl Decoder {
                         n,
                         values,
                         callers: chain,
+                        user: s
+                            .regs_user()
+                            .zip(s.stack_user())
+                            .and_then(|(r, st)| super::unwind::UserStack::of(r, st)),
                     })
                 }
             }
@@ -230,6 +237,7 @@ mod tests {
             period: 100_000,
             window: 0,
             callchain: true,
+            user_stack: 0,
             max_stack: 32,
             kernel_allowed: false,
             wakeup: Wakeup::Bytes(4096),

@@ -23,6 +23,7 @@
 pub(crate) mod decode;
 pub(crate) mod ksyms;
 pub(crate) mod order;
+pub(crate) mod unwind;
 pub(crate) mod writer;
 
 use std::io::Write;
@@ -51,6 +52,11 @@ pub const DEFAULT_HW_PERIOD: u64 = 2_000_000;
 /// Bytes of ring buffer per CPU when `--buffer` is not given: `perf record`'s default
 /// (what `kernel.perf_event_mlock_kb` lets an unprivileged user lock on every CPU).
 pub const DEFAULT_RING_BYTES: u64 = 512 << 10;
+/// Bytes of user stack each sample copies with `--call-graph dwarf` (perf's default).
+const USER_STACK_BYTES: u32 = 8192;
+/// The ring per CPU with `--call-graph dwarf` when `--buffer` is not given: each sample
+/// is then over 8 KiB.
+const DWARF_RING_BYTES: u64 = 4 << 20;
 /// A sample's size in the ring, for turning `--wakeup N` samples into bytes: header,
 /// six fixed fields, a group of three and a call chain of about 16 frames.
 const EST_SAMPLE_BYTES: u64 = 240;
@@ -262,15 +268,15 @@ fn session(
     let window = spec.window.unwrap_or_else(|| spec.window_or_default());
     let kernel_allowed = strobe_perf::pmu::kernel_counting_allowed();
     let mut warnings = Vec::new();
-    if opts.call_graph == CallGraph::Dwarf && opts.explicit_call_graph {
-        warnings.push(
-            "kernel mode walks frame pointers (the kernel's call chains): --call-graph dwarf \
-             applies to agent mode; stacks through code built without frame pointers end early"
-                .to_string(),
-        );
-    }
     let callchain = opts.call_graph != CallGraph::None;
-    let ring_bytes = opts.ring_bytes.unwrap_or(DEFAULT_RING_BYTES);
+    // Frame pointers unless dwarf is asked for: a stack copy makes each sample 8 KiB
+    // larger in the ring.
+    let dwarf = opts.call_graph == CallGraph::Dwarf
+        && opts.explicit_call_graph
+        && strobe_perf::percpu::USER_STACK_REGS != 0;
+    let ring_bytes =
+        opts.ring_bytes.unwrap_or(if dwarf { DWARF_RING_BYTES } else { DEFAULT_RING_BYTES });
+    let sample_bytes = EST_SAMPLE_BYTES + if dwarf { u64::from(USER_STACK_BYTES) } else { 0 };
     let page = strobe_perf::ring::page_size() as u64;
     let pages = {
         let p = (ring_bytes / page).max(1);
@@ -279,7 +285,7 @@ fn session(
     let data_bytes = pages as u64 * page;
     let wakeup = if opts.wakeup <= 1 {
         Wakeup::Events(1)
-    } else if opts.wakeup.saturating_mul(EST_SAMPLE_BYTES) < data_bytes / 2 {
+    } else if opts.wakeup.saturating_mul(sample_bytes) < data_bytes / 2 {
         Wakeup::Events(u32::try_from(opts.wakeup).unwrap_or(u32::MAX))
     } else {
         Wakeup::Bytes(u32::try_from(data_bytes / 2).unwrap_or(u32::MAX))
@@ -288,6 +294,7 @@ fn session(
         period,
         window,
         callchain,
+        user_stack: if dwarf { USER_STACK_BYTES } else { 0 },
         max_stack: max_stack(opts.max_depth),
         kernel_allowed,
         wakeup,
@@ -393,7 +400,11 @@ fn session(
         follow_fork: true,
         mode: RecordMode::Kernel,
         mode_reason: mode_reason.clone(),
-        call_graph: if callchain { FileCallGraph::Fp } else { FileCallGraph::None },
+        call_graph: match (callchain, dwarf) {
+            (false, _) => FileCallGraph::None,
+            (true, false) => FileCallGraph::Fp,
+            (true, true) => FileCallGraph::Dwarf,
+        },
         max_depth: u32::from(sampling.max_stack),
     };
     if !adopting {
@@ -419,6 +430,7 @@ fn session(
             hf_window,
             group_read,
             ncounters,
+            user_walk_depth: if dwarf { opts.max_depth as usize } else { 0 },
         },
         known,
         child.as_ref().map(|c| c.pid() as u32),

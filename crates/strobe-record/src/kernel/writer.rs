@@ -27,6 +27,7 @@ use strobe_format::{
 
 use super::decode::{Ev, SampleEv, Timed};
 use super::ksyms::KernelNames;
+use super::unwind::{ProcModules, Unwinder};
 use crate::drain::Totals;
 use crate::stacks::StackTable;
 
@@ -50,6 +51,9 @@ pub(crate) struct Sampling {
     /// Samples carry the group's values; otherwise the leader's running period sum.
     pub group_read: bool,
     pub ncounters: usize,
+    /// Samples carry user stack copies to walk, into at most this many frames in all
+    /// (0: they do not).
+    pub user_walk_depth: usize,
 }
 
 /// One process image.
@@ -59,6 +63,8 @@ struct Proc {
     stream: u32,
     maps: Vec<Mapping>,
     maps_dirty: bool,
+    /// The unwind tables of `maps`, for walks of stack copies.
+    modules: ProcModules,
     stacks: StackTable,
     samples: u64,
     window_ends: u64,
@@ -118,6 +124,8 @@ pub(crate) struct Writer<'f> {
     lost: Vec<(u32, u32, u64)>,
     names: Vec<(u32, ThreadInfo)>,
     ksyms: KernelNames,
+    /// Walks the user stack copies of `--call-graph dwarf` samples.
+    unwinder: Option<Unwinder>,
     /// Threads that sampled or switched out.
     seen_tids: FxHashSet<u32>,
     totals: Totals,
@@ -150,6 +158,8 @@ impl<'f> Writer<'f> {
             lost: Vec::new(),
             names: Vec::new(),
             ksyms: KernelNames::new(kernel_names),
+            unwinder: (sampling.user_walk_depth > 0)
+                .then(|| Unwinder::new(sampling.user_walk_depth)),
             seen_tids: FxHashSet::default(),
             totals: Totals::default(),
             off_cpu_intervals: 0,
@@ -232,6 +242,7 @@ impl<'f> Writer<'f> {
             stream,
             maps,
             maps_dirty,
+            modules: ProcModules::default(),
             stacks: StackTable::default(),
             samples: 0,
             window_ends: 0,
@@ -299,6 +310,7 @@ impl<'f> Writer<'f> {
                     p.maps.retain(|m| m.end <= start || m.start >= end);
                     p.maps.push(Mapping { start, end, file_offset: pgoff, path });
                     p.maps_dirty = true;
+                    p.modules.stale = true;
                 }
                 Ev::Comm { pid, tid, name, exec } => {
                     if exec {
@@ -333,6 +345,7 @@ impl<'f> Writer<'f> {
                         let p = &mut self.procs[i];
                         p.maps_dirty = !maps.is_empty();
                         p.maps = maps;
+                        p.modules.stale = true;
                     }
                 }
                 Ev::Exit { pid, tid } => {
@@ -358,8 +371,13 @@ impl<'f> Writer<'f> {
         }
     }
 
-    fn sample(&mut self, time: u64, s: SampleEv) {
+    fn sample(&mut self, time: u64, mut s: SampleEv) {
         let i = self.proc_of(s.pid, time, None);
+        if let (Some(u), Some(w)) = (s.user.take(), self.unwinder.as_mut()) {
+            let p = &mut self.procs[i];
+            let max = self.sampling.user_walk_depth;
+            w.walk(&p.maps, &mut p.modules, &u, s.kernel, &mut s.callers, max);
+        }
         self.ksyms.note(s.ip);
         for &a in &s.callers {
             self.ksyms.note(a);

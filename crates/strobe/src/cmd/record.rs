@@ -101,7 +101,8 @@ pub struct Args {
     /// How samples' call stacks are walked: dwarf (from the unwind tables, correct through
     /// code without frame pointers, such as Debian's libc and -O2 C), fp (frame pointers:
     /// cheaper, loses callers in code built without them), or none. Default: dwarf in
-    /// agent mode; kernel mode walks frame pointers (the kernel's call chains).
+    /// agent mode, fp in kernel mode (the kernel's call chains); kernel mode with an explicit
+    /// dwarf copies 8 KiB of user stack with each sample and walks it in strobe record.
     #[arg(long, value_name = "MODE")]
     call_graph: Option<String>,
     /// The most caller frames a sample keeps.

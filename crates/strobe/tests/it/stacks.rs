@@ -215,6 +215,44 @@ fn c_without_frame_pointers_keeps_callers_through_libc() {
     );
 }
 
+/// Kernel mode (nothing injected) with `--call-graph dwarf`: the kernel copies each
+/// sample's user stack and strobe record walks the copy, so the same program's munmap
+/// samples carry their callers through libc, below the kernel's own frames.
+#[test]
+fn kernel_mode_walks_copied_stacks_through_code_without_frame_pointers() {
+    let dir = Scratch::new("stacks-kernel-dwarf");
+    let prog = strobe_testprogs::path("unwind_nofp");
+    let file = dir.path("kernel-dwarf.strobe");
+    let out = run(record_to(&file)
+        .args(["--mode", "kernel", "--call-graph", "dwarf"])
+        .args(["-e", "{task-clock/period=250us/,page-faults}", "--"])
+        .arg(&prog)
+        .arg("1200"));
+    assert!(out.status.success(), "{}", show(&out));
+    let truth = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect();
+    let r = Recorded { file, out, truth };
+    let header = strobe_format::read_all(&r.file).unwrap().header;
+    assert_eq!(header.call_graph, strobe_format::CallGraph::Dwarf);
+    let paths = paths(&r.file);
+    let (in_munmap, good) =
+        share(&paths, |p| p.iter().any(|f| is_munmap(f)), |p| has_run(p, &["main", "a", "b"]));
+    let (all, complete) = share(&paths, |_| true, at_entry);
+    println!(
+        "kernel dwarf: {all} samples, {:.1}% reach the entry; {in_munmap} in munmap, {:.1}% \
+         with b <- a <- main",
+        100.0 * complete,
+        100.0 * good
+    );
+    assert!(in_munmap >= 30, "too few samples in munmap ({in_munmap}) to judge");
+    assert!(good >= 0.95, "munmap samples with b <- a <- main: {:.1}%", 100.0 * good);
+    assert!(complete >= 0.99, "samples whose stack reaches _start: {:.1}%", 100.0 * complete);
+    check_total(&report_json(&r.file), &r, "a", "a");
+}
+
 #[test]
 fn rust_program_keeps_callers_through_libc() {
     let dir = Scratch::new("stacks-rust");
