@@ -8,6 +8,8 @@
 //! | `perf-record` | `perf record -e task-clock -c P -g` (frame-pointer call chains) |
 //! | `strobe-kernel-default` | `strobe record --mode kernel -e task-clock` at the default period |
 //! | `strobe-kernel-wakeup1` | the same with `--wakeup 1` |
+//! | `strobe-kernel-dwarf` | `strobe-kernel` with `--call-graph dwarf` (8 KiB user stack copies walked by strobe record) |
+//! | `perf-record-dwarf` | `perf record -e task-clock -c P --call-graph dwarf,8192` (unwound later, by `perf report`) |
 //!
 //! The first two sample the same event at the same period P, a quarter of kernel mode's
 //! default (four times the samples, so their cost stands above this VM's noise), with
@@ -156,12 +158,13 @@ fn strobe_kernel(
     dir: &Path,
     rounds: u64,
     what: &str,
+    call_graph: &str,
     extra: &[&str],
 ) -> Result<Run, BenchError> {
     let file = dir.join(format!("{what}.strobe"));
     let mut prefix: Vec<OsString> =
         vec![exe.into(), "record".into(), "-o".into(), file.clone().into()];
-    prefix.extend(["--mode", "kernel", "--call-graph", "fp"].iter().map(OsString::from));
+    prefix.extend(["--mode", "kernel", "--call-graph", call_graph].iter().map(OsString::from));
     prefix.extend(extra.iter().map(OsString::from));
     let (mut run, _) = measure(&prefix, exe, rounds, dir, what)?;
     let rec = strobe_format::read_all(&file).map_err(|e| BenchError::Other(format!("{e}")))?;
@@ -172,13 +175,15 @@ fn strobe_kernel(
     Ok(run)
 }
 
-/// The workload under `perf record -e task-clock -c PERIOD -g`.
+/// The workload under `perf record -e task-clock -c PERIOD CALL_GRAPH` (`-g`, or
+/// `--call-graph=dwarf,8192`).
 fn perf_record(
     perf: &Path,
     exe: &Path,
     dir: &Path,
     rounds: u64,
     period: u64,
+    call_graph: &str,
     keep: Option<&Path>,
 ) -> Result<Run, BenchError> {
     let file = keep.map_or_else(|| dir.join("perf.data"), Path::to_path_buf);
@@ -189,7 +194,7 @@ fn perf_record(
         "task-clock".into(),
         "-c".into(),
         period.to_string().into(),
-        "-g".into(),
+        call_graph.into(),
         "-o".into(),
         file.clone().into(),
     ];
@@ -239,15 +244,16 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let period = format!("{{task-clock/period={PERIOD_4X_NS}/}}");
     let (mut bare, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut default, mut wakeup1) = (Vec::new(), Vec::new());
+    let (mut ours_dwarf, mut theirs_dwarf) = (Vec::new(), Vec::new());
     for rep in 0..plan.repeats {
         eprintln!("strobe bench kernel-mode: repeat {} of {}", rep + 1, plan.repeats);
         // bare, A, bare, B, bare: A and B alternate, each between two bare runs.
         let b0 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
         let first = |strobe_first: bool| -> Result<Run, BenchError> {
             if strobe_first {
-                strobe_kernel(&exe, dir, plan.rounds, "strobe-kernel", &["-e", &period])
+                strobe_kernel(&exe, dir, plan.rounds, "strobe-kernel", "fp", &["-e", &period])
             } else {
-                perf_record(&perf, &exe, dir, plan.rounds, PERIOD_4X_NS, None)
+                perf_record(&perf, &exe, dir, plan.rounds, PERIOD_4X_NS, "-g", None)
             }
         };
         let a = first(rep % 2 == 0)?;
@@ -260,22 +266,40 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         theirs.push(Paired::new(p, bp));
         bare.extend([b0, b1, b2]);
         let b3 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
-        let d = strobe_kernel(&exe, dir, plan.rounds, "default", &["-e", "task-clock"])?;
+        let d = strobe_kernel(&exe, dir, plan.rounds, "default", "fp", &["-e", "task-clock"])?;
         let w = strobe_kernel(
             &exe,
             dir,
             plan.rounds,
             "wakeup1",
+            "fp",
             &["-e", "task-clock", "--wakeup", "1"],
         )?;
         let b4 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
         default.push(Paired::new(d, (b3, b4)));
         wakeup1.push(Paired::new(w, (b3, b4)));
+        // The DWARF pair: strobe walks the copies as it records, perf keeps them for its
+        // report (whose unwinding is not counted here).
+        let sd = strobe_kernel(&exe, dir, plan.rounds, "strobe-dwarf", "dwarf", &["-e", &period])?;
+        let b5 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        let pd = perf_record(
+            &perf,
+            &exe,
+            dir,
+            plan.rounds,
+            PERIOD_4X_NS,
+            "--call-graph=dwarf,8192",
+            None,
+        )?;
+        let b6 = measure(&[], &exe, plan.rounds, dir, "bare")?.0;
+        ours_dwarf.push(Paired::new(sd, (b4, b5)));
+        theirs_dwarf.push(Paired::new(pd, (b5, b6)));
     }
 
     // Report speed on one perf.data file.
     let pd = dir.join("report.data");
-    let recorded = perf_record(&perf, &exe, dir, plan.report_rounds, REPORT_PERIOD_NS, Some(&pd))?;
+    let recorded =
+        perf_record(&perf, &exe, dir, plan.report_rounds, REPORT_PERIOD_NS, "-g", Some(&pd))?;
     let n = recorded.samples as f64;
     let strobe_s = best_time(
         plan.repeats,
@@ -325,6 +349,8 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let p4 = line("perf-record", &theirs, PERIOD_4X_NS, "perf's default");
     let sd = line("strobe-kernel-default", &default, DEFAULT_PERIOD_NS, "default");
     let s1 = line("strobe-kernel-wakeup1", &wakeup1, DEFAULT_PERIOD_NS, "1");
+    let sdw = line("strobe-kernel-dwarf", &ours_dwarf, PERIOD_4X_NS, "default");
+    let pdw = line("perf-record-dwarf", &theirs_dwarf, PERIOD_4X_NS, "perf's default");
     let bare_row = row([
         ("variant", "bare".into()),
         ("cpu_s", json!(r3(bare_cpu))),
@@ -353,7 +379,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "{:<24}{:>10}{:>9}{:>12}{:>12}{:>12}",
         "variant", "period", "samples", "us/sample", "bytes/smp", "wakeups/s"
     );
-    for v in [&s4, &p4, &sd, &s1] {
+    for v in [&s4, &p4, &sd, &s1, &sdw, &pdw] {
         let _ = writeln!(
             t,
             "{:<24}{:>8}us{:>10}{:>12.2}{:>12.1}{:>12.1}",
@@ -390,6 +416,13 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "  wakeups/s at the default watermark {:.1}, with --wakeup 1 {:.1}",
         f(&sd, "wakeups_per_s"),
         f(&s1, "wakeups_per_s")
+    );
+    let _ = writeln!(
+        t,
+        "  with --call-graph dwarf: cost {:.2}x perf's (strobe unwinds while recording, perf \
+         in its report), bytes {:.4}x",
+        f(&sdw, "cost_per_sample_us") / f(&pdw, "cost_per_sample_us"),
+        f(&sdw, "bytes_per_sample") / f(&pdw, "bytes_per_sample")
     );
     report.text = t;
     Ok(report)
