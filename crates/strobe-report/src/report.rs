@@ -308,13 +308,21 @@ impl Report {
         // Call paths: the callers of each stack, outermost first, then the function.
         let mut path_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
         let mut paths: Vec<PathStats> = Vec::new();
+        // The same (stack, leaf) comes back for most samples and windows: its path is
+        // looked up once, not rebuilt and hashed each time.
+        let mut path_memo: FxHashMap<(u32, u32, Option<usize>, usize), usize> =
+            FxHashMap::default();
         let path_of = |paths: &mut Vec<PathStats>,
                        path_index: &mut FxHashMap<Vec<usize>, usize>,
+                       path_memo: &mut FxHashMap<(u32, u32, Option<usize>, usize), usize>,
                        space: u32,
                        stack: u32,
                        leaf_addr: Option<usize>,
                        leaf: usize|
          -> usize {
+            if let Some(&i) = path_memo.get(&(space, stack, leaf_addr, leaf)) {
+                return i;
+            }
             let mut fr: Vec<usize> = Vec::new();
             let push_addr = |fr: &mut Vec<usize>, a: usize| {
                 if let Some(chain) = inline_callers.get(a) {
@@ -331,17 +339,21 @@ impl Report {
                 push_addr(&mut fr, a);
             }
             fr.push(leaf);
-            if let Some(&i) = path_index.get(&fr) {
-                return i;
-            }
-            paths.push(PathStats {
-                frames: fr.clone(),
-                samples: 0,
-                sums: WindowSums::new(width),
-                off_cpu_ns: 0,
-            });
-            path_index.insert(fr, paths.len() - 1);
-            paths.len() - 1
+            let i = match path_index.get(&fr) {
+                Some(&i) => i,
+                None => {
+                    paths.push(PathStats {
+                        frames: fr.clone(),
+                        samples: 0,
+                        sums: WindowSums::new(width),
+                        off_cpu_ns: 0,
+                    });
+                    path_index.insert(fr, paths.len() - 1);
+                    paths.len() - 1
+                }
+            };
+            path_memo.insert((space, stack, leaf_addr, leaf), i);
+            i
         };
 
         let mut seen = Vec::new();
@@ -361,7 +373,7 @@ impl Report {
             if let Some(l) = line {
                 *line_counts.entry((fi, l)).or_insert(0) += count;
             }
-            let p = path_of(&mut paths, &mut path_index, space, stack, Some(a), fi);
+            let p = path_of(&mut paths, &mut path_index, &mut path_memo, space, stack, Some(a), fi);
             if t.timeline.is_some() {
                 key_path.insert((space, ip, stack), p);
             }
@@ -392,7 +404,7 @@ impl Report {
                 f.off_cpu_ns = f.off_cpu_ns.saturating_add(sums.ns);
                 f.off_cpu_intervals += sums.intervals;
             }
-            let p = path_of(&mut paths, &mut path_index, space, stack, Some(a), fi);
+            let p = path_of(&mut paths, &mut path_index, &mut path_memo, space, stack, Some(a), fi);
             if let Some(ps) = paths.get_mut(p) {
                 ps.off_cpu_ns = ps.off_cpu_ns.saturating_add(sums.ns);
                 seen.clear();
@@ -427,7 +439,15 @@ impl Report {
                 f.windows += net.n;
                 f.sums.merge(net);
             }
-            let p = path_of(&mut paths, &mut path_index, key.space, key.start_stack, None, fe);
+            let p = path_of(
+                &mut paths,
+                &mut path_index,
+                &mut path_memo,
+                key.space,
+                key.start_stack,
+                None,
+                fe,
+            );
             if let Some(ps) = paths.get_mut(p) {
                 ps.sums.merge(net);
             }
@@ -436,19 +456,25 @@ impl Report {
         // start and end call paths share from the outermost frame down (the calls active
         // at both ends). Without an end stack (none recorded), the functions on the start
         // path down to the one the window ended in.
-        let funcs_of = |space: u32, stack: u32, leaf: usize| -> Vec<usize> {
-            let mut fr: Vec<usize> = stack_frames
-                .get(&(space, stack))
-                .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
-                .unwrap_or_default();
-            fr.push(leaf);
-            fr
+        // Each stack's functions, outermost first, computed once per stack.
+        let mut stack_funcs: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
+        let mut funcs_of = |space: u32, stack: u32, leaf: usize, out: &mut Vec<usize>| {
+            let fr = stack_funcs.entry((space, stack)).or_insert_with(|| {
+                stack_frames
+                    .get(&(space, stack))
+                    .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
+                    .unwrap_or_default()
+            });
+            out.clear();
+            out.extend_from_slice(fr);
+            out.push(leaf);
         };
+        let (mut start, mut end) = (Vec::new(), Vec::new());
         for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
             let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
-            let start = funcs_of(key.space, key.start_stack, fs);
+            funcs_of(key.space, key.start_stack, fs, &mut start);
             let inside: &[usize] = if key.end_stack != 0 || key.start_stack == 0 {
-                let end = funcs_of(key.space, key.end_stack, fe);
+                funcs_of(key.space, key.end_stack, fe, &mut end);
                 let k = start.iter().zip(&end).take_while(|(a, b)| a == b).count();
                 &start[..k]
             } else {

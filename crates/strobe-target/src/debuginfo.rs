@@ -47,6 +47,19 @@ pub struct CodeIndex {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// The file at `path`, mapped read-only: the parsers touch only the headers and the
+/// sections they want, so a program of tens of megabytes (with its debug info) is not
+/// read whole to find its build id or its `.eh_frame`.
+fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
+    let io = |source| Error::Io { what: format!("reading {}", path.display()), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: a private read-only map. Executables and libraries are not rewritten in
+    // place while they are in use (installers replace them by rename, which leaves this
+    // map's inode intact); a file truncated meanwhile could fault with SIGBUS, as any
+    // mapped input, and every read is bounds-checked against the map's length.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
 fn not_elf(path: &Path, why: String) -> Error {
     Error::NotElf { path: path.to_path_buf(), why }
 }
@@ -55,9 +68,7 @@ impl CodeIndex {
     /// Reads the FDE boundaries, MiniDebugInfo symbols and segments of the ELF file at
     /// `path`.
     pub fn open(path: &Path) -> Result<CodeIndex, Error> {
-        let data = std::fs::read(path)
-            .map_err(|source| Error::Io { what: format!("reading {}", path.display()), source })?;
-        Self::parse(path, &data)
+        Self::parse(path, &map(path)?)
     }
 
     /// The same from the file's bytes (`path` only names it in errors).
@@ -172,9 +183,8 @@ fn mini_debuginfo(packed: &[u8]) -> Result<Vec<MiniSymbol>, String> {
 
 /// The GNU build id of the ELF file at `path`, when it has one.
 pub fn build_id(path: &Path) -> Result<Option<Vec<u8>>, Error> {
-    let data = std::fs::read(path)
-        .map_err(|source| Error::Io { what: format!("reading {}", path.display()), source })?;
-    let file = object::File::parse(data.as_slice()).map_err(|e| not_elf(path, e.to_string()))?;
+    let data = map(path)?;
+    let file = object::File::parse(&*data).map_err(|e| not_elf(path, e.to_string()))?;
     Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
 }
 
