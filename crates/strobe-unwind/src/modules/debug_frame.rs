@@ -85,6 +85,14 @@ fn read_at(f: &mut File, offset: u64, len: u64) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// The file at `path` and its ELF header, if it is a little-endian ELF64 file.
+fn open_elf64(path: &Path) -> Option<(File, Vec<u8>)> {
+    let mut f = File::open(path).ok()?;
+    let eh = read_at(&mut f, 0, 64)?;
+    // ELF magic, 64-bit, little-endian.
+    (eh.get(0..6)? == b"\x7fELF\x02\x01").then_some((f, eh))
+}
+
 /// The bytes of section `name` of a little-endian ELF64 file.
 fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
     section(path, name).map(|(_, bytes)| bytes)
@@ -93,11 +101,7 @@ fn read_section(path: &Path, name: &[u8]) -> Option<Vec<u8>> {
 /// The `PT_LOAD` segments of a little-endian ELF64 file: (file offset, virtual
 /// address, file size, executable).
 pub(super) fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64, bool)>> {
-    let mut f = File::open(path).ok()?;
-    let eh = read_at(&mut f, 0, 64)?;
-    if eh.get(0..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
+    let (mut f, eh) = open_elf64(path)?;
     let phoff = u64_at(&eh, 0x20)?;
     let phentsize = u64::from(u16_at(&eh, 0x36)?);
     let phnum = u64::from(u16_at(&eh, 0x38)?);
@@ -120,12 +124,7 @@ pub(super) fn load_segments(path: &Path) -> Option<Vec<(u64, u64, u64, bool)>> {
 /// The link-time address and bytes of section `name` of a little-endian ELF64
 /// file (`None` when absent, empty, compressed or without file bytes).
 pub(super) fn section(path: &Path, name: &[u8]) -> Option<(u64, Vec<u8>)> {
-    let mut f = File::open(path).ok()?;
-    let eh = read_at(&mut f, 0, 64)?;
-    // ELF magic, 64-bit, little-endian.
-    if eh.get(0..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
+    let (mut f, eh) = open_elf64(path)?;
     let shoff = u64_at(&eh, 0x28)?;
     let shentsize = u64::from(u16_at(&eh, 0x3a)?);
     let shnum = u64::from(u16_at(&eh, 0x3c)?);

@@ -46,12 +46,21 @@ impl Recorded {
 /// `strobe record --call-graph MODE -e EVENTS -- PROGRAM ARGS`; the program's exit status
 /// must be `status`.
 fn record(dir: &Scratch, mode: &str, program: &Path, args: &[&str], status: i32) -> Recorded {
+    record_with(dir, &["--call-graph", mode, "-e", EVENTS], mode, program, args, status)
+}
+
+/// `strobe record OPTIONS -- PROGRAM ARGS` into a file named for the program and `tag`.
+fn record_with(
+    dir: &Scratch,
+    options: &[&str],
+    tag: &str,
+    program: &Path,
+    args: &[&str],
+    status: i32,
+) -> Recorded {
     let name = program.file_name().unwrap().to_string_lossy();
-    let file = dir.path(&format!("{name}-{mode}.strobe"));
-    let out = run(record_to(&file)
-        .args(["--call-graph", mode, "-e", EVENTS, "--"])
-        .arg(program)
-        .args(args));
+    let file = dir.path(&format!("{name}-{tag}.strobe"));
+    let out = run(record_to(&file).args(options).arg("--").arg(program).args(args));
     assert_eq!(out.status.code(), Some(status), "{}", show(&out));
     let truth = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
@@ -159,6 +168,26 @@ fn libc_names(name: &str) -> bool {
         })
 }
 
+/// The munmap samples' callers (`good` of `in_munmap` carry b <- a <- main) and the share
+/// of all samples whose stack reaches the thread's entry.
+fn munmap_callers_and_entries(
+    label: &str,
+    paths: &[(Vec<String>, u64)],
+    in_munmap: u64,
+    good: f64,
+) {
+    let (all, complete) = share(paths, |_| true, at_entry);
+    println!(
+        "{label}: {all} samples, {:.1}% reach the entry; {in_munmap} in munmap, {:.1}% with \
+         b <- a <- main",
+        100.0 * complete,
+        100.0 * good
+    );
+    assert!(in_munmap >= 30, "too few samples in munmap ({in_munmap}) to judge");
+    assert!(good >= 0.95, "munmap samples with b <- a <- main: {:.1}%", 100.0 * good);
+    assert!(complete >= 0.99, "samples whose stack reaches _start: {:.1}%", 100.0 * complete);
+}
+
 fn check_total(json: &Value, r: &Recorded, report_name: &str, truth_name: &str) {
     let got = total_pct(json, report_name);
     let want = r.truth_pct(truth_name);
@@ -180,16 +209,7 @@ fn c_without_frame_pointers_keeps_callers_through_libc() {
         |p| p.last().is_some_and(|f| is_munmap(f)),
         |p| has_run(p, &["main", "a", "b"]) && p.len() >= 4 && p[p.len() - 2] == "b",
     );
-    let (all, complete) = share(&paths, |_| true, at_entry);
-    println!(
-        "dwarf: {all} samples, {:.1}% reach the entry; {in_munmap} in munmap, {:.1}% with \
-         b <- a <- main",
-        100.0 * complete,
-        100.0 * good
-    );
-    assert!(in_munmap >= 30, "too few samples in munmap ({in_munmap}) to judge");
-    assert!(good >= 0.95, "munmap samples with b <- a <- main: {:.1}%", 100.0 * good);
-    assert!(complete >= 0.99, "samples whose stack reaches _start: {:.1}%", 100.0 * complete);
+    munmap_callers_and_entries("dwarf", &paths, in_munmap, good);
     check_total(&report_json(&r.file), &r, "a", "a");
 
     // The frame-pointer walk beside it: libc and this program keep no frame pointers.
@@ -222,34 +242,28 @@ fn c_without_frame_pointers_keeps_callers_through_libc() {
 fn kernel_mode_walks_copied_stacks_through_code_without_frame_pointers() {
     let dir = Scratch::new("stacks-kernel-dwarf");
     let prog = strobe_testprogs::path("unwind_nofp");
-    let file = dir.path("kernel-dwarf.strobe");
-    let out = run(record_to(&file)
-        .args(["--mode", "kernel", "--call-graph", "dwarf"])
-        .args(["-e", "{task-clock/period=250us/,page-faults}", "--"])
-        .arg(&prog)
-        .arg("1200"));
-    assert!(out.status.success(), "{}", show(&out));
-    let truth = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-        .collect();
-    let r = Recorded { file, out, truth };
+    let r = record_with(
+        &dir,
+        &[
+            "--mode",
+            "kernel",
+            "--call-graph",
+            "dwarf",
+            "-e",
+            "{task-clock/period=250us/,page-faults}",
+        ],
+        "kernel-dwarf",
+        &prog,
+        &["1200"],
+        0,
+    );
     let header = strobe_format::read_all(&r.file).unwrap().header;
     assert_eq!(header.call_graph, strobe_format::CallGraph::Dwarf);
     let paths = paths(&r.file);
+    // The kernel's frames lie below munmap here: any frame of the path may be it.
     let (in_munmap, good) =
         share(&paths, |p| p.iter().any(|f| is_munmap(f)), |p| has_run(p, &["main", "a", "b"]));
-    let (all, complete) = share(&paths, |_| true, at_entry);
-    println!(
-        "kernel dwarf: {all} samples, {:.1}% reach the entry; {in_munmap} in munmap, {:.1}% \
-         with b <- a <- main",
-        100.0 * complete,
-        100.0 * good
-    );
-    assert!(in_munmap >= 30, "too few samples in munmap ({in_munmap}) to judge");
-    assert!(good >= 0.95, "munmap samples with b <- a <- main: {:.1}%", 100.0 * good);
-    assert!(complete >= 0.99, "samples whose stack reaches _start: {:.1}%", 100.0 * complete);
+    munmap_callers_and_entries("kernel dwarf", &paths, in_munmap, good);
     check_total(&report_json(&r.file), &r, "a", "a");
 }
 
