@@ -200,6 +200,7 @@ fn check_total(json: &Value, r: &Recorded, report_name: &str, truth_name: &str) 
 
 #[test]
 fn c_without_frame_pointers_keeps_callers_through_libc() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-nofp");
     let prog = strobe_testprogs::path("unwind_nofp");
     let r = record(&dir, "dwarf", &prog, &["1200"], 0);
@@ -240,6 +241,7 @@ fn c_without_frame_pointers_keeps_callers_through_libc() {
 /// samples carry their callers through libc, below the kernel's own frames.
 #[test]
 fn kernel_mode_walks_copied_stacks_through_code_without_frame_pointers() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-kernel-dwarf");
     let prog = strobe_testprogs::path("unwind_nofp");
     let r = record_with(
@@ -269,6 +271,7 @@ fn kernel_mode_walks_copied_stacks_through_code_without_frame_pointers() {
 
 #[test]
 fn rust_program_keeps_callers_through_libc() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-rust");
     let prog = strobe_testprogs::path("unwind_rust");
     let r = record(&dir, "dwarf", &prog, &["1200"], 0);
@@ -295,6 +298,7 @@ fn rust_program_keeps_callers_through_libc() {
 
 #[test]
 fn cxx_throw_and_catch_keeps_callers_across_the_unwinder() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-cxx");
     let prog = strobe_testprogs::path("unwind_cxx");
     let r = record(&dir, "dwarf", &prog, &["1200"], 0);
@@ -348,6 +352,7 @@ fn cxx_throw_and_catch_keeps_callers_across_the_unwinder() {
 
 #[test]
 fn signal_handler_samples_carry_the_interrupted_functions_callers() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-signal");
     let prog = strobe_testprogs::path("unwind_sighandler");
     let r = record(&dir, "dwarf", &prog, &["1200"], 0);
@@ -391,6 +396,7 @@ fn signal_handler_samples_carry_the_interrupted_functions_callers() {
 
 #[test]
 fn library_loaded_with_dlopen_is_named_with_its_callers() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-dlopen");
     let prog = strobe_testprogs::path("unwind_dlopen");
     let lib = strobe_testprogs::shared_lib("unwind_dllib");
@@ -419,6 +425,7 @@ fn library_loaded_with_dlopen_is_named_with_its_callers() {
 
 #[test]
 fn a_smashed_frame_ends_the_walk_and_changes_nothing_in_the_target() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("stacks-smash");
     let prog = strobe_testprogs::path("unwind_smash");
     // What the program prints and returns on its own (status 3, so that a profiler which

@@ -73,6 +73,7 @@ fn truth_of<'v>(t: &'v Value, name: &str) -> &'v Value {
 /// net windows do not), so both runs are compared with the alternation run's truth.
 #[test]
 fn window_metrics_match_the_workloads_own_counts_in_both_modes() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-windows");
     let (w, wt, wtable) = workload(
         &dir,
@@ -112,6 +113,7 @@ fn window_metrics_match_the_workloads_own_counts_in_both_modes() {
 /// the baseline): within 25% of the workload's own count.
 #[test]
 fn a_sleeping_functions_context_switches_match_its_truth() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-sleep");
     let (r, t, table) = workload(
         &dir,
@@ -137,6 +139,7 @@ fn a_sleeping_functions_context_switches_match_its_truth() {
 /// allowed; at 500 us four runs were within 1.9.
 #[test]
 fn threads_shorter_than_a_period_get_their_share() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-short");
     for (args, name) in
         [(["2000", "1000", "1", "400"], "1ms"), (["3000", "300", "2", "200"], "300us")]
@@ -166,6 +169,7 @@ fn threads_shorter_than_a_period_get_their_share() {
 /// (before, it kept none), and strobe passes its exit status on.
 #[test]
 fn samples_outlive_a_target_that_crashes_or_is_killed() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-crash");
     // Fixed 1 ms periods with no jitter and no windows: the count is nearly exact.
     let spec = "{task-clock/period=1ms,jitter=0,window=0/}";
@@ -247,6 +251,8 @@ fn ctrl_c_and_sigterm_end_the_target_and_the_file_is_complete() {
 /// thread), and the threads that could not be profiled are named, not lost silently.
 #[test]
 fn ten_thousand_live_threads() {
+    // Thousands of threads: the value tests wait (util::quiet).
+    let _alone = crate::util::alone();
     let dir = Scratch::new("trust-10k");
     let alone = run(Command::new(prog("many_threads")).args(["10000", "200"]));
     assert!(alone.status.success(), "{}", show(&alone));
@@ -276,6 +282,7 @@ fn ten_thousand_live_threads() {
 /// empty profile with no word.
 #[test]
 fn cpu_time_the_agent_could_not_sample_is_named() {
+    let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-clone");
     let file = dir.path("c.strobe");
     let out = run(record_to(&file).arg("--").arg(prog("raw_clone")).arg("500"));

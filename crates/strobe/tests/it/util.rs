@@ -66,3 +66,21 @@ pub fn show(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Tests that compare a value with the truth a program measured, and tests that load the
+/// machine heavily (thousands of threads), run in parallel in this binary: the load of the
+/// second kind moves the first kind's values past their tolerances on a 2-CPU machine.
+/// Value tests hold [`quiet`] (any number at once); heavy tests hold [`alone`] (none of
+/// the value tests meanwhile).
+static LOAD: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test whose values need the machine free of the heavy tests.
+pub fn quiet() -> std::sync::RwLockReadGuard<'static, ()> {
+    // A test that panicked while holding the lock poisons it; the lock guards nothing.
+    LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Held by a test that loads the machine heavily.
+pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LOAD.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

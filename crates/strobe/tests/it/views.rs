@@ -403,6 +403,7 @@ fn assert_share(stdout: &str, a: u64, b: u64) {
 
 #[test]
 fn stripped_code_is_split_at_fde_boundaries_and_named_by_minidebuginfo_or_debug_files() {
+    let _quiet = crate::util::quiet();
     if !(have("strip") && have("objcopy") && have("nm") && have("xz")) {
         eprintln!("skipped: needs binutils (strip, objcopy, nm) and xz");
         return;
