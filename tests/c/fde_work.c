@@ -3,8 +3,9 @@
 // samples do not lock onto the rounds' phase),
 // for naming code that has lost its symbols: the tests strip a copy (names from the
 // .eh_frame FDEs), add MiniDebugInfo to another, and keep the debug file apart by build id.
-// Prints each function's link-time address (`hot_a 0x1139`), runs about the seconds given
-// (default 1), and prints hot_a's share of the CPU time the two took, measured around each
+// Prints each function's link-time address (`hot_a 0x1139`), runs for about the seconds of
+// CPU time given (default 1: CPU time, so that a loaded machine does not cut the samples a run
+// gives), and prints hot_a's share of the CPU time the two took, measured around each
 // call with the thread's CPU clock (`share_a 0.667`): the ground truth.
 #define _GNU_SOURCE
 #include <link.h>
@@ -46,8 +47,8 @@ int main(int argc, char **argv) {
     printf("hot_a %#lx\nhot_b %#lx\n", (unsigned long)((uintptr_t)hot_a - base),
            (unsigned long)((uintptr_t)hot_b - base));
     fflush(stdout);
-    double end = clock_s(CLOCK_MONOTONIC) + seconds, in_a = 0, in_b = 0;
-    while (clock_s(CLOCK_MONOTONIC) < end) {
+    double end = clock_s(CLOCK_THREAD_CPUTIME_ID) + seconds, in_a = 0, in_b = 0;
+    while (clock_s(CLOCK_THREAD_CPUTIME_ID) < end) {
         double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
         sink += hot_a(100000);
         double t1 = clock_s(CLOCK_THREAD_CPUTIME_ID);

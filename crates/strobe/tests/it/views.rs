@@ -398,6 +398,7 @@ fn assert_share(stdout: &str, a: u64, b: u64) {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or_else(|| panic!("no share_a line in {stdout}"));
     let share = a as f64 / (a + b) as f64;
+    println!("hot_a {a} vs hot_b {b}: {share:.3}; the program measured {truth}");
     assert!((share - truth).abs() < 0.12, "hot_a {a} vs hot_b {b}; the program measured {truth}");
 }
 
