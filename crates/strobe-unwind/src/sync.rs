@@ -17,9 +17,3 @@ pub(crate) use std::sync::atomic::AtomicPtr;
 pub(crate) use std::sync::Mutex;
 
 pub(crate) use std::sync::atomic::Ordering;
-
-/// Locks a mutex, ignoring poisoning: the writer state stays consistent
-/// across a panic (each critical section publishes a whole table or none).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}

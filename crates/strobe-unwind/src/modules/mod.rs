@@ -67,7 +67,9 @@
 //! thread of the parent that was inside a walk when another thread forked
 //! leaves its record in a read section forever in the child, whose next
 //! grace period (its first `dlopen` or `dlclose` through the wrappers)
-//! would then never end; walks in the child are unaffected.
+//! would then never end; walks in the child are unaffected. So the child
+//! calls [`after_fork_in_child`]: its updates never wait, and leak the
+//! tables they replace.
 //!
 //! Must never: run in a signal handler; call `dl_iterate_phdr` while holding
 //! the registry's writer lock (a library constructor that calls `dlopen`
@@ -150,6 +152,15 @@ pub fn rescan() {
     let known = g.registry.latest();
     let s = scan::scan(&known, Some(&g.permanent));
     g.registry.publish(s.stamp, s.modules);
+}
+
+/// In a forked child, before it walks or loads anything: updates of the table stop
+/// waiting for grace periods (the parent's threads' reader records came along; see
+/// [`Registry::after_fork_in_child`]), so DWARF walks go on in the child.
+pub fn after_fork_in_child() {
+    if let Some(g) = GLOBAL.get() {
+        g.registry.after_fork_in_child();
+    }
 }
 
 /// The modules the latest scan found (for diagnostics and tests).

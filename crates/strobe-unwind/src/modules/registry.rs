@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use strobe_rcu::{Domain, ReadGuard};
 
-use crate::sync::{lock, AtomicPtr, Mutex, Ordering};
+use crate::sync::{AtomicPtr, Mutex, Ordering};
 
 /// What the registry needs to know of a module.
 pub trait ModuleRange: Send + Sync + 'static {
@@ -115,6 +115,8 @@ pub struct Registry<M: ModuleRange> {
     domain: &'static Domain,
     current: AtomicPtr<Table<M>>,
     writer: Mutex<Writer<M>>,
+    /// A forked child: no grace periods (see [`Registry::after_fork_in_child`]).
+    forked: std::sync::atomic::AtomicBool,
 }
 
 impl<M: ModuleRange> Registry<M> {
@@ -125,6 +127,33 @@ impl<M: ModuleRange> Registry<M> {
             domain,
             current: AtomicPtr::new(std::ptr::null_mut()),
             writer: Mutex::new(Writer { latest: Vec::new(), stamp: 0, closing: 0, generation: 0 }),
+            forked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// In a forked child (one thread, the one that forked): the parent's other threads'
+    /// reader records were copied, and one that was inside a walk at the fork stays in
+    /// a read section for ever here, so a grace period would never end; and a parent
+    /// thread that held the writer lock at the fork left it held. From now on updates
+    /// never wait: an old table is leaked instead of freed after a grace period (its
+    /// modules' unwind tables are their own copies, so a walk that still reads it reads
+    /// valid memory, at worst stale), and an update that finds the writer lock held is
+    /// skipped (the table stays stale until the next one). Call it before the child
+    /// walks or updates; walks stay correct, as before.
+    pub fn after_fork_in_child(&self) {
+        // Relaxed: the child has one thread, which calls this before anything else here.
+        self.forked.store(true, Ordering::Relaxed);
+    }
+
+    fn writer(&self) -> Option<impl std::ops::DerefMut<Target = Writer<M>> + '_> {
+        if self.forked.load(Ordering::Relaxed) {
+            match self.writer.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
+        } else {
+            Some(self.writer.lock().unwrap_or_else(|e| e.into_inner()))
         }
     }
 
@@ -152,7 +181,7 @@ impl<M: ModuleRange> Registry<M> {
     /// Returns after a grace period, once the previous table is freed. Not
     /// async-signal-safe.
     pub fn publish(&self, stamp: u64, modules: Vec<Arc<M>>) {
-        let mut w = lock(&self.writer);
+        let Some(mut w) = self.writer() else { return };
         Self::offer(&mut w, stamp, modules);
         self.republish(&mut w);
     }
@@ -161,7 +190,7 @@ impl<M: ModuleRange> Registry<M> {
     /// permanent modules only and waits for a grace period, after which no
     /// reader uses any removable module until [`end_close`](Self::end_close).
     pub fn begin_close(&self) {
-        let mut w = lock(&self.writer);
+        let Some(mut w) = self.writer() else { return };
         w.closing += 1;
         self.republish(&mut w);
     }
@@ -169,7 +198,7 @@ impl<M: ModuleRange> Registry<M> {
     /// Second half: the real `dlclose` has returned and `modules` is a scan
     /// taken after it (at `stamp`).
     pub fn end_close(&self, stamp: u64, modules: Vec<Arc<M>>) {
-        let mut w = lock(&self.writer);
+        let Some(mut w) = self.writer() else { return };
         w.closing = w.closing.saturating_sub(1);
         Self::offer(&mut w, stamp, modules);
         self.republish(&mut w);
@@ -177,7 +206,7 @@ impl<M: ModuleRange> Registry<M> {
 
     /// The newest full scan (what the table lists once no `dlclose` runs).
     pub fn latest(&self) -> Vec<Arc<M>> {
-        lock(&self.writer).latest.clone()
+        self.writer().map(|w| w.latest.clone()).unwrap_or_default()
     }
 
     fn offer(w: &mut Writer<M>, stamp: u64, modules: Vec<Arc<M>>) {
@@ -206,6 +235,9 @@ impl<M: ModuleRange> Registry<M> {
         });
         // AcqRel: see the module note.
         let old = self.current.swap(Box::into_raw(table), Ordering::AcqRel);
+        if self.forked.load(Ordering::Relaxed) {
+            return; // leaked: see `after_fork_in_child`
+        }
         self.domain.synchronize();
         if !old.is_null() {
             // SAFETY: `old` came from Box::into_raw above (an earlier call),
