@@ -48,14 +48,22 @@ pub const DEAD: u32 = 4;
 /// Slots a `sig_data` can name.
 pub const MAX_INDEX: usize = 1 << 16;
 
-/// The `sig_data` naming slot `index` (below [`MAX_INDEX`]) at `generation`.
+/// The top 16 bits of every `sig_data` strobe's sampler sets: a TRAP_PERF signal
+/// without them came from an event that is not strobe's (the program's own, say) and is
+/// passed on to the program's handler.
+pub const SIG_TAG: u64 = 0x57b0 << 48;
+
+/// The `sig_data` naming slot `index` (below [`MAX_INDEX`]) at `generation`: the tag,
+/// the generation (32 bits), the index (16 bits).
 pub fn sig_data(index: usize, generation: u32) -> u64 {
-    (u64::from(generation) << 16) | (index as u64 & 0xffff)
+    SIG_TAG | (u64::from(generation) << 16) | (index as u64 & 0xffff)
 }
 
-/// The slot index and generation a `sig_data` names.
-pub fn decode(sig_data: u64) -> (usize, u32) {
-    ((sig_data & 0xffff) as usize, (sig_data >> 16) as u32)
+/// The slot index and generation a `sig_data` names, or `None` when it does not carry
+/// strobe's tag.
+pub fn decode(sig_data: u64) -> Option<(usize, u32)> {
+    (sig_data & (0xffff << 48) == SIG_TAG)
+        .then(|| ((sig_data & 0xffff) as usize, (sig_data >> 16) as u32))
 }
 
 /// A slot's state and generation. See the module note. `repr(C)`: it lives in memory
@@ -160,8 +168,9 @@ mod tests {
 
     #[test]
     fn sig_data_names_slot_and_generation() {
-        assert_eq!(decode(sig_data(513, 7)), (513, 7));
-        assert_eq!(decode(sig_data(0xffff, u32::MAX)), (0xffff, u32::MAX));
+        assert_eq!(decode(sig_data(513, 7)), Some((513, 7)));
+        assert_eq!(decode(sig_data(0xffff, u32::MAX)), Some((0xffff, u32::MAX)));
+        assert_eq!(decode(513 | (7 << 16)), None, "untagged: another event's");
     }
 
     #[test]

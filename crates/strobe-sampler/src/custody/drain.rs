@@ -120,16 +120,20 @@ impl Drain {
             pool.push_free(index);
             stats.blocks_freed += 1;
         }
-        // Step 4: the current block of each live slot, if it is the next one expected.
+        // Step 4: the current block of each live slot, if it is the next one expected. A
+        // FULL one is being handed over by a live owner (it will be in the full list) or,
+        // if the owner is gone, was never listed (killed between marking it FULL and
+        // listing it): read it here then, or its records would be lost.
         for (i, slot) in slots.iter().enumerate().take(high) {
             let state = slot.ctl.state();
             if !matches!(state, CLAIMED | ACTIVE | CLOSING | DEAD) {
                 continue;
             }
+            let over = dead.contains(&(i as u32)) || abandoned.contains(&(i as u32));
             if let Some(index) = slot.current_block().checked_sub(1) {
                 if let Some((owner, seq, bstate, _)) = pool.block_info(index) {
                     let expected = self.expected.get(i).copied().unwrap_or(0);
-                    if owner == i as u32 && seq == expected && bstate != BLOCK_FULL {
+                    if owner == i as u32 && seq == expected && (bstate != BLOCK_FULL || over) {
                         // SAFETY: only this recorder frees blocks, and it frees none in
                         // this step: the block stays valid while we read it.
                         unsafe { self.read_block(pool, index, i as u32, slot, &mut stats, &mut f) };
@@ -150,6 +154,15 @@ impl Drain {
             let Some(slot) = slots.get(i as usize) else { continue };
             if let Some(index) = slot.current_block().checked_sub(1) {
                 slot.clear_block();
+                // Only a block still this slot's and not listed already (a listed one was
+                // read and freed in step 3, and may be another slot's by now).
+                let expected = self.expected.get(i as usize).copied().unwrap_or(0);
+                let unlisted = pool
+                    .block_info(index)
+                    .is_some_and(|(owner, seq, _, _)| owner == i && seq == expected);
+                if !unlisted {
+                    continue;
+                }
                 if let Some(c) = self.consumed.get_mut(index as usize) {
                     *c = 0;
                 }

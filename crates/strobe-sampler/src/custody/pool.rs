@@ -127,6 +127,20 @@ pub struct SharedSlot {
     /// be sampled (thread start-up, the agent's set-up). The recorder reports it, so shares
     /// are of all CPU time and not only of the sampled part.
     pub cpu_before_ns: AtomicU64,
+    /// CLOCK_MONOTONIC ns when the owner's sampling was last armed (0: not yet): where
+    /// the stretch of time the agent serves the thread begins. The recorder drops the
+    /// kernel floor's samples of the thread inside served stretches (strobe-record's
+    /// `served`).
+    pub served_from_ns: AtomicU64,
+    /// When that stretch ended (0: still serving): the slot closed, the process exec'd,
+    /// or the thread blocked the sampler's signal.
+    pub served_to_ns: AtomicU64,
+    /// The thread's CPU time (ns) when the open stretch began (0: none open).
+    pub stretch_cpu_ns: AtomicU64,
+    /// CPU time (ns) the thread ran in served stretches that ended.
+    pub served_cpu_ns: AtomicU64,
+    /// CPU time (ns) the agent spent setting the thread up before it armed it.
+    pub setup_ns: AtomicU64,
 }
 
 impl SharedSlot {
@@ -145,6 +159,11 @@ impl SharedSlot {
                 alt: AltCell::new(),
                 comm: [AtomicU64::new(0), AtomicU64::new(0)],
                 cpu_before_ns: AtomicU64::new(0),
+                served_from_ns: AtomicU64::new(0),
+                served_to_ns: AtomicU64::new(0),
+                stretch_cpu_ns: AtomicU64::new(0),
+                served_cpu_ns: AtomicU64::new(0),
+                setup_ns: AtomicU64::new(0),
             }
         }
     }
@@ -163,6 +182,52 @@ impl SharedSlot {
             w.store(0, Ordering::Relaxed);
         }
         self.cpu_before_ns.store(0, Ordering::Relaxed);
+        self.served_from_ns.store(0, Ordering::Relaxed);
+        self.served_to_ns.store(0, Ordering::Relaxed);
+        self.stretch_cpu_ns.store(0, Ordering::Relaxed);
+        self.served_cpu_ns.store(0, Ordering::Relaxed);
+        self.setup_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// The owner begins a served stretch now (`mono_ns`, its CPU time `cpu_ns`), just
+    /// before it arms its events. Owner only, normal context.
+    pub fn begin_stretch(&self, mono_ns: u64, cpu_ns: u64) {
+        // Relaxed for the CPU time (read with the stretch's start); Release on the start
+        // time: a recorder that reads it (Acquire) sees the rest, and on the hardware
+        // this runs on the store is visible before the arming that follows it.
+        self.stretch_cpu_ns.store(cpu_ns.max(1), Ordering::Relaxed);
+        self.served_to_ns.store(0, Ordering::Relaxed);
+        self.served_from_ns.store(mono_ns.max(1), Ordering::Release);
+    }
+
+    /// The owner's served stretch ends now (after its events were disabled or closed).
+    /// Owner only, normal context; does nothing when no stretch is open.
+    pub fn end_stretch(&self, mono_ns: u64, cpu_ns: u64) {
+        // Relaxed: the owner is the only writer; the recorder reads after Acquire loads.
+        let start = self.stretch_cpu_ns.swap(0, Ordering::Relaxed);
+        if start == 0 {
+            return;
+        }
+        let add = cpu_ns.saturating_sub(start);
+        self.served_cpu_ns.store(
+            self.served_cpu_ns.load(Ordering::Relaxed).saturating_add(add),
+            Ordering::Relaxed,
+        );
+        self.served_to_ns.store(mono_ns.max(1), Ordering::Release);
+    }
+
+    /// The served stretch as the recorder reads it: (start, end (0: open), CPU served
+    /// in ended stretches, CPU at the open stretch's start (0: none)).
+    pub fn stretch(&self) -> (u64, u64, u64, u64) {
+        // Acquire: pairs with the owner's Release stores of the start and end.
+        let from = self.served_from_ns.load(Ordering::Acquire);
+        let to = self.served_to_ns.load(Ordering::Acquire);
+        (
+            from,
+            to,
+            self.served_cpu_ns.load(Ordering::Relaxed),
+            self.stretch_cpu_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// Stores the thread's name (up to 16 bytes).
@@ -488,11 +553,14 @@ fn hand_over(pool: &Pool<'_>, slot: &SharedSlot, index: u32) {
         // Relaxed: published by `push_full`'s Release.
         b.state.store(BLOCK_FULL, Ordering::Relaxed);
     }
-    // Relaxed: published by `push_full`'s Release; the recorder that reads a stale
-    // current block meanwhile still reads it correctly (it is not freed before the
-    // recorder takes it from the full list).
-    slot.block.store(0, Ordering::Relaxed);
+    // Listed first, forgotten as current after: a thread killed between the two leaves
+    // a block the recorder finds in the full list (and, as the dead slot's current
+    // block, recognises by its sequence number as read already). The other order lost
+    // it: neither listed nor current.
     pool.push_full(index);
+    // Relaxed: the recorder that reads a stale current block meanwhile checks its owner
+    // and sequence number before it reads or frees it (`drain`).
+    slot.block.store(0, Ordering::Relaxed);
 }
 
 /// Makes sure the slot's current block has room for `need` more words, taking a new block
@@ -793,6 +861,45 @@ mod tests {
         assert_eq!(freed, [0]);
         assert_eq!(pool.free_count(), 3, "the gone slot's block is back; slot 1 keeps its own");
         assert!(slots[0].ctl.try_claim().is_some(), "the gone slot is free");
+    }
+
+    /// An owner killed inside `hand_over` leaves its block FULL and still its current
+    /// block, listed or not (killed before or after `push_full`): either way every record
+    /// is read once, the block is freed once, and the slot is freed.
+    #[test]
+    fn an_owner_killed_while_handing_over_loses_nothing_and_frees_once() {
+        for listed in [false, true] {
+            let hp = HeapPool::new(3, 64, 1000);
+            let pool = hp.pool();
+            let slots = [SharedSlot::new()];
+            slots[0].ctl.try_claim().unwrap();
+            slots[0].ctl.activate();
+            for i in 0..3 {
+                // SAFETY: one producer.
+                unsafe { append(&pool, &slots[0], 0, &rec(i, &[])) };
+            }
+            // hand_over's first steps, then the kill.
+            let index = slots[0].current_block() - 1;
+            pool.block(index).unwrap().state.store(BLOCK_FULL, Ordering::Relaxed);
+            if listed {
+                pool.push_full(index);
+            }
+            let mut d = Drain::new(pool.len(), 1);
+            let (mut times, mut freed) = (Vec::new(), 0);
+            for _ in 0..2 {
+                // SAFETY: one recorder; the owner can no longer write.
+                unsafe {
+                    d.pass(&pool, &slots, 1, |_| true, |_, _, ev| match ev {
+                        SlotEvent::Record(r) => times.push(r.time),
+                        SlotEvent::Freed => freed += 1,
+                        SlotEvent::Lost(_) => {}
+                    })
+                };
+            }
+            assert_eq!(times, [0, 1, 2], "listed {listed}");
+            assert_eq!(freed, 1, "listed {listed}");
+            assert_eq!(pool.free_count(), 3, "listed {listed}: the block is free, once");
+        }
     }
 
     #[test]
