@@ -156,6 +156,21 @@ impl Encoder {
         put(b, p.sample_cost_ns);
         put(b, p.floor_cost_ns);
         put(b, p.predicted_overhead_ppm);
+        b.push(u8::from(p.floor));
+        self.end(s);
+    }
+
+    /// A thread CPU-time chunk.
+    pub fn thread_cpu(&mut self, stream: StreamId, threads: &[ThreadCpu]) {
+        let s = self.begin(tag::THREADCPU, stream);
+        let b = &mut self.buf;
+        put(b, threads.len() as u64);
+        for t in threads {
+            put(b, u64::from(t.tid));
+            put(b, t.cpu_ns);
+            put(b, t.served_ns);
+            put(b, t.agent_ns);
+        }
         self.end(s);
     }
 

@@ -71,7 +71,7 @@ pub const MAGIC: [u8; 6] = *b"STROBE";
 /// [`MINOR_VERSION`] instead (new chunk tags are skipped, new trailing fields ignored).
 pub const MAJOR_VERSION: u16 = 2;
 /// The minor version this crate writes in the header chunk.
-pub const MINOR_VERSION: u32 = 0;
+pub const MINOR_VERSION: u32 = 1;
 /// Length of the file preamble (magic + major version).
 pub const PREAMBLE_LEN: usize = 8;
 /// The two bytes every chunk starts with, so a reader can find the next chunk after damage.
@@ -116,4 +116,7 @@ pub mod tag {
     /// One thread's off-CPU intervals (`--off-cpu`): when it was switched out, for how
     /// long, and its stack at the switch-out.
     pub const OFFCPU: u8 = 13;
+    /// Threads' CPU time as the kernel counted it exactly, and the part the agent
+    /// served (minor version 1): what the samples stand for, per thread.
+    pub const THREADCPU: u8 = 14;
 }

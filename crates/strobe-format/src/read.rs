@@ -105,6 +105,13 @@ pub enum Record {
         /// Its intervals, in start order.
         intervals: Vec<OffCpuInterval>,
     },
+    /// Threads' CPU time (add entries up per process and thread).
+    ThreadCpu {
+        /// The stream.
+        stream: StreamId,
+        /// The threads.
+        threads: Vec<ThreadCpu>,
+    },
     /// A message from the agent.
     Note {
         /// The stream.
@@ -521,6 +528,8 @@ impl<R: Read> Reader<R> {
                     sample_cost_ns: v!("sample cost"),
                     floor_cost_ns: v!("floor cost"),
                     predicted_overhead_ppm: v!("predicted overhead"),
+                    // Minor version 1; absent before.
+                    floor: if c.pos < payload.len() { b!("floor flag") != 0 } else { false },
                 };
                 Record::Process { stream, info }
             }
@@ -714,6 +723,19 @@ impl<R: Read> Reader<R> {
                 }
                 Record::OffCpu { stream, tid, intervals }
             }
+            tag::THREADCPU => {
+                let n = v!("thread count");
+                let mut threads = Vec::with_capacity(n.min(4096) as usize);
+                for _ in 0..n {
+                    threads.push(ThreadCpu {
+                        tid: v!("thread id") as u32,
+                        cpu_ns: v!("thread CPU time"),
+                        served_ns: v!("served CPU time"),
+                        agent_ns: v!("agent CPU time"),
+                    });
+                }
+                Record::ThreadCpu { stream, threads }
+            }
             // A tag from a newer minor version: skip it.
             _ => return Ok(None),
         };
@@ -874,6 +896,8 @@ pub struct ProcessData {
     pub notes: Vec<Note>,
     /// Off-CPU intervals per thread, in file order.
     pub off_cpu: Vec<(u32, OffCpuInterval)>,
+    /// Threads' CPU time, one entry per tid (entries of the file added up).
+    pub thread_cpu: Vec<ThreadCpu>,
 }
 
 impl ProcessData {
@@ -1000,6 +1024,19 @@ pub(crate) fn collect<R: Read>(mut reader: Reader<R>) -> Result<Recording, Forma
             Record::OffCpu { stream, tid, intervals } => {
                 let p = proc_mut(&mut processes, stream);
                 p.off_cpu.extend(intervals.into_iter().map(|i| (tid, i)));
+            }
+            Record::ThreadCpu { stream, threads } => {
+                let p = proc_mut(&mut processes, stream);
+                for t in threads {
+                    match p.thread_cpu.iter_mut().find(|x| x.tid == t.tid) {
+                        Some(x) => {
+                            x.cpu_ns = x.cpu_ns.saturating_add(t.cpu_ns);
+                            x.served_ns = x.served_ns.saturating_add(t.served_ns);
+                            x.agent_ns = x.agent_ns.saturating_add(t.agent_ns);
+                        }
+                        None => p.thread_cpu.push(t),
+                    }
+                }
             }
             Record::Truncated { offset } => truncated_at = Some(offset),
         }

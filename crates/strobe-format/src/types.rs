@@ -202,6 +202,27 @@ pub struct ProcessInfo {
     pub floor_cost_ns: u64,
     /// Predicted slowdown at these settings, in parts per million.
     pub predicted_overhead_ppm: u64,
+    /// The stream holds the kernel floor's samples of the process (minor version 1):
+    /// time samples the kernel took, with its inherited events, of threads the agent
+    /// did not serve at that moment. Their counters open no interval: window metrics
+    /// come from the agent's streams. `false` in older files.
+    pub floor: bool,
+}
+
+/// One thread's CPU time as the kernel and the agent counted it (THREADCPU chunk, minor
+/// version 1). Several entries for one (process, thread) add up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThreadCpu {
+    /// Thread id.
+    pub tid: u32,
+    /// CPU time (ns) the kernel counted for the thread (its inherited events' counts at
+    /// its exit, or read at the end of the recording): exact, samples or not.
+    pub cpu_ns: u64,
+    /// CPU time (ns) during which the agent served the thread (from the arming of its
+    /// sampling to its end): the agent's samples stand for it.
+    pub served_ns: u64,
+    /// CPU time (ns) the agent itself spent setting the thread up before serving it.
+    pub agent_ns: u64,
 }
 
 /// A thread id and its name (`comm`).

@@ -74,6 +74,7 @@ fn process(pid: u32) -> ProcessInfo {
         sample_cost_ns: 26_000,
         floor_cost_ns: 15_700,
         predicted_overhead_ppm: 19_800,
+        floor: false,
     }
 }
 

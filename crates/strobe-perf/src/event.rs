@@ -83,48 +83,62 @@ impl PerfEvent {
         self.fd.as_raw_fd()
     }
 
+    /// This event's descriptor by number, for the async-signal-safe operations.
     #[inline]
-    fn ioctl_result(ret: libc::c_int) -> io::Result<()> {
-        if ret < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
+    pub fn handle(&self) -> EventFd {
+        EventFd(self.raw_fd())
+    }
+
+    /// Moves the event to the lowest free descriptor number at or above `min`
+    /// (close-on-exec, like every event fd) and closes the old number: the event itself
+    /// is unchanged. Returns the new number. For code that must keep its descriptors
+    /// out of a program's way (the agent places its own high).
+    pub fn relocate(&mut self, min: RawFd) -> io::Result<RawFd> {
+        // SAFETY: F_DUPFD_CLOEXEC takes a plain minimum and returns a new fd we own.
+        let fd = unsafe { libc::fcntl(self.raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
         }
+        // SAFETY: the kernel just returned `fd`, a duplicate nothing else owns; the old
+        // OwnedFd is dropped (closed) by the assignment.
+        self.fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(fd)
+    }
+
+    /// Gives up ownership: the caller closes the descriptor (the event lives until it is
+    /// closed).
+    pub fn into_raw_fd(self) -> RawFd {
+        std::os::fd::IntoRawFd::into_raw_fd(self.fd)
     }
 
     /// Starts counting (`PERF_EVENT_IOC_ENABLE`). Async-signal-safe.
     #[inline]
     pub fn enable(&self) -> io::Result<()> {
-        // SAFETY: ENABLE takes an integer flag argument; the fd is a live perf event.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::ENABLE, 0) })
+        self.handle().enable()
     }
 
     /// Starts counting for the whole group this event leads. Async-signal-safe.
     #[inline]
     pub fn enable_group(&self) -> io::Result<()> {
-        // SAFETY: as `enable`, with PERF_IOC_FLAG_GROUP (1).
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::ENABLE, ioctl::FLAG_GROUP) })
+        self.handle().enable_group()
     }
 
     /// Stops counting (`PERF_EVENT_IOC_DISABLE`). Async-signal-safe.
     #[inline]
     pub fn disable(&self) -> io::Result<()> {
-        // SAFETY: DISABLE takes an integer flag argument; the fd is a live perf event.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::DISABLE, 0) })
+        self.handle().disable()
     }
 
     /// Stops counting for the whole group this event leads. Async-signal-safe.
     #[inline]
     pub fn disable_group(&self) -> io::Result<()> {
-        // SAFETY: as `disable`, with PERF_IOC_FLAG_GROUP (1).
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::DISABLE, ioctl::FLAG_GROUP) })
+        self.handle().disable_group()
     }
 
     /// Zeroes the count (`PERF_EVENT_IOC_RESET`). Async-signal-safe.
     #[inline]
     pub fn reset(&self) -> io::Result<()> {
-        // SAFETY: RESET takes an integer flag argument; the fd is a live perf event.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::RESET, 0) })
+        self.handle().reset()
     }
 
     /// Lets a sampling event overflow `n` more times before it disables itself
@@ -132,18 +146,14 @@ impl PerfEvent {
     /// the event. Async-signal-safe.
     #[inline]
     pub fn refresh(&self, n: i32) -> io::Result<()> {
-        // SAFETY: REFRESH takes an integer count; the fd is a live sampling event.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::REFRESH, n) })
+        self.handle().refresh(n)
     }
 
     /// Changes the sample period (`PERF_EVENT_IOC_PERIOD`); takes effect at the next
     /// overflow (or at once if the event is stopped). Async-signal-safe.
     #[inline]
     pub fn set_period(&self, period: u64) -> io::Result<()> {
-        let mut p = period;
-        // The kernel copies the new period from user memory, hence the pointer.
-        // SAFETY: PERIOD reads a u64 through the pointer during the call; `p` outlives it.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::PERIOD, &mut p as *mut u64) })
+        self.handle().set_period(period)
     }
 
     /// The kernel's unique id of this event (`PERF_EVENT_IOC_ID`), as found in group reads
@@ -151,7 +161,7 @@ impl PerfEvent {
     pub fn id(&self) -> io::Result<u64> {
         let mut id = 0u64;
         // SAFETY: ID writes one u64 through the pointer during the call; `id` outlives it.
-        Self::ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::ID, &mut id as *mut u64) })?;
+        ioctl_result(unsafe { libc::ioctl(self.raw_fd(), ioctl::ID, &mut id as *mut u64) })?;
         Ok(id)
     }
 
@@ -159,15 +169,7 @@ impl PerfEvent {
     /// `read(2)`, returning the number of u64 words filled. Async-signal-safe.
     #[inline]
     pub fn read_into(&self, buf: &mut [u64]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for writes of its full byte length for the call.
-        let n = unsafe {
-            libc::read(self.raw_fd(), buf.as_mut_ptr().cast(), std::mem::size_of_val(buf))
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize / 8)
-        }
+        self.handle().read_into(buf)
     }
 
     /// Reads a single non-group counter (read_format 0). Async-signal-safe.
@@ -189,7 +191,7 @@ impl PerfEvent {
     pub fn set_output(&self, target: &PerfEvent) -> io::Result<()> {
         // SAFETY: SET_OUTPUT takes the target event's fd as a plain integer; both fds are
         // live perf events.
-        Self::ioctl_result(unsafe {
+        ioctl_result(unsafe {
             libc::ioctl(self.raw_fd(), ioctl::SET_OUTPUT, target.raw_fd() as libc::c_ulong)
         })
     }
@@ -215,6 +217,102 @@ impl PerfEvent {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+#[inline]
+fn ioctl_result(ret: libc::c_int) -> io::Result<()> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A perf event's descriptor by number, not owned: the async-signal-safe operations of
+/// [`PerfEvent`] for code that keeps the number in an atomic (a signal handler finds it
+/// there). The caller keeps the event open while it uses the handle; an operation on a
+/// number that is no longer a perf event fails with the kernel's error (or, if the
+/// number was reused by another file, acts on that file: the caller's to prevent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventFd(RawFd);
+
+impl EventFd {
+    /// The event whose descriptor is `fd`.
+    #[inline]
+    pub const fn from_raw(fd: RawFd) -> EventFd {
+        EventFd(fd)
+    }
+
+    /// The number.
+    #[inline]
+    pub const fn raw(self) -> RawFd {
+        self.0
+    }
+
+    /// `PERF_EVENT_IOC_ENABLE`. Async-signal-safe.
+    #[inline]
+    pub fn enable(self) -> io::Result<()> {
+        // SAFETY: ENABLE takes an integer flag argument.
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::ENABLE, 0) })
+    }
+
+    /// `PERF_EVENT_IOC_ENABLE` for the group this event leads. Async-signal-safe.
+    #[inline]
+    pub fn enable_group(self) -> io::Result<()> {
+        // SAFETY: as `enable`, with PERF_IOC_FLAG_GROUP (1).
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::ENABLE, ioctl::FLAG_GROUP) })
+    }
+
+    /// `PERF_EVENT_IOC_DISABLE`. Async-signal-safe.
+    #[inline]
+    pub fn disable(self) -> io::Result<()> {
+        // SAFETY: DISABLE takes an integer flag argument.
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::DISABLE, 0) })
+    }
+
+    /// `PERF_EVENT_IOC_DISABLE` for the group this event leads. Async-signal-safe.
+    #[inline]
+    pub fn disable_group(self) -> io::Result<()> {
+        // SAFETY: as `disable`, with PERF_IOC_FLAG_GROUP (1).
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::DISABLE, ioctl::FLAG_GROUP) })
+    }
+
+    /// `PERF_EVENT_IOC_RESET`. Async-signal-safe.
+    #[inline]
+    pub fn reset(self) -> io::Result<()> {
+        // SAFETY: RESET takes an integer flag argument.
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::RESET, 0) })
+    }
+
+    /// `PERF_EVENT_IOC_REFRESH`: `n` more overflows, then the event disables itself (it
+    /// is enabled too). Async-signal-safe.
+    #[inline]
+    pub fn refresh(self, n: i32) -> io::Result<()> {
+        // SAFETY: REFRESH takes an integer count.
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::REFRESH, n) })
+    }
+
+    /// `PERF_EVENT_IOC_PERIOD`: the next period. Async-signal-safe.
+    #[inline]
+    pub fn set_period(self, period: u64) -> io::Result<()> {
+        let mut p = period;
+        // The kernel copies the new period from user memory, hence the pointer.
+        // SAFETY: PERIOD reads a u64 through the pointer during the call; `p` outlives it.
+        ioctl_result(unsafe { libc::ioctl(self.0, ioctl::PERIOD, &mut p as *mut u64) })
+    }
+
+    /// Reads the event (or its group) into `buf` with one `read(2)`: the u64 words
+    /// filled. Async-signal-safe.
+    #[inline]
+    pub fn read_into(self, buf: &mut [u64]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its full byte length for the call.
+        let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize / 8)
+        }
     }
 }
 

@@ -66,6 +66,24 @@ impl EventGroup {
         &self.leader
     }
 
+    /// Moves every event's descriptor to the lowest free numbers at or above `min`
+    /// (see [`PerfEvent::relocate`]); the group is unchanged. Each new number must be
+    /// below `below`, else the old numbers stay and the error says so (`EMFILE`).
+    pub fn relocate(&mut self, min: std::os::fd::RawFd, below: std::os::fd::RawFd) -> std::io::Result<()> {
+        for e in std::iter::once(&mut self.leader).chain(self.members.iter_mut()) {
+            let fd = e.relocate(min)?;
+            if fd >= below {
+                return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives up ownership of every descriptor, leader first: the caller closes them.
+    pub fn into_raw_fds(self) -> Vec<std::os::fd::RawFd> {
+        std::iter::once(self.leader).chain(self.members).map(PerfEvent::into_raw_fd).collect()
+    }
+
     /// Events in the group, leader included.
     pub fn len(&self) -> usize {
         1 + self.members.len()

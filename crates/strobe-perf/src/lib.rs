@@ -31,5 +31,5 @@ pub mod spec;
 pub mod sys;
 
 pub use error::OpenError;
-pub use event::{GroupRead, PerfEvent, Target};
+pub use event::{EventFd, GroupRead, PerfEvent, Target};
 pub use group::EventGroup;

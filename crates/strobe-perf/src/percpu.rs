@@ -11,6 +11,11 @@
 //! events, writing into the same rings, and each sample's read values are that thread's
 //! own counts.
 //!
+//! With `inherit`, `inherit_stat` too: when a thread or child process the kernel gave
+//! copies of the events to exits, each copy writes a READ record with its count, so
+//! every task's exact count (its CPU time, for a time leader) is known per CPU, however
+//! few samples it got.
+//!
 //! Samples carry `IDENTIFIER | IP | TID | TIME | CPU | PERIOD`, `READ` (the group) and
 //! `CALLCHAIN` (frame pointers, in the kernel) when asked; the side-band records a reader
 //! needs to name and account for them (MMAP2, COMM with exec, FORK, EXIT, and SWITCH with
@@ -156,9 +161,13 @@ fn inherit_flags(attr: &mut perf_event_attr, scope: &Scope) {
         Scope::System => attr.set_inherit(0),
         Scope::Launched(_) => {
             attr.set_inherit(1);
+            attr.set_inherit_stat(1);
             attr.set_enable_on_exec(1);
         }
-        Scope::Threads(_) => attr.set_inherit(1),
+        Scope::Threads(_) => {
+            attr.set_inherit(1);
+            attr.set_inherit_stat(1);
+        }
     }
 }
 
@@ -182,8 +191,8 @@ pub fn leader_attr(
         a.sample_regs_user = USER_STACK_REGS;
         // The kernel wants a multiple of 8.
         a.sample_stack_user = s.user_stack & !7;
-        // The user frames come from the copy.
-        a.set_exclude_callchain_user(1);
+        // The user frames come from the copy; the kernel's frame-pointer chain of them
+        // stays, for code whose files have no unwind tables (Go).
     }
     a.set_mmap(1);
     a.set_mmap2(1);
@@ -583,7 +592,7 @@ mod tests {
 
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn a_user_stack_brings_its_registers_and_drops_the_user_call_chain() {
+    fn a_user_stack_brings_its_registers_and_keeps_the_user_call_chain() {
         let g = spec::parse("task-clock", false).unwrap();
         let s = RingSampling { user_stack: 8196, ..sampling() };
         let a = leader_attr(&g, &s, &Scope::Launched(1), false);
@@ -591,7 +600,7 @@ mod tests {
         assert_eq!(a.sample_type & both, both);
         assert_ne!(a.sample_type & u64::from(sys::PERF_SAMPLE_CALLCHAIN), 0);
         assert_eq!((a.sample_regs_user, a.sample_stack_user), (0x1c0, 8192));
-        assert_eq!(a.exclude_callchain_user(), 1);
+        assert_eq!(a.exclude_callchain_user(), 0);
         let plain = leader_attr(&g, &sampling(), &Scope::Launched(1), false);
         assert_eq!(plain.sample_type & both, 0);
         assert_eq!((plain.sample_regs_user, plain.exclude_callchain_user()), (0, 0));

@@ -185,6 +185,12 @@ pub struct ArenaHeader {
     no_events: AtomicU32,
     /// Threads whose overflow ring could not be mapped (the locked-memory allowance).
     no_ring: AtomicU32,
+    /// Threads the agent left to the kernel floor because they blocked the sampler's
+    /// signal (at their start, or later with sigprocmask/pthread_sigmask).
+    signal_blocked: AtomicU32,
+    /// Threads the agent left to the kernel floor because its descriptor budget was
+    /// spent.
+    over_budget: AtomicU32,
     /// Bytes of the notes region reserved by agents (each note: a u16 length, then text).
     notes_len: AtomicU32,
     /// The custody pool's head.
@@ -559,6 +565,27 @@ impl Arena {
     /// Threads whose overflow ring could not be mapped.
     pub fn threads_without_ring(&self) -> u32 {
         self.header().no_ring.load(Ordering::Relaxed)
+    }
+
+    /// A thread blocked the sampler's signal: the kernel floor samples it (the agent
+    /// counts it here, once per thread).
+    pub fn count_signal_blocked(&self) {
+        self.header().signal_blocked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Threads left to the floor because they blocked the sampler's signal.
+    pub fn threads_signal_blocked(&self) -> u32 {
+        self.header().signal_blocked.load(Ordering::Relaxed)
+    }
+
+    /// A thread found the agent's descriptor budget spent: the kernel floor samples it.
+    pub fn count_over_budget(&self) {
+        self.header().over_budget.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Threads left to the floor by the descriptor budget.
+    pub fn threads_over_budget(&self) -> u32 {
+        self.header().over_budget.load(Ordering::Relaxed)
     }
 
     /// Agents that attached so far.

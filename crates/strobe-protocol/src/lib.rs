@@ -20,6 +20,7 @@
 //! agent (std and libc only, no allocation on any path a signal handler takes).
 
 pub mod arena;
+pub mod budget;
 pub mod calibration;
 pub mod config;
 pub mod env;

@@ -11,7 +11,8 @@
 //!
 //! The program is found as `execvp` finds it ([`crate::program`]), with the `PATH` the
 //! target will see. The target gets strobe's environment with [`Command::env`] applied,
-//! default signal dispositions and an empty signal mask (as from a shell), and the file
+//! the signal mask and ignored signals strobe itself started with (as it would have
+//! without strobe), and the file
 //! descriptors in [`Command::keep_fds`] (an agent's pipe); every other descriptor strobe
 //! opened close-on-exec stays closed.
 //!
@@ -31,6 +32,46 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 
 use crate::{program, Error, Exit};
+
+/// The signals strobe (or Rust's runtime) may change the disposition of; the target gets
+/// each as strobe inherited it.
+const RESET_SIGNALS: [libc::c_int; 5] =
+    [libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+/// Strobe's signal state as the process started, before Rust's runtime or strobe changed
+/// it: what a launched target inherits.
+struct Inherited {
+    captured: bool,
+    mask: libc::sigset_t,
+    ignored: [bool; RESET_SIGNALS.len()],
+}
+
+/// Written once, by [`capture_inherited`] before `main` (single-threaded), read-only
+/// afterwards (in forked children before exec).
+static mut INHERITED: Inherited =
+    // SAFETY: a zeroed sigset_t is an empty set on Linux.
+    Inherited { captured: false, mask: unsafe { std::mem::zeroed() }, ignored: [false; 5] };
+
+/// Runs before `main` (and before Rust's runtime ignores SIGPIPE): records the signal mask
+/// and which signals were ignored, for the targets strobe launches.
+extern "C" fn capture_inherited() {
+    // SAFETY: single-threaded (constructors run before main); INHERITED is written only
+    // here. sigprocmask and sigaction with null new values only read.
+    unsafe {
+        let s = &mut *std::ptr::addr_of_mut!(INHERITED);
+        libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut s.mask);
+        for (i, &sig) in RESET_SIGNALS.iter().enumerate() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old);
+            s.ignored[i] = old.sa_sigaction == libc::SIG_IGN;
+        }
+        s.captured = true;
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static CAPTURE: extern "C" fn() = capture_inherited;
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,13 +222,14 @@ impl HeldChild {
                         libc::_exit(127);
                     }
                 }
-                // The target starts with default dispositions and an empty mask, as from
-                // a shell (Rust ignores SIGPIPE in strobe itself).
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-                for sig in [libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM] {
-                    libc::signal(sig, libc::SIG_DFL);
+                // The target starts with the signal mask and the ignored signals strobe
+                // itself started with (before Rust ignored SIGPIPE and strobe blocked the
+                // signals it forwards), as it would have without strobe.
+                let inherited = &*std::ptr::addr_of!(INHERITED);
+                libc::sigprocmask(libc::SIG_SETMASK, &inherited.mask, std::ptr::null_mut());
+                for (i, &sig) in RESET_SIGNALS.iter().enumerate() {
+                    let ignored = inherited.captured && inherited.ignored[i];
+                    libc::signal(sig, if ignored { libc::SIG_IGN } else { libc::SIG_DFL });
                 }
                 libc::execve(exe_c.as_ptr(), argv.as_ptr(), envp.as_ptr());
                 let errno = *libc::__errno_location();
