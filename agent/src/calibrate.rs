@@ -37,7 +37,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use strobe_perf::spec::MAX_GROUP;
-use strobe_perf::sys::{self, ioctl};
+use strobe_perf::sys;
 use strobe_protocol::calibration::{Baseline, Calibration, Costs, CounterBaseline};
 use strobe_sampler::custody::SharedSlot;
 use strobe_sampler::Kind;
@@ -64,16 +64,6 @@ const CALIB_SPIN_NS: u64 = 2_500_000;
 /// Two runs that agree within this fraction are taken as stable.
 const CALIB_STABLE: f64 = 0.1;
 
-/// What the start-up calibration cannot see, as a factor on the cost per sample it
-/// measures. Where it comes from: on a quiet 2-vCPU VM, `strobe bench sampling` measured
-/// the bundled workload's steady-state slowdown at 3.02% and 3.80% with ~980 samples per
-/// CPU-second, i.e. 31-39 us per sample, against 19.6 us calibrated: 1.6-2.0x. The
-/// budget charges the upper end. The likely sources, not separated by measurement: the
-/// cache and TLB lines each signal evicts (the calibration spins a register-only loop),
-/// the perf group scheduled out and in at every context switch and the software counters
-/// bumped at every page fault (the spin makes neither). `strobe record --help` (under
-/// `--overhead`) says the same to users.
-pub const INDIRECT_COST_FACTOR: f64 = 2.0;
 
 /// The calling thread's CPU time (user + system), ns.
 fn thread_cpu_ns() -> u64 {
@@ -192,11 +182,11 @@ pub fn costs(a: &Agent) -> Option<Costs> {
         sampler::CALIB_MODE.store(mode, Ordering::SeqCst);
         if mode == MODE_FLOOR {
             // A plain periodic leader: enabled, not one-shot.
+            // The slot's live leader.
             let fd = LOCAL.get(idx)?.leader_fd.load(Ordering::Relaxed);
-            // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader.
-            unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
+            let _ = strobe_perf::EventFd::from_raw(fd).enable();
         } else {
-            sampler::arm(idx);
+            sampler::arm(idx, None);
         }
         let t = spin(iters);
         close_slot(idx, true);
@@ -241,7 +231,7 @@ fn costs_tkill(a: &Agent, n: u32) -> Option<Costs> {
         sampler::CALIB_MODE.store(0, Ordering::SeqCst);
         dt
     };
-    sampler::arm(idx);
+    sampler::arm(idx, None);
     let floor_dt = run(MODE_FLOOR);
     let full_dt = run(MODE_TKILL_FULL);
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
@@ -378,10 +368,8 @@ fn timestamp_loop(intervals: usize, deadline: u64) {
 fn loop_rates(a: &Agent, n_expected: usize) -> Option<(Vec<f64>, f64)> {
     let idx = open_slot(a, Some(u64::MAX >> 2)).ok()?;
     let local = LOCAL.get(idx)?;
-    let fd = local.leader_fd.load(Ordering::Relaxed);
-    // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader (its period is too
-    // long to overflow here).
-    unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
+    // The slot's live leader (its period is too long to overflow here).
+    let _ = strobe_perf::EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).enable();
     let mut w0 = [0u64; READ_HEAD + MAX_GROUP];
     let mut w1 = [0u64; READ_HEAD + MAX_GROUP];
     let n0 = read_group(local, &mut w0);
@@ -450,7 +438,7 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
         CALIB_SLOT.store(idx, Ordering::Relaxed);
         sampler::CALIB_MODE.store(MODE_BASELINE, Ordering::SeqCst);
         let cpu0 = thread_cpu_ns();
-        sampler::arm(idx);
+        sampler::arm(idx, None);
         timestamp_loop(want, thread_cpu_ns() + 2_000_000_000);
         // What the leader did not count: the thread's CPU time since arming minus the
         // leader's count (the window's end handler runs with the group stopped).

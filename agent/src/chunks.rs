@@ -37,7 +37,7 @@ pub fn note(a: &Agent, level: NoteLevel, message: String) {
     }
     let mut e = Encoder::new();
     e.note(a.stream, &Note { level, message });
-    write_all(a.out_fd, e.as_bytes());
+    write_all(crate::out_fd(), e.as_bytes());
 }
 
 /// Executable mappings of this process, and the text they came from.
@@ -98,7 +98,7 @@ pub fn write_maps(a: &Agent) {
     let mut e = Encoder::new();
     maps_if_changed(a, &mut e);
     if !e.is_empty() {
-        write_all(a.out_fd, e.as_bytes());
+        write_all(crate::out_fd(), e.as_bytes());
     }
 }
 

@@ -58,13 +58,15 @@
 
 mod calibrate;
 mod chunks;
+mod fds;
 mod sampler;
 mod session;
+mod sigmask;
 mod slots;
 mod stack;
 mod watch;
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 use strobe_format::{Encoder, NoteLevel, PeriodSource, ProcessInfo, ProcessOrigin};
 use strobe_perf::spec::GroupSpec;
@@ -77,7 +79,6 @@ pub struct Agent {
     /// The process this agent records. A `vfork` child shares our memory but not our pid:
     /// it must not touch the recording.
     pid: libc::pid_t,
-    out_fd: libc::c_int,
     stream: u32,
     /// This process's entry in the arena's process table.
     proc_index: Option<usize>,
@@ -109,6 +110,30 @@ static ARENA: AtomicPtr<Arena> = AtomicPtr::new(std::ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// The pthread key whose destructor closes a thread's events at thread exit.
 static KEY: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The record file, opened for appending, in the agent's descriptor band (-1: none).
+pub(crate) static OUT_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// The record file's descriptor.
+#[inline]
+pub(crate) fn out_fd() -> libc::c_int {
+    // Relaxed: set before the agent is published; `dup2` onto it may move it (`fds`).
+    OUT_FD.load(Ordering::Relaxed)
+}
+
+/// The next definition of symbol `name` after ours (libc's), found once and cached in
+/// `cache`; null when there is none.
+pub(crate) fn next_symbol(
+    cache: &AtomicPtr<libc::c_void>,
+    name: &std::ffi::CStr,
+) -> *mut libc::c_void {
+    let mut p = cache.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        cache.store(p, Ordering::Relaxed);
+    }
+    p
+}
 
 /// The live agent.
 #[inline]
@@ -143,9 +168,13 @@ static INIT: extern "C" fn() = agent_init;
 static FINI: extern "C" fn() = agent_fini;
 
 extern "C" fn agent_init() {
+    let cpu_from = sampler::thread_cpu_ns();
     // First, on every load: it also resolves libc's sigaction up front.
     if watch::configured() {
         watch::start();
+    }
+    if session::is_go_image() {
+        return; // Go's runtime owns every signal: the kernel floor samples Go images
     }
     let Some((arena, cfg)) = session::attach() else { return };
     // SAFETY: getpid has no preconditions.
@@ -166,6 +195,7 @@ extern "C" fn agent_init() {
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
         KEY.store(u64::from(key), Ordering::Relaxed);
     }
+    sigmask::resolve();
     if let Err(e) = sampler::install_handler() {
         session::note_to_path(
             &cfg.output,
@@ -173,13 +203,13 @@ extern "C" fn agent_init() {
         );
         return;
     }
-    start(cfg, origin);
+    start(cfg, origin, cpu_from);
 }
 
 /// Starts a stream: opens the file, takes the costs (or measures them), derives the
 /// period, claims a process entry, writes PROCESS and MAPS, and sets up the calling
 /// thread. In calibration mode it runs the calibration instead and records nothing.
-fn start(cfg: RecordConfig, origin: ProcessOrigin) {
+fn start(cfg: RecordConfig, origin: ProcessOrigin, cpu_from: u64) {
     let spec = match strobe_perf::spec::parse(&cfg.events, cfg.hardware) {
         Ok(s) => s,
         Err(e) => {
@@ -187,17 +217,28 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
             return;
         }
     };
-    let out_fd = if cfg.calibrate { -1 } else { session::open_output(&cfg.output) };
+    fds::init();
+    let out_fd = if cfg.calibrate {
+        -1
+    } else {
+        let fd = session::open_output(&cfg.output);
+        if fd < 0 {
+            return; // nowhere to say anything; the recorder notices the missing stream
+        }
+        // Out of the program's way (a full band leaves it where it was opened).
+        fds::take(1);
+        fds::place(fd).unwrap_or(-1)
+    };
     if out_fd < 0 && !cfg.calibrate {
-        return; // nowhere to say anything; the recorder notices the missing stream
+        return;
     }
+    OUT_FD.store(out_fd, Ordering::Relaxed);
     let stream = session::new_stream_id();
     let leader_is_time = spec.leader().is_time;
     let window = spec.window_or_default();
     let a = Box::new(Agent {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
-        out_fd,
         stream,
         proc_index: None,
         window,
@@ -214,10 +255,8 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
     });
     let a: &'static mut Agent = Box::leak(a);
     AGENT.store(a as *mut Agent, Ordering::Release);
-    if origin != ProcessOrigin::Fork {
-        // A forked child walks with frame pointers only (see `stack::forget_in_child`).
-        stack::init(a.call_graph);
-    }
+    // A forked child keeps the table its parent built (`stack::after_fork_in_child`).
+    stack::init(a.call_graph);
     if a.cfg.calibrate {
         calibrate::run(a);
         AGENT.store(std::ptr::null_mut(), Ordering::Release);
@@ -225,32 +264,20 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
     }
     let known = a.cfg.costs;
     let costs = known.or_else(|| calibrate::costs(a));
-    let (sample_ns, floor_ns, per_ns) =
-        costs.as_ref().map_or((0, 0, 1.0), |c| (c.sample_ns, c.floor_ns, c.leader_per_ns));
+    let (sample_ns, floor_ns) = costs.as_ref().map_or((0, 0), |c| (c.sample_ns, c.floor_ns));
     let spec = &a.spec;
-    let per_ns = if leader_is_time { 1.0 } else { per_ns.max(1e-3) };
-    let samples_per_cycle = if window > 0 { 2.0 } else { 1.0 };
-    let budget = a.cfg.overhead_ppm.max(1) as f64 / 1e6;
-    let window_ns = window as f64 / per_ns;
-    // What one sample costs the target: the calibrated handler path plus what the
-    // calibration cannot see (see `calibrate::INDIRECT_COST_FACTOR`). The period choice
-    // and the explicit-period warning charge the same figure.
-    let charged_ns = sample_ns as f64 * calibrate::INDIRECT_COST_FACTOR;
-    let (period, jitter, source) = match spec.period {
-        Some(p) => (p, spec.jitter.unwrap_or(0), PeriodSource::Explicit),
-        None => {
-            // Mean cycle (long period + jitter/2 + window) = samples * cost / budget; the
-            // default jitter is a tenth of the period.
-            let cycle_ns = samples_per_cycle * charged_ns.max(1.0) / budget;
-            let long_ns = (cycle_ns - window_ns).max(4.0 * window_ns).max(200_000.0);
-            let jitter_frac = if spec.jitter.is_some() { 0.0 } else { 0.1 };
-            let base_ns = long_ns / (1.0 + jitter_frac / 2.0);
-            let base = (base_ns * per_ns).round().max(1.0) as u64;
-            (base, spec.jitter.unwrap_or((base as f64 * jitter_frac) as u64), PeriodSource::Budget)
-        }
-    };
-    let cycle_ns = (period as f64 + jitter as f64 / 2.0) / per_ns + window_ns;
-    let predicted_ppm = (samples_per_cycle * charged_ns / cycle_ns.max(1.0) * 1e6) as u64;
+    // The same choice the recorder made for the kernel floor's period (same inputs).
+    let choice = strobe_protocol::budget::choose(&strobe_protocol::budget::Budget {
+        period: spec.period,
+        jitter: spec.jitter,
+        window,
+        leader_is_time,
+        costs,
+        overhead_ppm: a.cfg.overhead_ppm,
+    });
+    let (period, jitter) = (choice.period, choice.jitter);
+    let source = if choice.explicit { PeriodSource::Explicit } else { PeriodSource::Budget };
+    let (charged_ns, predicted_ppm) = (choice.charged_ns, choice.predicted_ppm);
     a.period.store(period, Ordering::Relaxed);
     a.jitter.store(jitter, Ordering::Relaxed);
     a.sample_ns.store(sample_ns, Ordering::Relaxed);
@@ -282,6 +309,7 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
         sample_cost_ns: sample_ns,
         floor_cost_ns: floor_ns,
         predicted_overhead_ppm: predicted_ppm,
+        floor: false,
     };
     let mut e = Encoder::new();
     e.process(stream, &info);
@@ -302,17 +330,19 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin) {
             predicted_ppm as f64 / 1e4,
             charged_ns / 1e3,
             sample_ns as f64 / 1e3,
-            calibrate::INDIRECT_COST_FACTOR,
+            strobe_protocol::budget::INDIRECT_COST_FACTOR,
             a.cfg.overhead_ppm as f64 / 1e4
         ));
     }
-    chunks::write_all(out_fd, e.as_bytes());
+    chunks::write_all(crate::out_fd(), e.as_bytes());
     ENABLED.store(true, Ordering::Release);
-    setup_thread(a);
+    setup_thread(a, cpu_from);
 }
 
 /// Sets up sampling for the calling thread (a new thread, before its start routine).
-fn setup_thread(a: &Agent) {
+/// `cpu_from`: the thread's CPU time when the agent began its work for it (what the
+/// set-up cost is measured from).
+fn setup_thread(a: &Agent, cpu_from: u64) {
     match sampler::open_slot(a, None) {
         Ok(idx) => {
             let key = KEY.load(Ordering::Relaxed);
@@ -326,7 +356,22 @@ fn setup_thread(a: &Agent) {
                     )
                 };
             }
-            sampler::arm(idx);
+            if sigmask::trap_blocked_now() {
+                // Its mask blocks the sampler's signal (inherited from its creator): not
+                // armed until it unblocks it; the kernel floor samples it meanwhile.
+                if let Some(local) = slots::LOCAL.get(idx) {
+                    local.masked.store(true, Ordering::Relaxed);
+                }
+                sigmask::count_once(idx);
+            } else {
+                sampler::arm(idx, Some(cpu_from));
+            }
+        }
+        Err(sampler::SetupError::Budget) => {
+            // The kernel floor samples it; the recorder says how many.
+            if let Some(ar) = arena() {
+                ar.count_over_budget();
+            }
         }
         Err(sampler::SetupError::NoSlot) => {
             static WARNED: AtomicBool = AtomicBool::new(false);
@@ -414,10 +459,12 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     watch::on_thread_start(s.watch);
     if ENABLED.load(Ordering::Acquire) {
         if let Some(a) = agent() {
-            setup_thread(a);
+            let cpu_from = sampler::thread_cpu_ns();
             // A library loaded since the last snapshot (dlopen) shows here; at most
             // every 50 ms, so programs that churn threads do not re-read /proc each time.
+            // Before the arming: the agent's own work is not the thread's.
             chunks::write_maps_every(a, 50_000_000);
+            setup_thread(a, cpu_from);
         }
     }
     (s.routine)(s.arg)
@@ -453,6 +500,7 @@ pub unsafe extern "C" fn pthread_create(
 }
 
 extern "C" fn atfork_child() {
+    let cpu_from = sampler::thread_cpu_ns();
     // Only the forking thread exists here. The parent's events are the parent's: close
     // our copies of their fds. The arena is shared with the parent: its slots are the
     // parent's threads' and must not be touched.
@@ -463,13 +511,14 @@ extern "C" fn atfork_child() {
         local.close_group();
         local.forget_walker();
     }
-    stack::forget_in_child();
+    stack::after_fork_in_child();
     chunks::reset_in_child();
     let old = AGENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: as in `agent()`; the old agent is leaked, never freed.
     let Some(old) = (unsafe { old.as_ref() }) else { return };
-    // SAFETY: closing the child's copy of the output fd; `start` opens the file again.
-    unsafe { libc::close(old.out_fd) };
+    // The child's copy of the output fd; `start` opens the file again.
+    fds::close_own(OUT_FD.swap(-1, Ordering::Relaxed));
+    fds::give_back(1);
     if old.cfg.follow_fork && !old.cfg.calibrate {
         let costs = strobe_protocol::Costs {
             sample_ns: old.sample_ns.load(Ordering::Relaxed),
@@ -480,7 +529,7 @@ extern "C" fn atfork_child() {
             costs: (costs.sample_ns > 0).then_some(costs),
             ..old.cfg.clone()
         };
-        start(cfg, ProcessOrigin::Fork);
+        start(cfg, ProcessOrigin::Fork, cpu_from);
     }
 }
 
@@ -505,11 +554,8 @@ fn before_exec() -> Option<usize> {
     // recording and the events it could reach are the parent's. Touch nothing.
     let a = own_agent()?;
     let idx = own_slot();
-    if let Some(local) = idx.and_then(|i| slots::LOCAL.get(i)) {
-        let fd = local.leader_fd.load(Ordering::Relaxed);
-        // SAFETY: DISABLE takes an integer; `fd` is this thread's live leader. Once the
-        // ioctl returns, any overflow before it has been delivered to our handler.
-        unsafe { libc::ioctl(fd, strobe_perf::sys::ioctl::DISABLE, 0) };
+    if let Some(i) = idx {
+        sampler::pause(i);
     }
     chunks::write_maps(a);
     if let Some(p) = a.proc_entry() {
@@ -524,7 +570,7 @@ fn after_failed_exec(idx: Option<usize>) {
         p.set_state(ProcState::Running);
     }
     if let Some(i) = idx {
-        sampler::arm(i);
+        sampler::arm(i, None);
     }
 }
 

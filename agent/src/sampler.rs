@@ -58,7 +58,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use strobe_perf::spec::MAX_GROUP;
-use strobe_perf::sys::{self, ioctl};
+use strobe_perf::sys;
+use strobe_perf::EventFd;
 use strobe_protocol::CallGraph;
 use strobe_sampler::custody::record::{Rec, FLAG_COMPLETE, FLAG_HAS_STACK, FLAG_TRUNCATED};
 use strobe_sampler::custody::{self, Append, SharedSlot};
@@ -171,7 +172,14 @@ pub fn install_handler() -> std::io::Result<()> {
         // overflowed it (SIGSEGV in gimli's row copies). The handler runs on the
         // interrupted stack, and walks only with room to spare (`stack::walk`).
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
+        // Every asynchronous signal waits while the handler runs: a target handler that
+        // interrupted ours and jumped out (siglongjmp) would leave our walk's read
+        // section open and the slot mid-update. The synchronous faults stay deliverable
+        // (blocking them would turn a fault into a kill).
+        libc::sigfillset(&mut sa.sa_mask);
+        for s in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE] {
+            libc::sigdelset(&mut sa.sa_mask, s);
+        }
         let real = real_sigaction().ok_or_else(|| std::io::Error::other("no sigaction"))?;
         let mut old: libc::sigaction = std::mem::zeroed();
         if real(libc::SIGTRAP, &sa, &mut old) != 0 {
@@ -193,14 +201,18 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
     }
     // SAFETY: `info` is the siginfo_t the kernel passed to this SA_SIGINFO handler.
     let si = unsafe { sys::perf_siginfo(info) };
-    if si.code == sys::TRAP_PERF {
-        let (index, generation) = slots::decode(si.perf_data);
+    let ours = (si.code == sys::TRAP_PERF).then(|| slots::decode(si.perf_data)).flatten();
+    if let Some((index, generation)) = ours {
+        // Tagged as strobe's: the slot it names, if it is still that generation's and
+        // belongs to this thread (a stale or foreign signal is dropped, never run on
+        // another thread's slot).
         let found = (|| {
             let a = agent()?;
             let ar = arena()?;
             let slot = ar.slots().get(index)?;
             let local = LOCAL.get(index)?;
-            slot.ctl.lookup(generation).then_some((a, ar, slot, local))
+            let mine = slot.tid.load(Ordering::Relaxed) == sys::gettid() as u32;
+            (mine && slot.ctl.lookup(generation)).then_some((a, ar, slot, local))
         })();
         if let Some((a, ar, slot, local)) = found {
             if CALIB_MODE.load(Ordering::Relaxed) != 0 {
@@ -260,11 +272,10 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
 /// Reads the slot's group into `words`, returning the number of counters read.
 #[inline]
 pub fn read_group(local: &Local, words: &mut [u64; READ_HEAD + MAX_GROUP]) -> usize {
-    let fd = local.leader_fd.load(Ordering::Relaxed);
-    // SAFETY: `words` is valid for writes of its full length during the call.
-    let n = unsafe { libc::read(fd, words.as_mut_ptr().cast(), std::mem::size_of_val(words)) };
-    if n < 8 * READ_HEAD as isize {
-        return 0;
+    let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
+    match fd.read_into(words) {
+        Ok(n) if n >= READ_HEAD => {}
+        _ => return 0,
     }
     (words[0] as usize).min(MAX_GROUP)
 }
@@ -286,23 +297,17 @@ pub fn periods(a: &Agent) -> Periods {
 
 /// Programs the next period and arms the leader as the state machine says.
 #[inline]
-fn program(local: &Local, mut period: u64, arm: Arm) {
-    let fd = local.leader_fd.load(Ordering::Relaxed);
-    // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH and
-    // ENABLE take an integer. `fd` is the owner's live leader (the slot is ACTIVE,
-    // checked by the caller).
-    unsafe {
-        libc::ioctl(fd, ioctl::PERIOD, &mut period as *mut u64);
-        match arm {
-            Arm::Running => {}
-            Arm::OneShot => {
-                libc::ioctl(fd, ioctl::REFRESH, 1);
-            }
-            Arm::Enable => {
-                libc::ioctl(fd, ioctl::ENABLE, 0);
-            }
-        }
-    }
+fn program(local: &Local, period: u64, arm: Arm) {
+    // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
+    // ignored: a leader that cannot be re-armed stops sampling, which the recorder's
+    // accounting shows.
+    let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
+    let _ = fd.set_period(period);
+    let _ = match arm {
+        Arm::Running => Ok(()),
+        Arm::OneShot => fd.refresh(1),
+        Arm::Enable => fd.enable(),
+    };
 }
 
 /// Overflows of one long period the handler can take at once (a system call longer
@@ -615,6 +620,8 @@ fn walk(
 pub enum SetupError {
     /// All slots are taken.
     NoSlot,
+    /// The agent's descriptor budget is spent (`fds`).
+    Budget,
     /// perf_event_open failed.
     Open(strobe_perf::OpenError),
 }
@@ -665,6 +672,13 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
     };
     let mut seed = mono_ns() ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let first = period.unwrap_or_else(|| first_period(&periods(a), uniform(&mut seed)));
+    // The descriptors come out of the agent's budget (see `fds`): a thread that does
+    // not fit is left to the kernel floor.
+    let n = a.spec.events.len() as u32;
+    if !crate::fds::take(n) {
+        slot.ctl.abandon();
+        return Err(SetupError::Budget);
+    }
     let group = match strobe_perf::EventGroup::open_sampling(
         &a.spec,
         strobe_perf::Target::CALLING_THREAD,
@@ -675,22 +689,45 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
     ) {
         Ok(g) => g,
         Err(e) => {
+            crate::fds::give_back(n);
             slot.ctl.abandon();
             return Err(SetupError::Open(e));
         }
     };
+    // Into the agent's band, out of the program's way.
+    let mut placed = [-1; MAX_GROUP];
+    let mut all = true;
+    for (i, fd) in group.into_raw_fds().into_iter().enumerate() {
+        match (crate::fds::place(fd), placed.get_mut(i)) {
+            (Some(f), Some(p)) => *p = f,
+            (Some(f), None) => crate::fds::close_own(f),
+            (None, _) => all = false,
+        }
+    }
+    if !all {
+        for f in placed.iter().filter(|&&f| f >= 0) {
+            crate::fds::close_own(*f);
+        }
+        crate::fds::give_back(n);
+        slot.ctl.abandon();
+        return Err(SetupError::Budget);
+    }
     if local.walker.load(Ordering::Relaxed).is_null() {
         let w = Box::new(stack::thread_walker(a.call_graph));
         local.walker.store(Box::into_raw(w), Ordering::Relaxed);
     }
     if a.window > 0 && local.ring.load(Ordering::Relaxed).is_null() {
-        match strobe_perf::overflow::OverflowRing::map(group.leader().raw_fd()) {
+        match strobe_perf::overflow::OverflowRing::map(placed[0]) {
             Ok(ring) => local.ring.store(Box::into_raw(Box::new(ring)), Ordering::Relaxed),
             Err(_) => ar.count_thread_without_ring(),
         }
     }
-    local.leader_fd.store(group.leader().raw_fd(), Ordering::Relaxed);
-    local.group.store(Box::into_raw(Box::new(group)), Ordering::Relaxed);
+    for (dst, &fd) in local.fds.iter().zip(&placed) {
+        dst.store(fd, Ordering::Relaxed);
+    }
+    local.leader_fd.store(placed[0], Ordering::Relaxed);
+    local.masked.store(false, Ordering::Relaxed);
+    local.counted_blocked.store(false, Ordering::Relaxed);
     slot.reset_custody(a.pid as u32, sys::gettid() as u32, a.stream);
     slot.set_comm(&thread_name());
     slot.alt.reset(seed, first);
@@ -717,22 +754,38 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// Starts slot `index`'s leader running (its first period was set at open), noting the
-/// CPU time the thread ran before it could be sampled.
-pub fn arm(index: usize) {
+/// CPU time the thread ran before it could be sampled and, from `setup_from` (the
+/// thread's CPU time when the agent began setting it up), what the agent's set-up cost.
+/// The served stretch begins here: the recorder drops the kernel floor's samples of the
+/// thread from now until it ends.
+pub fn arm(index: usize, setup_from: Option<u64>) {
+    let cpu = thread_cpu_ns().max(1);
     if let Some(slot) = arena().and_then(|ar| ar.slots().get(index)) {
         // Relaxed: read by the recorder after the slot is freed or the process ended. Only
         // the first arming counts (a failed exec re-arms).
-        let _ = slot.cpu_before_ns.compare_exchange(
-            0,
-            thread_cpu_ns().max(1),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let _ = slot.cpu_before_ns.compare_exchange(0, cpu, Ordering::Relaxed, Ordering::Relaxed);
+        if let Some(from) = setup_from {
+            slot.setup_ns.store(cpu.saturating_sub(from), Ordering::Relaxed);
+        }
+        slot.begin_stretch(mono_ns(), cpu);
     }
     if let Some(local) = LOCAL.get(index) {
-        let fd = local.leader_fd.load(Ordering::Relaxed);
-        // SAFETY: ENABLE takes an integer; `fd` is the slot's live leader.
-        unsafe { libc::ioctl(fd, ioctl::ENABLE, 0) };
+        // The slot's live leader.
+        let _ = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).enable();
+    }
+}
+
+/// Stops slot `index`'s leader and ends its served stretch (an exec, or the thread
+/// blocking the sampler's signal): from now on the kernel floor samples the thread.
+/// `arm(index, None)` serves it again.
+pub fn pause(index: usize) {
+    if let Some(local) = LOCAL.get(index) {
+        // This thread's live leader. Once the ioctl returns, any overflow before it has
+        // been delivered to our handler.
+        let _ = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).disable();
+    }
+    if let Some(slot) = arena().and_then(|ar| ar.slots().get(index)) {
+        slot.end_stretch(mono_ns(), thread_cpu_ns());
     }
 }
 
@@ -747,10 +800,16 @@ pub fn close_slot(index: usize, discard: bool) {
     if !slot.ctl.begin_close() {
         return;
     }
+    // The served stretch ends here: closing the events is the agent's own work, counted
+    // with its set-up.
+    let cpu0 = thread_cpu_ns();
+    slot.end_stretch(mono_ns(), cpu0);
     local.close_group();
     local.drop_ring();
     local.drop_walker();
     slot.set_comm(&thread_name());
+    let spent = thread_cpu_ns().saturating_sub(cpu0);
+    slot.setup_ns.store(slot.setup_ns.load(Ordering::Relaxed).saturating_add(spent), Ordering::Relaxed);
     if discard {
         slot.ctl.finish_close(true);
         return;

@@ -1,7 +1,7 @@
 //! The agent's private per-thread state, beside each thread's shared slot in the arena.
 //!
-//! Owns: what only this process may touch about a slot: its perf group (the fds and the
-//! `Box<EventGroup>` that closes them) and the thread's stack bounds. The shared half
+//! Owns: what only this process may touch about a slot: its perf group's descriptors and
+//! the thread's stack bounds. The shared half
 //! (life cycle, custody, alternation) lives in the arena (`strobe_sampler::custody::
 //! SharedSlot`), which forked children share with their parent: nothing private may go
 //! there. Must never allocate or lock on the handler's side.
@@ -9,7 +9,9 @@
 //! The handler finds its slot without thread-local storage: the leader's `sig_data`
 //! (delivered in `si_perf_data`) carries `generation << 16 | index`.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+
+use strobe_perf::spec::MAX_GROUP;
 
 /// Slots this agent can use (the arena may have fewer; the table is a zeroed static).
 pub const MAX_SLOTS: usize = 16_384;
@@ -20,23 +22,32 @@ const _: () = assert!(MAX_SLOTS <= strobe_sampler::slot::MAX_INDEX);
 pub struct Local {
     /// The group leader's fd (-1 when none).
     pub leader_fd: AtomicI32,
-    /// The owner's `Box<EventGroup>`, as a raw pointer (owner only).
-    pub group: AtomicPtr<strobe_perf::EventGroup>,
+    /// The group's descriptors, leader first (-1: none), in the agent's band (see
+    /// `fds`); only the owner stores, `dup2` onto one may move it (`fds`).
+    pub fds: [AtomicI32; MAX_GROUP],
     /// The owner's `Box<ThreadWalker>` (stack bounds, module-table registration), as a
     /// raw pointer (owner only).
     pub walker: AtomicPtr<crate::stack::ThreadWalker>,
     /// The owner's `Box<OverflowRing>` (the group's values at each overflow), as a raw
     /// pointer; null when windows are off or the ring could not be mapped.
     pub ring: AtomicPtr<strobe_perf::overflow::OverflowRing>,
+    /// The owner has the sampler's signal blocked (its mask at start, or a later
+    /// sigprocmask/pthread_sigmask): its sampling is paused and the kernel floor samples
+    /// it until it unblocks the signal.
+    pub masked: AtomicBool,
+    /// The owner was counted among the threads that block the sampler's signal.
+    pub counted_blocked: AtomicBool,
 }
 
 impl Local {
     #[allow(clippy::declare_interior_mutable_const)]
     const EMPTY: Local = Local {
         leader_fd: AtomicI32::new(-1),
-        group: AtomicPtr::new(std::ptr::null_mut()),
+        fds: [const { AtomicI32::new(-1) }; MAX_GROUP],
         walker: AtomicPtr::new(std::ptr::null_mut()),
         ring: AtomicPtr::new(std::ptr::null_mut()),
+        masked: AtomicBool::new(false),
+        counted_blocked: AtomicBool::new(false),
     };
 
     /// The overflow ring, if any (the owner's handler, on the owner's thread).
@@ -69,16 +80,19 @@ impl Local {
         }
     }
 
-    /// Drops the group (closing its fds), if any. The owner, or a forked child
-    /// discarding its copies of the parent's fds.
+    /// Closes the group's descriptors, if any, and gives them back to the budget. The
+    /// owner, or a forked child discarding its copies of the parent's.
     pub fn close_group(&self) {
-        let g = self.group.swap(std::ptr::null_mut(), Ordering::Relaxed);
-        if !g.is_null() {
-            // SAFETY: the pointer came from Box::into_raw (sampler::open_slot) and was
-            // swapped out, so it is dropped exactly once.
-            drop(unsafe { Box::from_raw(g) });
-        }
         self.leader_fd.store(-1, Ordering::Relaxed);
+        let mut n = 0;
+        for f in &self.fds {
+            let fd = f.swap(-1, Ordering::Relaxed);
+            if fd >= 0 {
+                crate::fds::close_own(fd);
+                n += 1;
+            }
+        }
+        crate::fds::give_back(n);
     }
 
     /// Drops the owner's walker state (on the owning thread: it unregisters the thread
@@ -101,9 +115,9 @@ impl Local {
 /// The private table, indexed like the arena's slots.
 pub static LOCAL: [Local; MAX_SLOTS] = [Local::EMPTY; MAX_SLOTS];
 
-/// The slot index and generation a `sig_data` names.
+/// The slot index and generation a `sig_data` names (`None`: not strobe's).
 #[inline]
-pub fn decode(sig_data: u64) -> (usize, u32) {
+pub fn decode(sig_data: u64) -> Option<(usize, u32)> {
     strobe_sampler::slot::decode(sig_data)
 }
 
@@ -119,6 +133,8 @@ mod tests {
     #[test]
     fn sig_data_names_slot_and_generation() {
         let d = sig_data(513, 9);
-        assert_eq!(decode(d), (513, 9));
+        assert_eq!(decode(d), Some((513, 9)));
+        assert_eq!(decode(sig_data(7, u32::MAX)), Some((7, u32::MAX)));
+        assert_eq!(decode(513 | (9 << 16)), None, "untagged: not strobe's");
     }
 }

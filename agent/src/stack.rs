@@ -26,9 +26,7 @@ pub const POOL: usize = 16;
 
 static RULES: [AtomicPtr<RuleCache>; POOL] = [const { AtomicPtr::new(std::ptr::null_mut()) }; POOL];
 static BUSY: [AtomicBool; POOL] = [const { AtomicBool::new(false) }; POOL];
-/// DWARF walks are live in this process image (set at start; cleared in a forked child,
-/// whose copy of the module table's read-side state may name threads that do not exist
-/// there, so it never waits for a grace period and never walks with DWARF).
+/// DWARF walks are live in this process image (set at start).
 static DWARF: AtomicBool = AtomicBool::new(false);
 
 /// One thread's walker state.
@@ -44,7 +42,13 @@ pub fn init(call_graph: CallGraph) {
         return;
     }
     strobe_unwind::modules::init();
-    for r in &RULES {
+    // One cache per CPU: more walks than CPUs cannot be in progress at once (a walk
+    // runs in a handler, which is not preempted by another of the same process's
+    // samples on that CPU for long); each cache costs about 45 KiB to make, which a
+    // short process pays at start.
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.clamp(1, POOL as i64) as usize;
+    for r in RULES.iter().take(cpus) {
         if r.load(Ordering::Relaxed).is_null() {
             r.store(Box::into_raw(Box::new(RuleCache::new())), Ordering::Release);
         }
@@ -52,9 +56,15 @@ pub fn init(call_graph: CallGraph) {
     DWARF.store(true, Ordering::Release);
 }
 
-/// A forked child: no DWARF walks and no grace periods here (see [`DWARF`]).
-pub fn forget_in_child() {
-    DWARF.store(false, Ordering::Release);
+/// A forked child: its module table's updates stop waiting for grace periods (the
+/// parent's reader records came along), and every pooled rule cache is free again (a
+/// parent thread that was walking at the fork does not exist here). DWARF walks go on.
+pub fn after_fork_in_child() {
+    strobe_unwind::modules::after_fork_in_child();
+    for busy in &BUSY {
+        // Relaxed: one thread exists in the child, and it is not walking.
+        busy.store(false, Ordering::Relaxed);
+    }
 }
 
 /// The calling thread's walker state (normal context, at thread start).

@@ -1,0 +1,314 @@
+//! The agent's file descriptors, kept out of the program's way.
+//!
+//! Every thread the agent serves holds its perf group's descriptors (three with the
+//! default group), and the process holds the record file's. Left where `open` puts them
+//! (the lowest free numbers), a program with many threads would find its own files
+//! failing with EMFILE under strobe, and a program that closes or `dup2`s by number
+//! would touch ours. So:
+//!
+//! - **A budget.** The agent uses at most an eighth of the soft `RLIMIT_NOFILE` (capped
+//!   at [`MAX_BAND`]) read at start. A thread whose group does not fit is left to the
+//!   kernel floor, which needs no descriptor in the program; the recorder counts it.
+//! - **A band.** Each descriptor is moved (`F_DUPFD_CLOEXEC`) into a band just below the
+//!   soft limit, leaving the top [`reserve`] numbers free (shells and servers use the
+//!   last ones, bash's 255 for one), so the low numbers the program's `open`s get are
+//!   never ours.
+//! - **Identity.** A bitmap says which band numbers are ours. The interposed `close`
+//!   leaves ours open and answers EBADF, as the kernel would for a number the program
+//!   never opened; `close_range` and `closefrom` close everything around ours;
+//!   `dup2`/`dup3` onto one of ours first moves ours to another band number.
+//!
+//! Known limit: a `dup2` onto one of our numbers while the owning thread's handler is
+//! between loading that number and using it can make that one use act on the program's
+//! new file; the window is a few instructions, and only a program that `dup2`s onto a
+//! number near its limit can open it.
+//!
+//! Owns: the band, the budget and the bitmap, and the interposers above. Must never
+//! allocate or lock (the interposers are async-signal-safe, as the functions they stand
+//! for), and never close or move a descriptor that is not the agent's.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// The most descriptors the agent ever uses (the bitmap's size).
+pub const MAX_BAND: usize = 4096;
+
+/// Band start and end (`lo..hi`; both 0 until [`init`]).
+static LO: AtomicI32 = AtomicI32::new(0);
+static HI: AtomicI32 = AtomicI32::new(0);
+/// Descriptors in use (or reserved) by the agent.
+static USED: AtomicU32 = AtomicU32::new(0);
+/// Which band numbers are the agent's (bit `fd - LO`).
+static OURS: [AtomicU64; MAX_BAND / 64] = [const { AtomicU64::new(0) }; MAX_BAND / 64];
+
+/// The numbers left free at the top of the limit.
+pub fn reserve(limit: u64) -> u64 {
+    (limit / 32).clamp(16, 256)
+}
+
+/// Places the band from the soft `RLIMIT_NOFILE` (normal context, agent start; a forked
+/// child keeps its parent's).
+pub fn init() {
+    if HI.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit with a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return;
+    }
+    let limit = r.rlim_cur.min(i32::MAX as u64 / 2);
+    let budget = (limit / 8).min(MAX_BAND as u64);
+    let hi = limit.saturating_sub(reserve(limit));
+    if budget < 4 || hi < budget + 3 {
+        return; // a limit too small to share: the floor serves every thread
+    }
+    // Relaxed: set once, before any thread is served (start runs single-threaded).
+    LO.store((hi - budget) as i32, Ordering::Relaxed);
+    HI.store(hi as i32, Ordering::Relaxed);
+}
+
+/// Reserves `n` descriptors of the budget; `false` when they do not fit.
+pub fn take(n: u32) -> bool {
+    let budget = (HI.load(Ordering::Relaxed) - LO.load(Ordering::Relaxed)).max(0) as u32;
+    // Relaxed: a counter; no data is published through it.
+    let before = USED.fetch_add(n, Ordering::Relaxed);
+    if before + n > budget {
+        USED.fetch_sub(n, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// Returns `n` descriptors to the budget.
+pub fn give_back(n: u32) {
+    // Relaxed: a counter.
+    let _ = USED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(n)));
+}
+
+fn bit(fd: RawFd) -> Option<(&'static AtomicU64, u64)> {
+    let i = usize::try_from(fd - LO.load(Ordering::Relaxed)).ok()?;
+    if fd >= HI.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some((OURS.get(i / 64)?, 1u64 << (i % 64)))
+}
+
+/// Whether `fd` is one of the agent's.
+#[inline]
+pub fn is_ours(fd: RawFd) -> bool {
+    // Acquire: pairs with the Release in `mark`: the descriptor was moved there first.
+    bit(fd).is_some_and(|(w, b)| w.load(Ordering::Acquire) & b != 0)
+}
+
+fn mark(fd: RawFd, ours: bool) {
+    if let Some((w, b)) = bit(fd) {
+        // Release: the descriptor exists at `fd` before anyone sees it marked ours.
+        if ours {
+            w.fetch_or(b, Ordering::Release);
+        } else {
+            w.fetch_and(!b, Ordering::Release);
+        }
+    }
+}
+
+/// Moves `fd` (the agent's, just opened) into the band; returns the new number, or
+/// `None` (and `fd` closed) when the band is full.
+pub fn place(fd: RawFd) -> Option<RawFd> {
+    let (lo, hi) = (LO.load(Ordering::Relaxed), HI.load(Ordering::Relaxed));
+    if hi == 0 {
+        return Some(fd); // no band (a tiny limit): the budget says no more threads
+    }
+    // SAFETY: F_DUPFD_CLOEXEC takes a plain minimum and returns a new descriptor.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lo) };
+    real_close(fd);
+    if new < 0 {
+        return None;
+    }
+    if new >= hi {
+        real_close(new);
+        return None;
+    }
+    mark(new, true);
+    Some(new)
+}
+
+/// Closes one of the agent's descriptors.
+pub fn close_own(fd: RawFd) {
+    if fd < 0 {
+        return;
+    }
+    mark(fd, false);
+    real_close(fd);
+}
+
+/// Closes `fd` with the system call (our `close` would refuse one of ours).
+fn real_close(fd: RawFd) {
+    // SAFETY: a raw close of a descriptor the agent owns; the system call bypasses our
+    // interposer.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// Moves the agent's descriptor at `fd` to another band number, updating whoever holds
+/// it (`holders` is searched); `false` if no band number is free (then `fd` stays, and
+/// the caller's `dup2` replaces it: the holder's uses fail from then on).
+fn move_away(fd: RawFd, holders: &mut dyn Iterator<Item = &'static AtomicI32>) -> bool {
+    let lo = LO.load(Ordering::Relaxed);
+    // SAFETY: F_DUPFD_CLOEXEC takes a plain minimum and returns a new descriptor.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lo) };
+    if new < 0 || new >= HI.load(Ordering::Relaxed) {
+        if new >= 0 {
+            real_close(new);
+        }
+        return false;
+    }
+    mark(new, true);
+    for h in holders {
+        // Relaxed: the owner's next load sees one of the two numbers; both are the
+        // same event until the caller's dup2 replaces the old one.
+        let _ = h.compare_exchange(fd, new, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    mark(fd, false);
+    true
+}
+
+// ---------------------------------------------------------------------------------
+// Interposed functions.
+
+fn errno_set(e: libc::c_int) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Interposes `close`: the agent's descriptors stay open, and the caller is told what
+/// the kernel would have told it for a number it never opened.
+///
+/// # Safety
+/// Same contract as libc's `close`.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: libc::c_int) -> libc::c_int {
+    type CloseFn = unsafe extern "C" fn(libc::c_int) -> libc::c_int;
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    if is_ours(fd) {
+        errno_set(libc::EBADF);
+        return -1;
+    }
+    let f = crate::next_symbol(&REAL, c"close");
+    if f.is_null() {
+        // SAFETY: the system call libc's close makes.
+        return unsafe { libc::syscall(libc::SYS_close, fd) as libc::c_int };
+    }
+    // SAFETY: libc's close has this signature; the argument forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, CloseFn>(f)(fd) }
+}
+
+/// Closes `first..=last` around the agent's descriptors (`flags` as close_range's).
+fn close_range_around(first: u32, last: u32, flags: libc::c_int) -> libc::c_int {
+    let (lo, hi) = (LO.load(Ordering::Relaxed) as u32, HI.load(Ordering::Relaxed) as u32);
+    let mut from = first;
+    if hi > 0 && first < hi && last >= lo {
+        for fd in first.max(lo)..=last.min(hi - 1) {
+            if is_ours(fd as RawFd) {
+                if fd > from {
+                    // SAFETY: close_range on numbers that are not the agent's.
+                    let r = unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, flags) };
+                    if r != 0 {
+                        return r as libc::c_int;
+                    }
+                }
+                from = fd + 1;
+            }
+        }
+    }
+    if from > last {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, last, flags) as libc::c_int }
+}
+
+/// Interposes `close_range`: see the module note.
+///
+/// # Safety
+/// Same contract as libc's `close_range`.
+#[no_mangle]
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: libc::c_int,
+) -> libc::c_int {
+    if first > last {
+        errno_set(libc::EINVAL);
+        return -1;
+    }
+    close_range_around(first, last, flags)
+}
+
+/// Interposes `closefrom`: see the module note.
+#[no_mangle]
+pub extern "C" fn closefrom(lowfd: libc::c_int) {
+    let _ = close_range_around(lowfd.max(0) as u32, u32::MAX, 0);
+}
+
+type Dup3Fn = unsafe extern "C" fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int;
+type Dup2Fn = unsafe extern "C" fn(libc::c_int, libc::c_int) -> libc::c_int;
+
+fn holders() -> impl Iterator<Item = &'static AtomicI32> {
+    let slots = crate::slots::LOCAL.iter();
+    slots
+        .flat_map(|l| l.fds.iter().chain(std::iter::once(&l.leader_fd)))
+        .chain(std::iter::once(&crate::OUT_FD))
+}
+
+/// Interposes `dup2`: moves the agent's descriptor out of the way first.
+///
+/// # Safety
+/// Same contract as libc's `dup2`.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: libc::c_int, new: libc::c_int) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    if is_ours(new) && old != new {
+        move_away(new, &mut holders());
+    }
+    let f = crate::next_symbol(&REAL, c"dup2");
+    if f.is_null() {
+        errno_set(libc::ENOSYS);
+        return -1;
+    }
+    // SAFETY: libc's dup2 has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, Dup2Fn>(f)(old, new) }
+}
+
+/// Interposes `dup3`: moves the agent's descriptor out of the way first.
+///
+/// # Safety
+/// Same contract as libc's `dup3`.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: libc::c_int, new: libc::c_int, flags: libc::c_int) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    if is_ours(new) && old != new {
+        move_away(new, &mut holders());
+    }
+    let f = crate::next_symbol(&REAL, c"dup3");
+    if f.is_null() {
+        errno_set(libc::ENOSYS);
+        return -1;
+    }
+    // SAFETY: libc's dup3 has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, Dup3Fn>(f)(old, new, flags) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_leaves_the_top_numbers_free() {
+        assert_eq!(reserve(1024), 32);
+        assert_eq!(reserve(256), 16);
+        assert_eq!(reserve(1 << 20), 256);
+    }
+}
