@@ -22,6 +22,7 @@ use strobe_sampler::custody::record::FLAG_HAS_STACK;
 use strobe_sampler::custody::{Drain, SlotEvent};
 
 use crate::procs::Procs;
+use crate::served::Served;
 use crate::stacks::StackTable;
 
 /// How often live processes' mappings are re-read.
@@ -77,6 +78,40 @@ pub struct Totals {
     pub malformed: u64,
 }
 
+/// What the agent served of one thread: its CPU time in served stretches that ended,
+/// the thread's CPU time where an open stretch began (0: none open), and the agent's own
+/// set-up time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServedCpu {
+    /// CPU time (ns) in ended stretches.
+    pub closed_ns: u64,
+    /// The thread's CPU time when its open stretch began (0: none open): the stretch
+    /// runs to the thread's end.
+    pub open_from_ns: u64,
+    /// CPU time (ns) the agent spent setting the thread up.
+    pub setup_ns: u64,
+}
+
+impl ServedCpu {
+    /// The served CPU time, given the thread's whole CPU time (for an open stretch).
+    pub fn served_ns(&self, total_ns: Option<u64>) -> u64 {
+        let open = match (self.open_from_ns, total_ns) {
+            (0, _) | (_, None) => 0,
+            (from, Some(t)) => t.saturating_sub(from),
+        };
+        self.closed_ns.saturating_add(open)
+    }
+}
+
+fn served_cpu_of(slot: &strobe_sampler::custody::SharedSlot) -> ServedCpu {
+    let (_, _, closed, open_from) = slot.stretch();
+    ServedCpu {
+        closed_ns: closed,
+        open_from_ns: open_from,
+        setup_ns: slot.setup_ns.load(std::sync::atomic::Ordering::Relaxed),
+    }
+}
+
 /// Drains an arena into a record file.
 pub struct Drainer<'a> {
     arena: &'a Arena,
@@ -94,6 +129,11 @@ pub struct Drainer<'a> {
     wake_seen: u32,
     totals: Totals,
     write_error: Option<std::io::Error>,
+    /// When the agent served which thread (for the kernel floor's samples).
+    served: Served,
+    /// What the agent served of each (pid, tid), from slots that were freed or live at
+    /// the end.
+    served_cpu: FxHashMap<(u32, u32), ServedCpu>,
 }
 
 fn kind_of(byte: u8) -> SampleKind {
@@ -132,12 +172,45 @@ impl<'a> Drainer<'a> {
             wake_seen,
             totals: Totals::default(),
             write_error: None,
+            served: Served::default(),
+            served_cpu: FxHashMap::default(),
         }
     }
 
     /// The processes seen.
     pub fn procs(&self) -> &Procs {
         &self.procs
+    }
+
+    /// When the agent served which thread, as of the last pass.
+    pub(crate) fn served(&self) -> &Served {
+        &self.served
+    }
+
+    /// What the agent served of each (pid, tid) whose slot was freed (and, after
+    /// [`Drainer::finish`], of every thread).
+    pub fn served_cpu(&self) -> &FxHashMap<(u32, u32), ServedCpu> {
+        &self.served_cpu
+    }
+
+    fn add_served_cpu(&mut self, pid: u32, tid: u32, c: ServedCpu) {
+        let e = self.served_cpu.entry((pid, tid)).or_default();
+        e.closed_ns = e.closed_ns.saturating_add(c.closed_ns);
+        e.open_from_ns = c.open_from_ns;
+        e.setup_ns = e.setup_ns.saturating_add(c.setup_ns);
+    }
+
+    /// Reads every claimed slot's served stretch (before a pass frees any).
+    fn scan_served(&mut self) {
+        use strobe_sampler::slot::{ACTIVE, CLAIMED, CLOSING, DEAD};
+        let slots = self.arena.slots();
+        for (i, s) in slots.iter().enumerate().take(self.arena.high_water()) {
+            if matches!(s.ctl.state(), CLAIMED | ACTIVE | CLOSING | DEAD) {
+                let (from, to, _, _) = s.stretch();
+                let tid = s.tid.load(std::sync::atomic::Ordering::Relaxed);
+                self.served.slot(i, tid, from, to);
+            }
+        }
     }
 
     /// The recorder reaped `pid` (the launched command).
@@ -158,6 +231,10 @@ impl<'a> Drainer<'a> {
     /// One pass: drains what was published, frees what is done, writes the chunks.
     pub fn pass(&mut self) -> std::io::Result<()> {
         self.procs.refresh(self.arena);
+        self.scan_served();
+        let now = mono_ns();
+        // Freed slots, read in the callback (once freed, an agent may claim one again).
+        let mut freed: Vec<(usize, u32, u32, u64, u64, ServedCpu)> = Vec::new();
         let gone = self.procs.gone_streams();
         let pool = self.arena.pool();
         let slots = self.arena.slots();
@@ -178,7 +255,7 @@ impl<'a> Drainer<'a> {
                 slots,
                 high,
                 |s| gone.contains(&s.stream.load(std::sync::atomic::Ordering::Relaxed)),
-                |_, slot, ev| {
+                |index, slot, ev| {
                     let stream = slot.stream.load(std::sync::atomic::Ordering::Relaxed);
                     let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
                     let st = streams.entry(stream).or_default();
@@ -221,6 +298,9 @@ impl<'a> Drainer<'a> {
                             lost.push((stream, tid, n));
                         }
                         SlotEvent::Freed => {
+                            let (from, to, _, _) = slot.stretch();
+                            let pid = slot.pid.load(std::sync::atomic::Ordering::Relaxed);
+                            freed.push((index as usize, pid, tid, from, to, served_cpu_of(slot)));
                             let (w, sum) = slot.alt.windows();
                             st.windows += w;
                             st.window_sum = st.window_sum.wrapping_add(sum);
@@ -231,6 +311,10 @@ impl<'a> Drainer<'a> {
                 },
             )
         };
+        for (index, pid, tid, from, to, cpu) in freed {
+            self.served.freed(index, tid, from, to, now);
+            self.add_served_cpu(pid, tid, cpu);
+        }
         self.totals.passes += 1;
         self.totals.malformed += stats.malformed;
         if self.maps_at.elapsed() >= MAPS_EVERY {
@@ -338,7 +422,7 @@ impl<'a> Drainer<'a> {
     /// thread's blocks to their end, then writes each stream's END. `launched` is the
     /// launched command's pid and how it ended.
     pub fn finish(
-        mut self,
+        &mut self,
         launched: Option<(u32, strobe_target::Exit, Option<u64>)>,
     ) -> std::io::Result<Totals> {
         if let Some((pid, _, _)) = launched {
@@ -348,6 +432,7 @@ impl<'a> Drainer<'a> {
         // Threads of processes that still run (a daemon that outlived the command) keep
         // their slots; their samples so far were read above. Windows of live slots:
         let slots = self.arena.slots();
+        let mut live = Vec::new();
         for s in slots.iter().take(self.arena.high_water()) {
             let state = s.ctl.state();
             if matches!(state, strobe_sampler::slot::ACTIVE | strobe_sampler::slot::CLOSING) {
@@ -357,7 +442,13 @@ impl<'a> Drainer<'a> {
                 st.windows += w;
                 st.window_sum = st.window_sum.wrapping_add(sum);
                 st.unsampled_ns += s.cpu_before_ns.load(std::sync::atomic::Ordering::Relaxed);
+                let pid = s.pid.load(std::sync::atomic::Ordering::Relaxed);
+                let tid = s.tid.load(std::sync::atomic::Ordering::Relaxed);
+                live.push((pid, tid, served_cpu_of(s)));
             }
+        }
+        for (pid, tid, c) in live {
+            self.add_served_cpu(pid, tid, c);
         }
         let now = mono_ns();
         let procs: Vec<_> = self.procs.all().cloned().collect();
@@ -395,7 +486,7 @@ impl<'a> Drainer<'a> {
         }
         self.flush()?;
         self.totals.threads = self.tids.len();
-        Ok(self.totals)
+        Ok(self.totals.clone())
     }
 }
 

@@ -36,15 +36,21 @@ pub struct Procs {
     reaped: FxHashSet<u32>,
 }
 
-/// Whether `pid` is dead: not in /proc, or a zombie (its threads are gone; only its
-/// parent's wait is missing).
+/// Whether `pid` is dead: not in /proc, or a zombie whose threads are all gone (only its
+/// parent's wait is missing). A zombie *leader* whose other threads still run (main
+/// called `pthread_exit`) is alive: its threads may still write.
 pub fn pid_dead(pid: u32) -> bool {
     match std::fs::read(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => {
-            // `pid (comm) S ...`: the state follows the last ')' (comm may hold any byte).
-            let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2));
-            matches!(state, Some(b'Z' | b'X' | b'x'))
+            // `pid (comm) S ...`: the state follows the last ')' (comm may hold any byte);
+            // num_threads is the 18th field after it.
+            let Some(after) = stat.iter().rposition(|&b| b == b')') else { return true };
+            let rest = String::from_utf8_lossy(stat.get(after + 2..).unwrap_or_default());
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let zombie = matches!(f.first().and_then(|s| s.bytes().next()), Some(b'Z' | b'X' | b'x'));
+            let threads: u64 = f.get(17).and_then(|t| t.parse().ok()).unwrap_or(0);
+            zombie && threads <= 1
         }
     }
 }
@@ -141,9 +147,10 @@ mod tests {
     #[test]
     fn a_process_cpu_time_is_read_from_proc() {
         let t0 = process_cpu_ns(std::process::id()).unwrap();
-        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        // 100 ms of this thread's CPU time (not of wall time: the machine may be busy).
+        let end = crate::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) + 100_000_000;
         let mut x = 1u64;
-        while std::time::Instant::now() < end {
+        while crate::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) < end {
             x = std::hint::black_box(x.wrapping_mul(3));
         }
         let t1 = process_cpu_ns(std::process::id()).unwrap();
@@ -161,5 +168,32 @@ mod tests {
         }
         c.wait().unwrap();
         assert!(pid_dead(pid), "reaped: gone from /proc");
+    }
+
+    /// main() called pthread_exit while two workers spin for 300 ms: the leader is a
+    /// zombie, the process is not dead (its threads may still write), until they end.
+    #[test]
+    fn a_zombie_leader_with_running_threads_is_alive() {
+        let mut c = std::process::Command::new(strobe_testprogs::path("zoo_mainexit"))
+            .args(["2", "300"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = c.id();
+        let zombie = || {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .is_ok_and(|s| s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+        };
+        let t0 = std::time::Instant::now();
+        while !zombie() {
+            assert!(t0.elapsed().as_secs() < 10, "main never exited");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(!pid_dead(pid), "a zombie leader with live threads");
+        while !pid_dead(pid) {
+            assert!(t0.elapsed().as_secs() < 20, "the workers never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        c.wait().unwrap();
     }
 }

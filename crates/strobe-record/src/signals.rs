@@ -10,7 +10,7 @@
 //! die of a signal before the file is complete, nor send the target a signal the terminal
 //! already sent it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -35,6 +35,8 @@ fn signal_set() -> libc::sigset_t {
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
     interrupted: Arc<AtomicBool>,
+    /// The launched child signals are passed on to (0: none yet, or none).
+    child: Arc<AtomicI32>,
     thread: Option<JoinHandle<()>>,
     old_mask: libc::sigset_t,
 }
@@ -54,6 +56,13 @@ impl Forwarder {
         Forwarder::start_for(None)
     }
 
+    /// From now on, signals sent to strobe alone are passed on to `child` (a session
+    /// starts the forwarder before it launches anything, so no signal is missed).
+    pub fn set_child(&self, child: libc::pid_t) {
+        // Release: the thread that loads it passes signals on to a child that exists.
+        self.child.store(child, Ordering::Release);
+    }
+
     fn start_for(child: Option<libc::pid_t>) -> Forwarder {
         let set = signal_set();
         // SAFETY: `old` is a valid out-parameter; blocking signals has no other effect.
@@ -62,7 +71,8 @@ impl Forwarder {
         unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
         let stop = Arc::new(AtomicBool::new(false));
         let interrupted = Arc::new(AtomicBool::new(false));
-        let (s, i) = (stop.clone(), interrupted.clone());
+        let child = Arc::new(AtomicI32::new(child.unwrap_or(0)));
+        let (s, i, c) = (stop.clone(), interrupted.clone(), child.clone());
         let thread = std::thread::Builder::new()
             .name("strobe-signals".into())
             .spawn(move || {
@@ -80,8 +90,9 @@ impl Forwarder {
                     // SAFETY: reading the sender of a signal sigtimedwait filled in.
                     let from = unsafe { info.si_pid() };
                     let sent = info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE;
-                    match child {
-                        Some(child) if sent && from != child && child > 0 => {
+                    // Acquire: pairs with `set_child`.
+                    match c.load(Ordering::Acquire) {
+                        child if sent && from != child && child > 0 => {
                             // SAFETY: kill on our own child (not reaped before `stop`).
                             unsafe { libc::kill(child, sig) };
                         }
@@ -90,7 +101,7 @@ impl Forwarder {
                 }
             })
             .ok();
-        Forwarder { stop, interrupted, thread, old_mask: old }
+        Forwarder { stop, interrupted, child, thread, old_mask: old }
     }
 
     /// A signal reached strobe while recording.
@@ -99,8 +110,14 @@ impl Forwarder {
     }
 
     /// Stops the thread and restores the calling thread's signal mask. A signal taken
-    /// meanwhile was already passed on.
-    pub fn stop(mut self) {
+    /// meanwhile was already passed on. (Dropping the forwarder does the same.)
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use strobe_protocol::CallGraph;
-use strobe_record::{Attach, Mode, RecordOptions, Recorded};
+use strobe_record::{Attach, Mode, RecordError, RecordOptions, Recorded};
 
 use crate::agent_lib;
 
@@ -200,18 +200,10 @@ fn parse_bytes(s: &str) -> anyhow::Result<u64> {
     Ok(bytes)
 }
 
-/// Runs `strobe record`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// The options `args` give, checked where the check needs the flag's name.
+fn options(args: &Args) -> anyhow::Result<RecordOptions> {
     let overhead_ppm = parse_overhead(&args.overhead)?;
     let given_buffer = args.buffer.as_deref().map(parse_bytes).transpose()?;
-    let buffer_bytes = given_buffer.unwrap_or(64 << 20);
-    if buffer_bytes < 64 << 10
-        && args.pid.is_empty()
-        && !args.all_cpus
-        && args.mode != ModeArg::Kernel
-    {
-        anyhow::bail!("--buffer {}: the agent's buffer needs at least 64K", buffer_bytes);
-    }
     let call_graph_name = args.call_graph.as_deref().unwrap_or("dwarf");
     let call_graph = CallGraph::from_name(call_graph_name).ok_or_else(|| {
         anyhow::anyhow!("--call-graph {call_graph_name}: expected dwarf, fp or none")
@@ -221,21 +213,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (true, true) => Attach::System,
         (true, false) => Attach::Launch,
     };
-    if attach != Attach::Launch {
-        if !args.command.is_empty() {
-            anyhow::bail!(
-                "-p and -a record what already runs: give no command (or drop -p/-a to launch {})",
-                args.command[0].to_string_lossy()
-            );
-        }
-        if args.mode == ModeArg::Agent {
-            anyhow::bail!("-p and -a record in kernel mode: drop --mode agent");
-        }
-    } else if args.duration.is_some() {
-        anyhow::bail!(
-            "--duration applies to -p and -a; a launched command is recorded until it ends"
-        );
-    }
     let duration = match args.duration {
         None => None,
         Some(d) if d.is_finite() && d > 0.0 && d < 1e9 => {
@@ -256,12 +233,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.command.clone()
     };
-    let opts = RecordOptions {
+    Ok(RecordOptions {
         output: args.output.clone(),
         events: args.event.clone(),
         overhead_ppm,
         wakeup: args.wakeup,
-        buffer_bytes,
+        buffer_bytes: given_buffer.unwrap_or(64 << 20),
         follow_fork: args.follow_fork,
         call_graph,
         max_depth: args.max_depth,
@@ -278,24 +255,49 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         off_cpu: args.off_cpu,
         ring_bytes: given_buffer,
         explicit_call_graph: args.call_graph.is_some(),
+    })
+}
+
+/// The library's refusals, said with the flags that caused them.
+fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
+    match e {
+        RecordError::WakeupZero => anyhow::anyhow!("--wakeup must be at least 1"),
+        RecordError::BufferTooSmall { min, .. } => anyhow::anyhow!(
+            "--buffer {}: the agent's buffer needs at least {}K (kernel mode's per-CPU rings \
+             take less: --mode kernel)",
+            args.buffer.as_deref().unwrap_or_default(),
+            min >> 10
+        ),
+        RecordError::CommandWithAttach { program } => anyhow::anyhow!(
+            "-p and -a record what already runs: give no command (or drop -p/-a to launch \
+             {program})"
+        ),
+        RecordError::AgentCannotAttach => {
+            anyhow::anyhow!("-p and -a record in kernel mode: drop --mode agent")
+        }
+        RecordError::DurationNeedsAttach => anyhow::anyhow!(
+            "--duration applies to -p and -a; a launched command is recorded until it ends"
+        ),
+        e => e.into(),
+    }
+}
+
+/// Runs `strobe record`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let opts = options(&args)?;
+    let plan = strobe_record::plan(&opts).map_err(|e| with_flags(e, &args))?;
+    for n in &plan.notices {
+        eprintln!("strobe: note: {n}");
+    }
+    let stop = match &opts.attach {
+        Attach::Launch => "",
+        _ if opts.duration.is_some() => "",
+        _ => "; Ctrl-C stops",
     };
-    let kernel_reason = strobe_record::kernel_mode_reason(&opts)?;
-    if kernel_reason.is_none() && opts.buffer_bytes < 64 << 10 {
-        anyhow::bail!(
-            "--buffer {}: the agent's buffer needs at least 64K (kernel mode's per-CPU rings \
-             take less)",
-            args.buffer.as_deref().unwrap_or_default()
-        );
+    if plan.mode == strobe_format::RecordMode::Kernel {
+        eprintln!("strobe: {}{stop}", plan.mode_line());
     }
-    if let Some(reason) = kernel_reason {
-        let stop = match &opts.attach {
-            Attach::Launch => "",
-            _ if opts.duration.is_some() => "",
-            _ => "; Ctrl-C stops",
-        };
-        eprintln!("strobe: kernel mode (nothing injected): {reason}{stop}");
-    }
-    let rec = strobe_record::record(&opts)?;
+    let rec = strobe_record::record(&opts, &plan).map_err(|e| with_flags(e, &args))?;
     summarize(&args.output, &rec);
     Ok(match rec.exit {
         strobe_target::Exit::Code(c) => ExitCode::from(c as u8),

@@ -56,6 +56,29 @@ pub(crate) struct ProcModules {
     pub stale: bool,
 }
 
+/// The vDSO's image in a file of its own while the recording lasts: samples taken in a
+/// system call the vDSO made (a CPU clock read, say) start their walk in it, and the
+/// module table reads unwind tables from files. Every process maps the image this
+/// process maps (one kernel).
+#[derive(Debug)]
+struct VdsoFile(PathBuf);
+
+impl VdsoFile {
+    fn write() -> Option<VdsoFile> {
+        let image = crate::own_vdso()?;
+        let path = std::env::temp_dir()
+            .join(format!("strobe-vdso-{}-{}.so", std::process::id(), crate::drain::mono_ns()));
+        std::fs::write(&path, &image.bytes).ok()?;
+        Some(VdsoFile(path))
+    }
+}
+
+impl Drop for VdsoFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Walks copies for every process of a recording.
 pub(crate) struct Unwinder {
     rules: RuleCache,
@@ -66,6 +89,7 @@ pub(crate) struct Unwinder {
     /// unwind tables or cannot be read).
     modules: FxHashMap<(PathBuf, u64, u64, u64), Option<Arc<Module>>>,
     out: Vec<u64>,
+    vdso: Option<VdsoFile>,
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -82,6 +106,7 @@ impl Unwinder {
             generation: 0,
             modules: FxHashMap::default(),
             out: vec![0; max_depth.max(1)],
+            vdso: VdsoFile::write(),
         }
     }
 
@@ -121,15 +146,17 @@ impl Unwinder {
     fn table(&mut self, maps: &[Mapping]) -> Table<Module> {
         let mut mods = Vec::new();
         for m in maps {
-            if !m.path.is_absolute() {
-                continue; // [vdso], anonymous: no file to read
-            }
-            let key = (m.path.clone(), m.start, m.end, m.file_offset);
+            let path = match (&self.vdso, m.path.as_os_str() == "[vdso]") {
+                (Some(v), true) => v.0.clone(),
+                _ if !m.path.is_absolute() => continue, // anonymous: no file to read
+                _ => m.path.clone(),
+            };
+            let key = (path, m.start, m.end, m.file_offset);
             let module = self
                 .modules
                 .entry(key)
-                .or_insert_with(|| {
-                    Module::from_file(&m.path, m.start, m.end, m.file_offset).map(Arc::new)
+                .or_insert_with_key(|k| {
+                    Module::from_file(&k.0, m.start, m.end, m.file_offset).map(Arc::new)
                 })
                 .clone();
             mods.extend(module);

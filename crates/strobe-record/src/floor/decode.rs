@@ -35,6 +35,8 @@ pub(crate) struct SampleEv {
     pub values: [u64; MAX_COUNTERS],
     /// Return addresses, innermost first (kernel frames, then user frames).
     pub callers: Vec<u64>,
+    /// Where the user frames (the kernel's frame-pointer chain) begin in `callers`.
+    pub user_at: Option<usize>,
     /// With `--call-graph dwarf`: the user registers and stack copy the writer walks
     /// for the user frames (`callers` then holds the kernel's only).
     pub user: Option<super::unwind::UserStack>,
@@ -59,6 +61,10 @@ pub(crate) enum Ev {
     Exit { pid: u32, tid: u32 },
     /// The kernel dropped `lost` records (a full ring) while `tid` ran.
     Lost { pid: Option<u32>, tid: Option<u32>, lost: u64 },
+    /// A thread's copy of the events (one CPU's) ended with the thread: its final counts
+    /// (`inherit_stat`), leader first. Summed over CPUs, the leader's is the thread's
+    /// exact count (its CPU time, for a time leader).
+    TaskCount { pid: u32, tid: u32, n: u8, values: [u64; MAX_COUNTERS] },
 }
 
 /// An event and when it happened (CLOCK_MONOTONIC ns).
@@ -136,14 +142,18 @@ impl Decoder {
             Event::Sample(s) => {
                 let (pid, tid) = (s.pid().unwrap_or(0), s.tid().unwrap_or(0));
                 let ip = s.ip().unwrap_or(0);
-                let mut chain: Vec<u64> = match s.callchain() {
-                    Some(c) => c
-                        .frames()
-                        .filter(|(ctx, _)| matches!(ctx, Context::Kernel | Context::User))
-                        .map(|(_, a)| a)
-                        .collect(),
-                    None => Vec::new(),
-                };
+                let mut chain: Vec<u64> = Vec::new();
+                let mut user_at = None;
+                for (ctx, a) in s.callchain().iter().flat_map(|c| c.frames()) {
+                    match ctx {
+                        Context::Kernel => chain.push(a),
+                        Context::User => {
+                            user_at.get_or_insert(chain.len());
+                            chain.push(a);
+                        }
+                        _ => {}
+                    }
+                }
                 if is_off_cpu {
                     // The user part of the chain only: its first frame is where the
                     // thread left user space.
@@ -157,8 +167,10 @@ impl Decoder {
                     // The chain starts at the sampled address itself.
                     if chain.first() == Some(&ip) {
                         chain.remove(0);
+                        user_at = user_at.map(|u| u.saturating_sub(1));
                     }
                     chain.truncate(self.max_depth);
+                    let user_at = user_at.filter(|&u| u < chain.len());
                     let mut values = [0u64; MAX_COUNTERS];
                     let mut n = 0u8;
                     if let Some(read) = s.read() {
@@ -176,6 +188,7 @@ impl Decoder {
                         n,
                         values,
                         callers: chain,
+                        user_at,
                         user: s
                             .regs_user()
                             .zip(s.stack_user())
@@ -215,10 +228,49 @@ impl Decoder {
             Event::Lost { lost, .. } | Event::LostSamples { lost } => {
                 Ev::Lost { pid: id.pid, tid: id.tid, lost }
             }
+            Event::Other(fields) if kind == strobe_perf::sys::PERF_RECORD_READ => {
+                match task_count(fields, self.leader.read_format) {
+                    Some(ev) => ev,
+                    None => {
+                        self.malformed += 1;
+                        return None;
+                    }
+                }
+            }
             _ => return None,
         };
         Some(Timed { time, ev })
     }
+}
+
+/// A READ record's fields (`pid, tid`, then the leader's `read_format`): its counts.
+fn task_count(fields: &[u8], read_format: u64) -> Option<Ev> {
+    use strobe_perf::sys::{
+        PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_LOST, PERF_FORMAT_TOTAL_TIME_ENABLED,
+        PERF_FORMAT_TOTAL_TIME_RUNNING,
+    };
+    let word = |i: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(fields.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+    };
+    let first = word(0)?;
+    let (pid, tid) = (first as u32, (first >> 32) as u32);
+    let has = |f: u32| read_format & u64::from(f) != 0;
+    let times = usize::from(has(PERF_FORMAT_TOTAL_TIME_ENABLED))
+        + usize::from(has(PERF_FORMAT_TOTAL_TIME_RUNNING));
+    // After each value: its id and its lost count, when asked for.
+    let per_value = 1 + usize::from(has(PERF_FORMAT_ID)) + usize::from(has(PERF_FORMAT_LOST));
+    let mut values = [0u64; MAX_COUNTERS];
+    let n = if has(PERF_FORMAT_GROUP) {
+        let nr = usize::try_from(word(1)?).ok()?.min(MAX_COUNTERS);
+        for (i, v) in values.iter_mut().enumerate().take(nr) {
+            *v = word(2 + times + i * per_value)?;
+        }
+        nr
+    } else {
+        values[0] = word(1)?;
+        1
+    };
+    Some(Ev::TaskCount { pid, tid, n: n as u8, values })
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use super::decode::{Ev, SampleEv, Timed};
 use super::ksyms::KernelNames;
 use super::unwind::{ProcModules, Unwinder};
 use crate::drain::Totals;
+use crate::served::Served;
 use crate::stacks::StackTable;
 
 /// What `/proc` showed of a process that ran before the recording started.
@@ -54,6 +55,10 @@ pub(crate) struct Sampling {
     /// Samples carry user stack copies to walk, into at most this many frames in all
     /// (0: they do not).
     pub user_walk_depth: usize,
+    /// The leader counts time (ns): its per-task counts are CPU times.
+    pub leader_is_time: bool,
+    /// The streams are the floor beside an agent (their PROCESS chunks say so).
+    pub floor: bool,
 }
 
 /// One process image.
@@ -107,8 +112,8 @@ struct Pending {
 }
 
 /// Builds the record file of a kernel-mode recording.
-pub(crate) struct Writer<'f> {
-    file: &'f mut File,
+pub(crate) struct Writer {
+    file: File,
     enc: Encoder,
     sampling: Sampling,
     procs: Vec<Proc>,
@@ -128,21 +133,26 @@ pub(crate) struct Writer<'f> {
     unwinder: Option<Unwinder>,
     /// Threads that sampled or switched out.
     seen_tids: FxHashSet<u32>,
+    /// Per (pid, tid): the leader's final count of each of the thread's event copies
+    /// (one per CPU), summed: its exact CPU time for a time leader.
+    task_counts: FxHashMap<(u32, u32), u64>,
+    /// Floor samples dropped because the agent served their thread at that moment.
+    pub served_dropped: u64,
     totals: Totals,
     /// Off-CPU intervals written.
     pub off_cpu_intervals: u64,
 }
 
-impl<'f> Writer<'f> {
+impl Writer {
     /// A writer appending to `file` (its header already written).
     pub fn new(
-        file: &'f mut File,
+        file: File,
         sampling: Sampling,
         known: FxHashMap<u32, Known>,
         launched: Option<u32>,
         kernel_names: bool,
         first_stream: u32,
-    ) -> Writer<'f> {
+    ) -> Writer {
         Writer {
             file,
             enc: Encoder::with_capacity(1 << 20),
@@ -161,6 +171,8 @@ impl<'f> Writer<'f> {
             unwinder: (sampling.user_walk_depth > 0)
                 .then(|| Unwinder::new(sampling.user_walk_depth)),
             seen_tids: FxHashSet::default(),
+            task_counts: FxHashMap::default(),
+            served_dropped: 0,
             totals: Totals::default(),
             off_cpu_intervals: 0,
         }
@@ -169,6 +181,30 @@ impl<'f> Writer<'f> {
     /// Processes (images) seen.
     pub fn processes(&self) -> usize {
         self.procs.len()
+    }
+
+    /// The pids whose images the writer follows now (not replaced), each once.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.by_pid.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The exact counts (CPU time for a time leader) the kernel gave of threads that
+    /// ended, per (pid, tid).
+    pub fn task_counts(&self) -> &FxHashMap<(u32, u32), u64> {
+        &self.task_counts
+    }
+
+    /// Appends a THREADCPU chunk to `pid`'s current stream (creating the stream if the
+    /// writer has not seen the process: one that never sampled).
+    pub fn thread_cpu(&mut self, pid: u32, threads: &[strobe_format::ThreadCpu]) {
+        if threads.is_empty() {
+            return;
+        }
+        let i = self.proc_of(pid, crate::drain::mono_ns(), None);
+        let stream = self.procs[i].stream;
+        self.enc.thread_cpu(stream, threads);
     }
 
     /// Reads the kernel's symbols now, before the target runs.
@@ -227,6 +263,7 @@ impl<'f> Writer<'f> {
                 sample_cost_ns: 0,
                 floor_cost_ns: 0,
                 predicted_overhead_ppm: 0,
+                floor: s.floor,
             },
         );
         let mut maps = Vec::new();
@@ -269,11 +306,19 @@ impl<'f> Writer<'f> {
         self.names.push((stream, ThreadInfo { tid, name: t.name.clone() }));
     }
 
-    /// Applies events released in time order.
-    pub fn apply(&mut self, events: Vec<Timed>) {
+    /// Applies events released in time order. A sample of a thread `served` says the
+    /// agent served at its time is dropped (the agent's samples stand for that time).
+    pub fn apply(&mut self, events: Vec<Timed>, served: &Served) {
         for Timed { time, ev } in events {
             match ev {
+                Ev::Sample(s) if served.covers(s.tid, time) => self.served_dropped += 1,
                 Ev::Sample(s) => self.sample(time, s),
+                Ev::TaskCount { pid, tid, n, values } => {
+                    if n > 0 && self.sampling.leader_is_time {
+                        let c = self.task_counts.entry((pid, tid)).or_default();
+                        *c = c.saturating_add(values[0]);
+                    }
+                }
                 Ev::SwitchOut { pid, tid, leaf, callers } => {
                     let i = self.proc_of(pid, time, None);
                     let p = &mut self.procs[i];
@@ -376,7 +421,23 @@ impl<'f> Writer<'f> {
         if let (Some(u), Some(w)) = (s.user.take(), self.unwinder.as_mut()) {
             let p = &mut self.procs[i];
             let max = self.sampling.user_walk_depth;
+            // The kernel's frame-pointer chain of the user frames, kept aside.
+            let fp_user = s.user_at.map(|at| s.callers.split_off(at)).unwrap_or_default();
+            let kernel_len = s.callers.len();
             w.walk(&p.maps, &mut p.modules, &u, s.kernel, &mut s.callers, max);
+            // Code with no unwind tables in its files (Go) ends the DWARF walk at once:
+            // its frame-pointer chain is what there is.
+            let leaf_only = usize::from(s.kernel);
+            if s.callers.len() - kernel_len <= leaf_only && fp_user.len() > leaf_only {
+                s.callers.truncate(kernel_len);
+                let mut fp = fp_user;
+                if let (true, Some(first)) = (s.kernel, fp.first_mut()) {
+                    // The interrupted user address, stored one past as callers are.
+                    *first = first.wrapping_add(1);
+                }
+                s.callers.extend(fp);
+                s.callers.truncate(max);
+            }
         }
         self.ksyms.note(s.ip);
         for &a in &s.callers {
