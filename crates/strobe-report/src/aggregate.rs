@@ -71,6 +71,8 @@ pub struct Aggregator {
     threads: FxHashMap<u32, usize>,
     slots: Vec<ThreadSlot>,
     last_tid: Option<(u32, usize)>,
+    /// Streams of the kernel floor beside an agent (see [`Aggregator::set_floor`]).
+    floor: rustc_hash::FxHashSet<u32>,
 }
 
 impl Aggregator {
@@ -89,6 +91,7 @@ impl Aggregator {
             threads: FxHashMap::default(),
             slots: Vec::new(),
             last_tid: None,
+            floor: rustc_hash::FxHashSet::default(),
         })
     }
 
@@ -258,6 +261,41 @@ impl Aggregator {
         self.t.sample_count
     }
 
+    /// A floor sample: a time sample, no interval.
+    fn push_floor(&mut self, space: u32, s: &Sample<'_>) {
+        let width = self.t.width();
+        let t = &mut self.t;
+        if let Some(tl) = &mut t.timeline {
+            tl.samples.push(crate::tally::RawSample {
+                pid: s.pid,
+                space,
+                tid: s.tid,
+                time: s.time,
+                ip: s.ip,
+                stack: s.stack,
+                kind: s.kind,
+            });
+            tl.values.extend((0..width).map(|i| s.values.get(i).copied().unwrap_or(0)));
+        }
+        if matches!(s.kind, SampleKind::Plain | SampleKind::WindowStart) {
+            t.sample_count += 1;
+            *t.samples.entry((space, s.ip, s.stack)).or_insert(0) += 1;
+        }
+    }
+
+    /// Adds CPU time no sample stands for, as samples' worth, to its own row named
+    /// `function` in `module` (the process and thread it belongs to): the report shows
+    /// it, so every share is of all CPU time and the missing part is named.
+    pub fn add_unaccounted(&mut self, function: &str, module: &str, samples: f64) {
+        if !(samples.is_finite() && samples > 0.0) {
+            return;
+        }
+        match self.t.unaccounted.iter_mut().find(|r| r.0 == function && r.1 == module) {
+            Some(r) => r.2 += samples,
+            None => self.t.unaccounted.push((function.to_string(), module.to_string(), samples)),
+        }
+    }
+
     fn space(&mut self, pid: u32) -> u32 {
         match self.last_pid {
             Some((p, s)) if p == pid => s,
@@ -299,11 +337,22 @@ impl Aggregator {
         }
     }
 
+    /// Marks the process fed under key `pid` (a record stream) as the kernel floor's
+    /// samples beside an agent: time samples of moments the agent did not serve, which
+    /// open and close no interval (window metrics are the agent's).
+    pub fn set_floor(&mut self, pid: u32) {
+        self.floor.insert(pid);
+    }
+
     /// Feeds one sample. Never allocates except when a new thread, key or window key
     /// appears.
     #[inline]
     pub fn push(&mut self, s: &Sample<'_>) {
         let space = self.space(s.pid);
+        if !self.floor.is_empty() && self.floor.contains(&s.pid) {
+            self.push_floor(space, s);
+            return;
+        }
         let slot_i = self.slot(s.tid);
         let width = self.t.width();
         let n = width.min(s.values.len());

@@ -27,6 +27,7 @@
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
 
+mod accounting;
 mod aggregate;
 pub mod calltree;
 pub mod diff;
@@ -57,7 +58,7 @@ pub use input::{
 };
 pub use render::{render, Format, RenderOptions};
 pub use report::{
-    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, UNSAMPLED,
+    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, AGENT, UNSAMPLED,
 };
 pub use stats::{Estimate, WindowSums};
 pub use symbolize::SymbolOptions;

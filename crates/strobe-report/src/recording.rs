@@ -16,6 +16,8 @@ use std::path::Path;
 
 use strobe_format::{NoteLevel, ProcessOrigin, Reader, Record};
 
+use crate::accounting::Accounting;
+
 use crate::input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
 use crate::{Aggregator, Report, ReportError, WindowPolicy};
 
@@ -101,6 +103,8 @@ pub fn read_with(
     let mut notes = Vec::new();
     let mut samples_read = 0u64;
     let mut uncounted = 0.0f64;
+    let mut acct = Accounting::default();
+    let mut floor_streams: Vec<u32> = Vec::new();
     while let Some(record) = reader.next() {
         let at = reader.offset();
         if at >= next_progress {
@@ -110,6 +114,11 @@ pub fn read_with(
         match record? {
             Record::Process { stream, info } => {
                 agg.set_process_id(stream, info.pid);
+                if info.floor {
+                    agg.set_floor(stream);
+                    floor_streams.push(stream);
+                }
+                acct.process(stream, &info);
                 cycle.push((
                     stream,
                     info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64,
@@ -156,12 +165,14 @@ pub fn read_with(
                     });
                 }
                 *per_stream.entry(batch.stream).or_insert(0) += time_samples;
+                acct.samples(batch.stream, batch.tid, time_samples);
             }
             Record::Lost { stream, lost } => {
                 for l in lost {
                     agg.add_lost(stream, l.tid, l.lost);
                     // Samples lost were taken, not missed: they are no unsampled time.
                     *per_stream.entry(stream).or_insert(0) += l.lost;
+                    acct.samples(stream, l.tid, l.lost);
                 }
             }
             Record::Note { note, .. } => {
@@ -209,7 +220,12 @@ pub fn read_with(
                     let before = end.unsampled_ns as f64 / c;
                     let residual =
                         end.cpu_ns.map_or(0.0, |cpu| (cpu as f64 - n * uncounted) / c - n);
-                    agg.add_unsampled(before.max(residual));
+                    // Used only if the file has no per-thread CPU times (older files).
+                    acct.old_unsampled += before.max(residual);
+                }
+                // A floor stream's samples stand for its period exactly.
+                if let Some(c) = c.filter(|_| !floor_streams.contains(&stream)) {
+                    acct.cycle(stream, c);
                 }
             }
             Record::KernelSymbols(syms) => {
@@ -228,10 +244,13 @@ pub fn read_with(
             Record::Threads { stream, threads } => {
                 for t in threads {
                     agg.set_thread_name(stream, t.tid, &t.name);
+                    acct.thread_name(stream, t.tid, &t.name);
                 }
             }
+            Record::ThreadCpu { stream, threads } => acct.thread_cpu(stream, &threads),
         }
     }
+    acct.finish(&mut agg);
     progress(size, size);
     Ok(Loaded { report: agg.finish(policy), truncated_at, notes, samples_read, clock })
 }

@@ -41,6 +41,16 @@ use crate::tally::{LostThread, Tally};
 /// every share is of the process's whole CPU time, as a program measuring itself sees it.
 pub const UNSAMPLED: &str = "[not sampled]";
 
+/// The row of strobe's agent's own work in the target (setting threads up, reading
+/// mappings): every frame in the agent's library is named so, and no agent frame stays
+/// inside a call path.
+pub const AGENT: &str = "[strobe agent]";
+
+/// Whether a module is strobe's agent library.
+fn is_agent_module(module: &str) -> bool {
+    module.starts_with("libstrobe_agent")
+}
+
 /// What to do with a window whose start and end samples fall in different functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WindowPolicy {
@@ -249,7 +259,15 @@ impl Report {
             t.stacks.for_each_frame(sp, st, |addr| v.push(intern((sp, addr.saturating_sub(1)))));
             stack_frames.insert((sp, st), v);
         }
-        let frames = symbolize_with(&mut t.spaces, &addrs, &t.symbols);
+        let mut frames = symbolize_with(&mut t.spaces, &addrs, &t.symbols);
+        // The agent's frames are strobe's: one name, and no place in a caller chain
+        // (its thread trampoline sits between libc's thread start and the user's routine).
+        let is_agent: Vec<bool> = frames.iter().map(|f| is_agent_module(&f.module)).collect();
+        for (f, _) in frames.iter_mut().zip(&is_agent).filter(|(_, &a)| a) {
+            f.function = AGENT.to_string();
+            f.inlined.clear();
+            f.source = None;
+        }
 
         // Fold addresses to functions: same function = same name in the same file.
         let mut func_index: FxHashMap<(String, String), usize> = FxHashMap::default();
@@ -331,6 +349,9 @@ impl Report {
             };
             if let Some(v) = stack_frames.get(&(space, stack)) {
                 for &a in v.iter().rev() {
+                    if is_agent.get(a).copied().unwrap_or(false) {
+                        continue;
+                    }
                     push_addr(&mut fr, a);
                     fr.extend(func_of.get(a).copied());
                 }
@@ -506,6 +527,7 @@ impl Report {
 
         // CPU time before sampling was armed: its own row, so shares are of all CPU time.
         let unsampled = t.unsampled.round() as u64;
+        let mut unsampled_total = unsampled;
         if unsampled > 0 {
             functions.push(FunctionStats {
                 function: UNSAMPLED.to_string(),
@@ -531,6 +553,40 @@ impl Report {
                 sums: WindowSums::new(width),
                 off_cpu_ns: 0,
             });
+        }
+
+        // CPU time no sample stands for, named by process and thread (and strobe's own
+        // set-up work): a row each.
+        for (function, module, n) in std::mem::take(&mut t.unaccounted) {
+            let n = n.round() as u64;
+            if n == 0 {
+                continue;
+            }
+            functions.push(FunctionStats {
+                function,
+                module: module.clone(),
+                source: None,
+                module_path: format!("[{module}]"),
+                lines: Vec::new(),
+                samples: n,
+                total_samples: n,
+                windows: 0,
+                sums: WindowSums::new(width),
+                total_windows: 0,
+                total_sums: WindowSums::new(width),
+                edge_sums: WindowSums::new(width),
+                total_edge_sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+                total_off_cpu_ns: 0,
+                off_cpu_intervals: 0,
+            });
+            paths.push(PathStats {
+                frames: vec![functions.len() - 1],
+                samples: n,
+                sums: WindowSums::new(width),
+                off_cpu_ns: 0,
+            });
+            unsampled_total += n;
         }
 
         for ((fi, line), n) in line_counts {
@@ -595,7 +651,7 @@ impl Report {
             info: t.info,
             functions: kept,
             paths,
-            samples: t.sample_count + unsampled,
+            samples: t.sample_count + unsampled_total,
             lost_samples: t.lost,
             lost_by_thread: t.lost_by_thread,
             windows_used: used,

@@ -110,6 +110,8 @@ pub struct Tally {
     /// CPU time no sample could land in (threads before their sampling was armed), in
     /// samples' worth (time over the mean sampling cycle).
     pub unsampled: f64,
+    /// CPU time no sample stands for, named: (function, module, samples' worth).
+    pub unaccounted: Vec<(String, String, f64)>,
     /// How addresses are to be named.
     pub symbols: SymbolOptions,
     /// Thread names, by (process key, tid).
@@ -176,6 +178,7 @@ impl Tally {
             tail_windows: 0,
             tail_only_windows: 0,
             unsampled: 0.0,
+            unaccounted: Vec::new(),
             symbols: SymbolOptions::default(),
             thread_names: FxHashMap::default(),
             timeline: None,
