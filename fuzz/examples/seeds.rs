@@ -205,6 +205,7 @@ fn recording() -> Vec<u8> {
             sample_cost_ns: 26_000,
             floor_cost_ns: 15_700,
             predicted_overhead_ppm: 19_800,
+            floor: false,
         },
     );
     e.threads(7, &[ThreadInfo { tid: 100, name: "main".into() }]);

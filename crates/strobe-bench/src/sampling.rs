@@ -1053,6 +1053,7 @@ mod tests {
                 sample_cost_ns: 27_500,
                 floor_cost_ns: 15_000,
                 predicted_overhead_ppm: 19_000,
+                floor: false,
             },
         );
         let mut b = e.samples(7, 11, 2);

@@ -206,6 +206,7 @@ fn write_strobe(
             sample_cost_ns: 0,
             floor_cost_ns: 0,
             predicted_overhead_ppm: 0,
+            floor: false,
         },
     );
     let maps = objects

@@ -18,6 +18,11 @@ fn read(path: &Path) -> Recording {
     strobe_format::read_all(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The agents' streams (the kernel floor's are beside them).
+fn agent_streams(rec: &Recording) -> Vec<&strobe_format::ProcessData> {
+    rec.processes.iter().filter(|p| p.info.as_ref().is_some_and(|i| !i.floor)).collect()
+}
+
 /// Samples per thread id, over all processes.
 fn samples_per_tid(rec: &Recording) -> BTreeMap<u32, usize> {
     let mut m = BTreeMap::new();
@@ -37,8 +42,9 @@ fn eight_threads_are_all_sampled() {
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "8 threads done\n", "{}", show(&out));
     let rec = read(&file);
-    assert_eq!(rec.processes.len(), 1, "{rec:#?}");
-    let p = &rec.processes[0];
+    let agents = agent_streams(&rec);
+    assert_eq!(agents.len(), 1, "{rec:#?}");
+    let p = agents[0];
     assert_eq!(p.info.as_ref().unwrap().origin, ProcessOrigin::Start);
     let per_tid = samples_per_tid(&rec);
     // The main thread only waits in pthread_join; the 8 workers burn 150 ms of CPU each.
@@ -75,7 +81,7 @@ fn slots_of_exited_threads_are_reused_so_every_thread_is_followed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("not profiled") && !err.contains("agent error"), "{err}");
     let rec = read(&file);
-    let tids: BTreeSet<u32> = rec.processes[0].threads.iter().map(|t| t.tid).collect();
+    let tids: BTreeSet<u32> = agent_streams(&rec)[0].threads.iter().map(|t| t.tid).collect();
     // 2,400 workers and the main thread, through 1,024 slots.
     assert!(tids.len() >= 2_401, "{} threads followed", tids.len());
     assert_eq!(rec.total_lost(), 0);
@@ -89,6 +95,7 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
     let expected = "parent start\nchild done\nchild exited 3\nvfork child exited 0\nstage2 done\n";
     assert_eq!(String::from_utf8_lossy(&plain.stdout), expected);
 
+    // --follow-fork is the default (the option stays, and changes nothing).
     for follow in [false, true] {
         let file = dir.path(&format!("e-{follow}.strobe"));
         let mut cmd = record_to(&file);
@@ -100,26 +107,23 @@ fn fork_and_exec_keep_the_exit_status_and_output() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{}", show(&out));
 
         let rec = read(&file);
+        let agents = agent_streams(&rec);
         let origins: Vec<_> =
-            rec.processes.iter().filter_map(|p| p.info.as_ref().map(|i| i.origin)).collect();
-        // The program itself, its exec'd image, and with --follow-fork its forked child
-        // and the image /bin/true runs in its vfork child.
-        let want: &[ProcessOrigin] = if follow {
-            &[ProcessOrigin::Start, ProcessOrigin::Fork, ProcessOrigin::Exec, ProcessOrigin::Exec]
-        } else {
-            &[ProcessOrigin::Start, ProcessOrigin::Exec]
-        };
+            agents.iter().filter_map(|p| p.info.as_ref().map(|i| i.origin)).collect();
+        // The program itself, its exec'd image, its forked child and the image /bin/true
+        // runs in its vfork child.
+        let want: &[ProcessOrigin] =
+            &[ProcessOrigin::Start, ProcessOrigin::Fork, ProcessOrigin::Exec, ProcessOrigin::Exec];
         let mut got = origins.clone();
         got.sort_by_key(|o| *o as u8);
         assert_eq!(got, want, "follow-fork {follow}: streams {origins:?}");
         // The cost is measured once; forked children and exec'd images reuse it.
-        let costs: BTreeSet<(u64, u64)> = rec
-            .processes
+        let costs: BTreeSet<(u64, u64)> = agents
             .iter()
             .filter_map(|p| p.info.as_ref().map(|i| (i.sample_cost_ns, i.floor_cost_ns)))
             .collect();
         assert_eq!(costs.len(), 1, "{costs:?}");
-        for p in &rec.processes {
+        for p in &agents {
             let info = p.info.as_ref().unwrap();
             assert!(p.end.is_some(), "stream {info:?} has no END");
             // The images of exec_fork burn 60 ms or more each; /bin/true may take none.
@@ -175,7 +179,7 @@ fn the_cost_per_sample_is_measured_before_the_target_starts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("measured before the start)"), "{err}");
     let rec = read(&file);
-    let info = rec.processes[0].info.as_ref().expect("PROCESS chunk");
+    let info = agent_streams(&rec)[0].info.as_ref().expect("PROCESS chunk");
     assert!(info.sample_cost_ns > info.floor_cost_ns && info.floor_cost_ns > 0, "{info:?}");
 }
 
@@ -246,8 +250,9 @@ fn the_workload_at_the_defaults_loses_no_sample() {
     ]));
     assert!(out.status.success(), "{}", show(&out));
     let rec = read(&file);
-    assert_eq!(rec.processes.len(), 1);
-    let p = &rec.processes[0];
+    let agents = agent_streams(&rec);
+    assert_eq!(agents.len(), 1);
+    let p = agents[0];
     let info = p.info.as_ref().unwrap();
     assert_eq!(info.period_source, strobe_format::PeriodSource::Budget);
     assert!(info.sample_cost_ns > 0 && info.floor_cost_ns > 0, "{info:?}");
@@ -273,11 +278,12 @@ fn a_small_wakeup_threshold_wakes_the_recorder_and_keeps_every_sample() {
         .arg(prog("threads8")));
     assert!(out.status.success(), "{}", show(&out));
     let rec = read(&file);
-    let end = rec.processes[0].end.expect("END");
+    let agents = agent_streams(&rec);
+    let end = agents[0].end.expect("END");
     assert!(end.wakeups > 0, "{end:?}");
     // Every sample taken is either in the file or counted as lost: nothing vanishes.
-    assert_eq!(end.samples as usize, rec.total_samples());
-    assert_eq!(end.lost, rec.total_lost());
+    assert_eq!(end.samples as usize, agents[0].samples.len());
+    assert_eq!(end.lost, agents[0].lost_total());
 }
 
 #[test]
@@ -292,7 +298,7 @@ fn an_explicit_period_above_the_budget_is_warned_about() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("above the 2.0% overhead budget"), "{err}");
     let rec = read(&file);
-    let info = rec.processes[0].info.as_ref().unwrap();
+    let info = agent_streams(&rec)[0].info.as_ref().unwrap();
     assert_eq!(info.period_source, strobe_format::PeriodSource::Explicit);
     assert_eq!((info.period, info.window), (100_000, 20_000));
 }

@@ -109,6 +109,7 @@ fn write_recording(path: &Path, lost: u64) -> Vec<u8> {
             sample_cost_ns: 25_000,
             floor_cost_ns: 15_000,
             predicted_overhead_ppm: 19_000,
+            floor: false,
         },
     );
     e.maps(STREAM, &MapsSnapshot { time_mono_ns: 3, maps });

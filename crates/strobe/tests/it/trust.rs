@@ -269,27 +269,28 @@ fn ten_thousand_live_threads() {
     let threads: std::collections::BTreeSet<u32> =
         rec.processes.iter().flat_map(|p| p.samples.iter().map(|s| s.tid)).collect();
     let err = String::from_utf8_lossy(&out.stderr);
-    // With the default open-file limit most threads cannot open their events; strobe says
-    // how many.
-    if threads.len() < 5000 {
-        assert!(err.contains("threads were not profiled"), "{err}");
-    }
+    // With the default open-file limit most threads do not fit the agent's descriptor
+    // budget: strobe says how many, and the kernel floor sampled them.
+    assert!(err.contains("descriptor budget"), "{err}");
+    assert!(!err.contains("cannot open the event group"), "{err}");
     assert!(!threads.is_empty());
 }
 
 /// A program whose work runs in a thread made with raw `clone` (the agent follows
-/// `pthread_create`): strobe says the samples miss most of the CPU time, instead of an
-/// empty profile with no word.
+/// `pthread_create`, so it never serves that thread): the kernel floor samples it, and
+/// the thread's function (`cloned`, which does all the work) holds nearly all the time,
+/// as in the program. Before the floor, 99% of it was `[not sampled]`.
 #[test]
-fn cpu_time_the_agent_could_not_sample_is_named() {
+fn a_thread_made_with_raw_clone_is_sampled_by_the_floor() {
     let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-clone");
     let file = dir.path("c.strobe");
     let out = run(record_to(&file).arg("--").arg(prog("raw_clone")).arg("500"));
     assert!(out.status.success(), "{}", show(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not profiled") || err.contains("not sampled"), "{err}");
     let r = report_json(&file);
+    let cloned = function(&r, "cloned").map_or(0.0, |f| f["total_pct"].as_f64().unwrap());
     let unsampled = function(&r, "[not sampled]").map_or(0.0, |f| f["time_pct"].as_f64().unwrap());
-    assert!(unsampled > 50.0, "the unsampled share shows: {unsampled}");
+    let table = String::from_utf8_lossy(&run(strobe().arg("report").arg(&file)).stdout).into_owned();
+    assert!(cloned > 85.0, "cloned: {cloned:.1}% of the samples\n{table}");
+    assert!(unsampled < 10.0, "[not sampled]: {unsampled:.1}%\n{table}");
 }
