@@ -64,7 +64,6 @@ const CALIB_SPIN_NS: u64 = 2_500_000;
 /// Two runs that agree within this fraction are taken as stable.
 const CALIB_STABLE: f64 = 0.1;
 
-
 /// The calling thread's CPU time (user + system), ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

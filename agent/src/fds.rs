@@ -13,7 +13,7 @@
 //!   soft limit, leaving the top [`reserve`] numbers free (shells and servers use the
 //!   last ones, bash's 255 for one), so the low numbers the program's `open`s get are
 //!   never ours.
-//! - **Identity.** A bitmap says which band numbers are ours. The interposed `close`
+//! - **Identity.** A set says which numbers are ours. The interposed `close`
 //!   leaves ours open and answers EBADF, as the kernel would for a number the program
 //!   never opened; `close_range` and `closefrom` close everything around ours;
 //!   `dup2`/`dup3` onto one of ours first moves ours to another band number.
@@ -23,54 +23,58 @@
 //! new file; the window is a few instructions, and only a program that `dup2`s onto a
 //! number near its limit can open it.
 //!
-//! Owns: the band, the budget and the bitmap, and the interposers above. Must never
+//! Owns: the band, the budget and the set, and the interposers above. Must never
 //! allocate or lock (the interposers are async-signal-safe, as the functions they stand
 //! for), and never close or move a descriptor that is not the agent's.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-/// The most descriptors the agent ever uses (the bitmap's size).
+/// The most descriptors the agent ever uses.
 pub const MAX_BAND: usize = 4096;
 
-/// Band start and end (`lo..hi`; both 0 until [`init`]).
-static LO: AtomicI32 = AtomicI32::new(0);
-static HI: AtomicI32 = AtomicI32::new(0);
+/// The agent's descriptors: an open-addressing set (linear probing) twice the largest
+/// budget, so probes stay short. Slots hold a descriptor, [`EMPTY`] or [`GONE`] (a removed
+/// one, which probes step over).
+const SET: usize = 2 * MAX_BAND;
+const EMPTY: i32 = -1;
+const GONE: i32 = -2;
+static OURS: [AtomicI32; SET] = [const { AtomicI32::new(EMPTY) }; SET];
 /// Descriptors in use (or reserved) by the agent.
 static USED: AtomicU32 = AtomicU32::new(0);
-/// Which band numbers are the agent's (bit `fd - LO`).
-static OURS: [AtomicU64; MAX_BAND / 64] = [const { AtomicU64::new(0) }; MAX_BAND / 64];
 
 /// The numbers left free at the top of the limit.
 pub fn reserve(limit: u64) -> u64 {
     (limit / 32).clamp(16, 256)
 }
 
-/// Places the band from the soft `RLIMIT_NOFILE` (normal context, agent start; a forked
-/// child keeps its parent's).
-pub fn init() {
-    if HI.load(Ordering::Relaxed) != 0 {
-        return;
-    }
+/// The soft `RLIMIT_NOFILE` now.
+fn soft_limit() -> Option<u64> {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit with a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return;
-    }
-    let limit = r.rlim_cur.min(i32::MAX as u64 / 2);
-    let budget = (limit / 8).min(MAX_BAND as u64);
-    let hi = limit.saturating_sub(reserve(limit));
-    if budget < 4 || hi < budget + 3 {
-        return; // a limit too small to share: the floor serves every thread
-    }
-    // Relaxed: set once, before any thread is served (start runs single-threaded).
-    LO.store((hi - budget) as i32, Ordering::Relaxed);
-    HI.store(hi as i32, Ordering::Relaxed);
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0)
+        .then_some(r.rlim_cur.min(i32::MAX as u64 / 2))
 }
 
-/// Reserves `n` descriptors of the budget; `false` when they do not fit.
+/// The budget under `limit`: an eighth of it, at most [`MAX_BAND`].
+fn budget_of(limit: u64) -> u64 {
+    (limit / 8).min(MAX_BAND as u64)
+}
+
+/// The band now: `lo..hi`, just below the current soft limit (a program may lower or
+/// raise it after start; descriptors placed earlier stay where they are).
+fn band() -> Option<(RawFd, RawFd)> {
+    let limit = soft_limit()?;
+    let budget = budget_of(limit);
+    let hi = limit.saturating_sub(reserve(limit));
+    (budget >= 4 && hi > budget + 3).then(|| ((hi - budget) as RawFd, hi as RawFd))
+}
+
+/// Reserves `n` descriptors of the budget (an eighth of the soft `RLIMIT_NOFILE` now: a
+/// program that lowers its limit after start gets a smaller one); `false` when they do
+/// not fit.
 pub fn take(n: u32) -> bool {
-    let budget = (HI.load(Ordering::Relaxed) - LO.load(Ordering::Relaxed)).max(0) as u32;
+    let budget = soft_limit().map_or(0, budget_of) as u32;
     // Relaxed: a counter; no data is published through it.
     let before = USED.fetch_add(n, Ordering::Relaxed);
     if before + n > budget {
@@ -86,28 +90,45 @@ pub fn give_back(n: u32) {
     let _ = USED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(n)));
 }
 
-fn bit(fd: RawFd) -> Option<(&'static AtomicU64, u64)> {
-    let i = usize::try_from(fd - LO.load(Ordering::Relaxed)).ok()?;
-    if fd >= HI.load(Ordering::Relaxed) {
-        return None;
-    }
-    Some((OURS.get(i / 64)?, 1u64 << (i % 64)))
+fn home(fd: RawFd) -> usize {
+    (fd as u32).wrapping_mul(0x9e37_79b9) as usize % SET
 }
 
 /// Whether `fd` is one of the agent's.
 #[inline]
 pub fn is_ours(fd: RawFd) -> bool {
-    // Acquire: pairs with the Release in `mark`: the descriptor was moved there first.
-    bit(fd).is_some_and(|(w, b)| w.load(Ordering::Acquire) & b != 0)
+    if fd < 0 || USED.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let h = home(fd);
+    for i in 0..SET {
+        // Acquire: pairs with the Release in `mark`: the descriptor was moved there first.
+        match OURS[(h + i) % SET].load(Ordering::Acquire) {
+            EMPTY => return false,
+            x if x == fd => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 fn mark(fd: RawFd, ours: bool) {
-    if let Some((w, b)) = bit(fd) {
-        // Release: the descriptor exists at `fd` before anyone sees it marked ours.
+    let h = home(fd);
+    for i in 0..SET {
+        let cell = &OURS[(h + i) % SET];
+        let v = cell.load(Ordering::Acquire);
         if ours {
-            w.fetch_or(b, Ordering::Release);
-        } else {
-            w.fetch_and(!b, Ordering::Release);
+            // Release: the descriptor exists at `fd` before anyone sees it marked ours.
+            if (v == EMPTY || v == GONE)
+                && cell.compare_exchange(v, fd, Ordering::Release, Ordering::Relaxed).is_ok()
+            {
+                return;
+            }
+        } else if v == fd {
+            cell.store(GONE, Ordering::Release);
+            return;
+        } else if v == EMPTY {
+            return;
         }
     }
 }
@@ -115,10 +136,10 @@ fn mark(fd: RawFd, ours: bool) {
 /// Moves `fd` (the agent's, just opened) into the band; returns the new number, or
 /// `None` (and `fd` closed) when the band is full.
 pub fn place(fd: RawFd) -> Option<RawFd> {
-    let (lo, hi) = (LO.load(Ordering::Relaxed), HI.load(Ordering::Relaxed));
-    if hi == 0 {
-        return Some(fd); // no band (a tiny limit): the budget says no more threads
-    }
+    let Some((lo, hi)) = band() else {
+        real_close(fd);
+        return None;
+    };
     // SAFETY: F_DUPFD_CLOEXEC takes a plain minimum and returns a new descriptor.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lo) };
     real_close(fd);
@@ -153,10 +174,10 @@ fn real_close(fd: RawFd) {
 /// it (`holders` is searched); `false` if no band number is free (then `fd` stays, and
 /// the caller's `dup2` replaces it: the holder's uses fail from then on).
 fn move_away(fd: RawFd, holders: &mut dyn Iterator<Item = &'static AtomicI32>) -> bool {
-    let lo = LO.load(Ordering::Relaxed);
+    let Some((lo, hi)) = band() else { return false };
     // SAFETY: F_DUPFD_CLOEXEC takes a plain minimum and returns a new descriptor.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lo) };
-    if new < 0 || new >= HI.load(Ordering::Relaxed) {
+    if new < 0 || new >= hi {
         if new >= 0 {
             real_close(new);
         }
@@ -205,21 +226,28 @@ pub unsafe extern "C" fn close(fd: libc::c_int) -> libc::c_int {
 
 /// Closes `first..=last` around the agent's descriptors (`flags` as close_range's).
 fn close_range_around(first: u32, last: u32, flags: libc::c_int) -> libc::c_int {
-    let (lo, hi) = (LO.load(Ordering::Relaxed) as u32, HI.load(Ordering::Relaxed) as u32);
+    // The agent's descriptors inside the range, in order (at most the budget's).
+    let mut ours = [0u32; MAX_BAND];
+    let mut n = 0;
+    for cell in &OURS {
+        let v = cell.load(Ordering::Acquire);
+        if v >= 0 && (first..=last).contains(&(v as u32)) && n < MAX_BAND {
+            ours[n] = v as u32;
+            n += 1;
+        }
+    }
+    let ours = &mut ours[..n];
+    ours.sort_unstable();
     let mut from = first;
-    if hi > 0 && first < hi && last >= lo {
-        for fd in first.max(lo)..=last.min(hi - 1) {
-            if is_ours(fd as RawFd) {
-                if fd > from {
-                    // SAFETY: close_range on numbers that are not the agent's.
-                    let r = unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, flags) };
-                    if r != 0 {
-                        return r as libc::c_int;
-                    }
-                }
-                from = fd + 1;
+    for &fd in ours.iter() {
+        if fd > from {
+            // SAFETY: close_range on numbers that are not the agent's.
+            let r = unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, flags) };
+            if r != 0 {
+                return r as libc::c_int;
             }
         }
+        from = fd + 1;
     }
     if from > last {
         return 0;
@@ -286,7 +314,11 @@ pub unsafe extern "C" fn dup2(old: libc::c_int, new: libc::c_int) -> libc::c_int
 /// # Safety
 /// Same contract as libc's `dup3`.
 #[no_mangle]
-pub unsafe extern "C" fn dup3(old: libc::c_int, new: libc::c_int, flags: libc::c_int) -> libc::c_int {
+pub unsafe extern "C" fn dup3(
+    old: libc::c_int,
+    new: libc::c_int,
+    flags: libc::c_int,
+) -> libc::c_int {
     static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
         std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
     if is_ours(new) && old != new {

@@ -169,6 +169,8 @@ static FINI: extern "C" fn() = agent_fini;
 
 extern "C" fn agent_init() {
     let cpu_from = sampler::thread_cpu_ns();
+    // Before anything: the search path the linker read at start.
+    stack::remember_library_path();
     // First, on every load: it also resolves libc's sigaction up front.
     if watch::configured() {
         watch::start();
@@ -217,7 +219,6 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin, cpu_from: u64) {
             return;
         }
     };
-    fds::init();
     let out_fd = if cfg.calibrate {
         -1
     } else {
@@ -676,6 +677,88 @@ pub unsafe extern "C" fn signal(
     }
     // SAFETY: libc's signal has this signature; arguments forwarded unchanged.
     unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, handler) }
+}
+
+/// Interposes `bsd_signal` (BSD semantics: `signal`'s), as `signal`.
+///
+/// # Safety
+/// Same contract as libc's `bsd_signal`.
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { signal(sig, handler) }
+}
+
+/// Interposes `sigset` (System V's; `SIG_HOLD` blocks the signal instead): SIGTRAP's
+/// disposition is virtual once the agent's handler is installed, as with `signal`.
+///
+/// # Safety
+/// Same contract as libc's `sigset`.
+#[no_mangle]
+pub unsafe extern "C" fn sigset(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    const SIG_HOLD: libc::sighandler_t = 2;
+    if handler != SIG_HOLD {
+        if let Some(old) = sampler::virtual_signal(sig, handler) {
+            return old;
+        }
+    }
+    type F = unsafe extern "C" fn(libc::c_int, libc::sighandler_t) -> libc::sighandler_t;
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let p = next_symbol(&REAL, c"sigset");
+    if p.is_null() {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: libc's sigset has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, handler) }
+}
+
+/// Interposes `sysv_signal`: SIGTRAP's disposition is virtual once the agent's handler
+/// is installed.
+///
+/// # Safety
+/// Same contract as libc's `sysv_signal`.
+#[no_mangle]
+pub unsafe extern "C" fn sysv_signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    if let Some(old) = sampler::virtual_sysv_signal(sig, handler) {
+        return old;
+    }
+    type F = unsafe extern "C" fn(libc::c_int, libc::sighandler_t) -> libc::sighandler_t;
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let p = next_symbol(&REAL, c"sysv_signal");
+    if p.is_null() {
+        return libc::SIG_ERR;
+    }
+    // SAFETY: libc's sysv_signal has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, handler) }
+}
+
+/// Interposes `siginterrupt`: for SIGTRAP it changes the virtual disposition's restart
+/// flag, leaving the agent's handler in place.
+///
+/// # Safety
+/// Same contract as libc's `siginterrupt`.
+#[no_mangle]
+pub unsafe extern "C" fn siginterrupt(sig: libc::c_int, flag: libc::c_int) -> libc::c_int {
+    if let Some(rc) = sampler::virtual_siginterrupt(sig, flag) {
+        return rc;
+    }
+    type F = unsafe extern "C" fn(libc::c_int, libc::c_int) -> libc::c_int;
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let p = next_symbol(&REAL, c"siginterrupt");
+    if p.is_null() {
+        return -1;
+    }
+    // SAFETY: libc's siginterrupt has this signature; arguments forwarded unchanged.
+    unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)(sig, flag) }
 }
 
 /// Interposes `_exit` (which skips the destructors, and which shells such as dash use to

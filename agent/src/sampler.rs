@@ -148,6 +148,31 @@ pub fn virtual_signal(sig: libc::c_int, handler: libc::sighandler_t) -> Option<l
     Some(CHAIN_HANDLER.swap(handler, Ordering::AcqRel))
 }
 
+/// The interposed `sysv_signal`'s work for SIGTRAP: `signal` with System V semantics
+/// (the disposition resets after one signal, which is not blocked while it runs).
+pub fn virtual_sysv_signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> Option<libc::sighandler_t> {
+    if sig != libc::SIGTRAP || !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    CHAIN_FLAGS.store(libc::SA_RESETHAND | libc::SA_NODEFER, Ordering::Relaxed);
+    Some(CHAIN_HANDLER.swap(handler, Ordering::AcqRel))
+}
+
+/// The interposed `siginterrupt`'s work for SIGTRAP: whether a system call the target's
+/// SIGTRAP handler interrupts restarts (`flag` 0) or fails with EINTR.
+pub fn virtual_siginterrupt(sig: libc::c_int, flag: libc::c_int) -> Option<libc::c_int> {
+    if sig != libc::SIGTRAP || !INSTALLED.load(Ordering::Acquire) {
+        return None;
+    }
+    let f = CHAIN_FLAGS.load(Ordering::Relaxed);
+    let f = if flag != 0 { f & !libc::SA_RESTART } else { f | libc::SA_RESTART };
+    CHAIN_FLAGS.store(f, Ordering::Relaxed);
+    Some(0)
+}
+
 /// `CLOCK_MONOTONIC` in ns. Async-signal-safe (vDSO clock_gettime).
 #[inline]
 pub fn mono_ns() -> u64 {
@@ -239,6 +264,11 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // Acquire: pairs with the Release store of a handler the target installed.
     let handler = CHAIN_HANDLER.load(Ordering::Acquire);
     let flags = CHAIN_FLAGS.load(Ordering::Relaxed);
+    if flags & libc::SA_RESETHAND != 0 && handler != libc::SIG_IGN && handler != libc::SIG_DFL {
+        // A one-shot disposition (sysv_signal, SA_RESETHAND): the next SIGTRAP that is not
+        // ours gets the default action, as the kernel would have reset it.
+        CHAIN_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+    }
     match handler {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
@@ -486,8 +516,15 @@ pub fn handle_overflow(
     let p = periods(a);
     let mut st = slot.alt.load();
     if late && p.window > 0 {
+        // A late signal whose overflow is not in the ring (as due in the current period)
+        // is one an earlier handler took: its overflow came while that handler ran, with
+        // SIGTRAP blocked, so the kernel flagged it asynchronous. Taking it as a sample
+        // counted a time sample twice (in a loop of system calls, a third of the samples
+        // of a 4 ms process were such doubles).
         if let Some(ring) = local.ring() {
-            ring.drain(|_, _| {});
+            if Overflows::take(ring, &st, &p).n == 0 {
+                return None;
+            }
         }
         let r = stack::regs(uc);
         let mut frames = [0u64; MAX_DEPTH];
@@ -809,7 +846,8 @@ pub fn close_slot(index: usize, discard: bool) {
     local.drop_walker();
     slot.set_comm(&thread_name());
     let spent = thread_cpu_ns().saturating_sub(cpu0);
-    slot.setup_ns.store(slot.setup_ns.load(Ordering::Relaxed).saturating_add(spent), Ordering::Relaxed);
+    slot.setup_ns
+        .store(slot.setup_ns.load(Ordering::Relaxed).saturating_add(spent), Ordering::Relaxed);
     if discard {
         slot.ctl.finish_close(true);
         return;

@@ -82,7 +82,8 @@ pub fn is_go_image() -> bool {
         // SAFETY: dl_iterate_phdr passes a valid info for the call; `data` is our bool.
         let (info, found) = unsafe { (&*info, &mut *data.cast::<bool>()) };
         // SAFETY: the program headers are mapped (they describe a loaded object).
-        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let phdrs =
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
         for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
             let start = info.dlpi_addr.wrapping_add(ph.p_vaddr) as *const u8;
             // SAFETY: a PT_NOTE segment of a loaded object is mapped readable.

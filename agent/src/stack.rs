@@ -148,16 +148,23 @@ fn next(name: &CStr) -> *mut c_void {
     p
 }
 
-/// The search path a `dlopen` of a bare name from the object containing `caller` uses
-/// before the default search: its `DT_RUNPATH`, or its `DT_RPATH`, with `$ORIGIN`
-/// expanded. Empty when it has neither.
-fn caller_search_path(caller: usize) -> Vec<std::path::PathBuf> {
+/// The object containing `caller`'s own search paths, `$ORIGIN` expanded: its
+/// `DT_RPATH` (searched before `LD_LIBRARY_PATH`, and only when it has no `DT_RUNPATH`)
+/// and its `DT_RUNPATH` (searched after `LD_LIBRARY_PATH`).
+#[derive(Default)]
+struct CallerPaths {
+    rpath: Vec<std::path::PathBuf>,
+    runpath: Vec<std::path::PathBuf>,
+}
+
+fn caller_search_path(caller: usize) -> CallerPaths {
+    let empty = CallerPaths::default;
     // SAFETY: dladdr fills `info` for an address in a loaded object, or returns 0.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::dladdr(caller as *const c_void, &mut info) } == 0 || info.dli_fbase.is_null()
     {
-        return Vec::new();
+        return empty();
     }
     let base = info.dli_fbase as usize;
     // SAFETY: dli_fname is a NUL-terminated string owned by the dynamic linker.
@@ -206,7 +213,7 @@ fn caller_search_path(caller: usize) -> Vec<std::path::PathBuf> {
     let mut found = Some(Found { base, dynamic: 0, load_bias: 0 });
     // SAFETY: a callback of the right type and a pointer to our local for its data.
     unsafe { libc::dl_iterate_phdr(Some(cb), (&mut found as *mut Option<Found>).cast()) };
-    let Some(f) = found.filter(|f| f.dynamic != 0) else { return Vec::new() };
+    let Some(f) = found.filter(|f| f.dynamic != 0) else { return empty() };
     let (mut strtab, mut runpath, mut rpath) = (0usize, None, None);
     /// One entry of a `PT_DYNAMIC` segment (ELF64).
     #[repr(C)]
@@ -231,34 +238,86 @@ fn caller_search_path(caller: usize) -> Vec<std::path::PathBuf> {
         }
     }
     if strtab == 0 {
-        return Vec::new();
+        return empty();
     }
     // Some objects keep DT_STRTAB unrelocated (the vDSO); a value below the bias is an
     // offset.
     if strtab < f.load_bias {
         strtab += f.load_bias;
     }
-    let Some(off) = runpath.or(rpath) else { return Vec::new() };
-    // SAFETY: a NUL-terminated string in the object's loaded string table.
-    let text =
-        unsafe { CStr::from_ptr((strtab + off) as *const c_char) }.to_string_lossy().into_owned();
+    let dirs = |off: usize| -> Vec<std::path::PathBuf> {
+        // SAFETY: a NUL-terminated string in the object's loaded string table.
+        let text = unsafe { CStr::from_ptr((strtab + off) as *const c_char) }
+            .to_string_lossy()
+            .into_owned();
+        let o = origin.as_ref().map_or_else(String::new, |o| o.display().to_string());
+        split_path(&text, &o)
+    };
+    match (runpath, rpath) {
+        (Some(r), _) => CallerPaths { rpath: Vec::new(), runpath: dirs(r) },
+        (None, Some(r)) => CallerPaths { rpath: dirs(r), runpath: Vec::new() },
+        (None, None) => empty(),
+    }
+}
+
+/// The directories of a `:`-separated search path, `$ORIGIN` replaced by `origin`.
+fn split_path(text: &str, origin: &str) -> Vec<std::path::PathBuf> {
     text.split(':')
         .filter(|s| !s.is_empty())
         .map(|s| {
-            let o = origin.as_ref().map_or_else(String::new, |o| o.display().to_string());
-            std::path::PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
+            std::path::PathBuf::from(s.replace("${ORIGIN}", origin).replace("$ORIGIN", origin))
         })
         .collect()
+}
+
+/// `LD_LIBRARY_PATH` as the dynamic linker read it at start (the agent copies it in its
+/// constructor: a later change of the variable does not change the linker's search).
+static LIBRARY_PATH: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Records `LD_LIBRARY_PATH` (agent start).
+pub fn remember_library_path() {
+    let _ = LIBRARY_PATH.get_or_init(|| {
+        std::env::var("LD_LIBRARY_PATH").map(|p| split_path(&p, "")).unwrap_or_default()
+    });
+}
+
+/// Loads bare `name` the way the linker would for the real caller, up to the default
+/// search: the caller's `DT_RPATH`, `LD_LIBRARY_PATH`, the caller's `DT_RUNPATH`; a
+/// directory holding it is tried by full path. Null when none holds it (the caller's
+/// `dlopen` then searches the cache and the default directories, as the linker does).
+fn search(real: DlopenFn, name: &[u8], mode: c_int, paths: &CallerPaths) -> *mut c_void {
+    let lib_path = LIBRARY_PATH.get().map(Vec::as_slice).unwrap_or_default();
+    // Without a DT_RUNPATH to search after it, LD_LIBRARY_PATH is the default search's
+    // own first step.
+    if paths.rpath.is_empty() && paths.runpath.is_empty() {
+        return std::ptr::null_mut();
+    }
+    for dir in paths.rpath.iter().chain(lib_path).chain(&paths.runpath) {
+        let p = dir.join(std::ffi::OsStr::new(std::str::from_utf8(name).unwrap_or("")));
+        if !p.is_file() {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: a NUL-terminated path and the caller's mode.
+        let handle = unsafe { real(c.as_ptr(), mode) };
+        if !handle.is_null() {
+            return handle;
+        }
+    }
+    std::ptr::null_mut()
 }
 
 /// The interposed `dlopen`'s work: `caller` is the address `dlopen` was called from.
 ///
 /// glibc's `dlopen` searches a bare name (no `/`) through the *calling object's*
 /// `DT_RUNPATH`/`DT_RPATH`, which it finds from the return address; called from here,
-/// that would be the agent's (it has none). So a bare name is first looked for in the
-/// real caller's search path, as the loader would, then handed to the default search
-/// (`LD_LIBRARY_PATH`, the cache, the default directories). Then the module table is
-/// rescanned for the DWARF walker, and the mappings written for the report.
+/// that would be the agent's (it has none). So a bare name already loaded is returned as
+/// the linker would (`RTLD_NOLOAD`), else looked for in the linker's order with the real
+/// caller's paths (`search`), else handed to the default search (the cache, the default
+/// directories). Then the module table is rescanned for the DWARF walker, and the
+/// mappings written for the report.
 ///
 /// # Safety
 /// As `dlopen(3)`.
@@ -274,19 +333,12 @@ pub unsafe fn dlopen_caller(file: *const c_char, mode: c_int, caller: usize) -> 
         // SAFETY: the caller passes a NUL-terminated name.
         let name = unsafe { CStr::from_ptr(file) }.to_bytes();
         if !name.contains(&b'/') && !name.is_empty() {
-            for dir in caller_search_path(caller) {
-                let p = dir.join(std::ffi::OsStr::new(std::str::from_utf8(name).unwrap_or("")));
-                if !p.is_file() {
-                    continue;
-                }
-                let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-                    continue;
-                };
-                // SAFETY: a NUL-terminated path and the caller's mode.
-                handle = unsafe { real(c.as_ptr(), mode) };
-                if !handle.is_null() {
-                    break;
-                }
+            // An object loaded already under that name (or soname) is what the linker
+            // returns, whatever the search path says: never a second copy.
+            // SAFETY: the caller's name, with RTLD_NOLOAD added.
+            handle = unsafe { real(file, mode | libc::RTLD_NOLOAD) };
+            if handle.is_null() {
+                handle = search(real, name, mode, &caller_search_path(caller));
             }
         }
     }

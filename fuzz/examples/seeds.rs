@@ -268,6 +268,7 @@ fn recording() -> Vec<u8> {
             status: Some(0),
             unsampled_ns: 40_000,
             cpu_ns: Some(3_100_000),
+            tree_cpu_ns: None,
         },
     );
     e.as_bytes().to_vec()

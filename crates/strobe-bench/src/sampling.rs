@@ -1073,6 +1073,7 @@ mod tests {
             status: Some(0),
             unsampled_ns: 0,
             cpu_ns: None,
+            tree_cpu_ns: None,
         };
         // A later END of a stream replaces an earlier one.
         e.end_process(7, &end(3));

@@ -233,6 +233,7 @@ impl Encoder {
         put_opt(b, e.status);
         put(b, e.unsampled_ns);
         put_opt(b, e.cpu_ns);
+        put_opt(b, e.tree_cpu_ns);
         self.end(s);
     }
 

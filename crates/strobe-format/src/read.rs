@@ -607,6 +607,12 @@ impl<R: Read> Reader<R> {
                     status: v!("exit status").checked_sub(1),
                     unsampled_ns: v!("unsampled time"),
                     cpu_ns: v!("process CPU time").checked_sub(1),
+                    // Minor version 1; absent before.
+                    tree_cpu_ns: if c.pos < payload.len() {
+                        v!("tree CPU time").checked_sub(1)
+                    } else {
+                        None
+                    },
                 };
                 Record::End { stream, end }
             }

@@ -310,6 +310,11 @@ pub struct ProcessEnd {
     /// The process's own CPU time (ns, all its threads, not its children) as the kernel
     /// counted it, when the recorder could read it (the launched command).
     pub cpu_ns: Option<u64>,
+    /// The launched command's whole tree's CPU time (ns): its own and that of every
+    /// descendant it reaped, as its `wait4` rusage counts it (minor version 1). Per-task
+    /// counts miss each process's first and last instants (the kernel starts and stops
+    /// counting inside fork and exit); the report names the difference.
+    pub tree_cpu_ns: Option<u64>,
 }
 
 impl ProcessEnd {

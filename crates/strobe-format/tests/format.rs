@@ -157,6 +157,7 @@ fn small_file() -> (Vec<u8>, Vec<usize>, Vec<Sample>) {
             status: Some(3),
             unsampled_ns: 1234,
             cpu_ns: Some(99_000_000),
+            tree_cpu_ns: None,
         },
     );
     starts.push(e.len());

@@ -69,7 +69,11 @@ impl EventGroup {
     /// Moves every event's descriptor to the lowest free numbers at or above `min`
     /// (see [`PerfEvent::relocate`]); the group is unchanged. Each new number must be
     /// below `below`, else the old numbers stay and the error says so (`EMFILE`).
-    pub fn relocate(&mut self, min: std::os::fd::RawFd, below: std::os::fd::RawFd) -> std::io::Result<()> {
+    pub fn relocate(
+        &mut self,
+        min: std::os::fd::RawFd,
+        below: std::os::fd::RawFd,
+    ) -> std::io::Result<()> {
         for e in std::iter::once(&mut self.leader).chain(self.members.iter_mut()) {
             let fd = e.relocate(min)?;
             if fd >= below {

@@ -213,6 +213,9 @@ pub fn member_attr(spec: &GroupSpec, i: usize, s: &RingSampling, scope: &Scope) 
     a.set_disabled(0);
     use_monotonic_clock(&mut a);
     inherit_flags(&mut a, scope);
+    // The leader's READ record at a task's exit carries the whole group's counts; a
+    // member's own would come without the sample-id trailer the reader splits by.
+    a.set_inherit_stat(0);
     // Members follow their leader's enable state, which enable_on_exec sets.
     a.set_enable_on_exec(0);
     a
@@ -233,6 +236,8 @@ pub fn off_cpu_attr(s: &RingSampling, scope: &Scope) -> perf_event_attr {
     use_monotonic_clock(&mut a);
     s.wakeup.apply(&mut a);
     inherit_flags(&mut a, scope);
+    // Only the leader reports a task's counts at its exit.
+    a.set_inherit_stat(0);
     a
 }
 

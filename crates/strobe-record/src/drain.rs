@@ -112,6 +112,19 @@ fn served_cpu_of(slot: &strobe_sampler::custody::SharedSlot) -> ServedCpu {
     }
 }
 
+/// The launched command at its end, for its streams' END chunks.
+#[derive(Debug, Clone, Copy)]
+pub struct Launched {
+    /// Its pid.
+    pub pid: u32,
+    /// How it ended.
+    pub exit: strobe_target::Exit,
+    /// Its own CPU time (ns), when read before it was reaped.
+    pub cpu_ns: Option<u64>,
+    /// Its whole tree's CPU time (ns, `wait4` rusage).
+    pub tree_cpu_ns: Option<u64>,
+}
+
 /// Drains an arena into a record file.
 pub struct Drainer<'a> {
     arena: &'a Arena,
@@ -196,7 +209,11 @@ impl<'a> Drainer<'a> {
     fn add_served_cpu(&mut self, pid: u32, tid: u32, c: ServedCpu) {
         let e = self.served_cpu.entry((pid, tid)).or_default();
         e.closed_ns = e.closed_ns.saturating_add(c.closed_ns);
-        e.open_from_ns = c.open_from_ns;
+        // One thread may have had two slots (its image before and after an exec): the one
+        // still serving at the end has the open stretch.
+        if c.open_from_ns != 0 {
+            e.open_from_ns = c.open_from_ns;
+        }
         e.setup_ns = e.setup_ns.saturating_add(c.setup_ns);
     }
 
@@ -421,12 +438,9 @@ impl<'a> Drainer<'a> {
     /// The last pass, once every process ended (or the recording stops): reads every
     /// thread's blocks to their end, then writes each stream's END. `launched` is the
     /// launched command's pid and how it ended.
-    pub fn finish(
-        &mut self,
-        launched: Option<(u32, strobe_target::Exit, Option<u64>)>,
-    ) -> std::io::Result<Totals> {
-        if let Some((pid, _, _)) = launched {
-            self.procs.reaped(pid);
+    pub fn finish(&mut self, launched: Option<Launched>) -> std::io::Result<Totals> {
+        if let Some(l) = launched {
+            self.procs.reaped(l.pid);
         }
         self.pass()?;
         // Threads of processes that still run (a daemon that outlived the command) keep
@@ -455,9 +469,11 @@ impl<'a> Drainer<'a> {
         for p in &procs {
             let st = self.streams.entry(p.stream).or_default();
             let last_image = !procs.iter().any(|q| q.pid == p.pid && q.index > p.index);
-            let cpu_ns = launched.filter(|l| l.0 == p.pid && last_image).and_then(|l| l.2);
-            let (reason, status) = match (p.state, launched) {
-                (_, Some((pid, exit, _))) if pid == p.pid && last_image => match exit {
+            let this = launched.filter(|l| l.pid == p.pid && last_image);
+            let (cpu_ns, tree_cpu_ns) =
+                (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
+            let (reason, status) = match (p.state, this) {
+                (_, Some(Launched { exit, .. })) => match exit {
                     strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
                     strobe_target::Exit::Signal { signal, .. } => {
                         (EndReason::Killed, Some(signal as u64))
@@ -481,6 +497,7 @@ impl<'a> Drainer<'a> {
                     status,
                     unsampled_ns: st.unsampled_ns,
                     cpu_ns,
+                    tree_cpu_ns,
                 },
             );
         }

@@ -48,7 +48,8 @@ pub fn pid_dead(pid: u32) -> bool {
             let Some(after) = stat.iter().rposition(|&b| b == b')') else { return true };
             let rest = String::from_utf8_lossy(stat.get(after + 2..).unwrap_or_default());
             let f: Vec<&str> = rest.split_whitespace().collect();
-            let zombie = matches!(f.first().and_then(|s| s.bytes().next()), Some(b'Z' | b'X' | b'x'));
+            let zombie =
+                matches!(f.first().and_then(|s| s.bytes().next()), Some(b'Z' | b'X' | b'x'));
             let threads: u64 = f.get(17).and_then(|t| t.parse().ok()).unwrap_or(0);
             zombie && threads <= 1
         }

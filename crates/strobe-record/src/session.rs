@@ -23,7 +23,7 @@ use strobe_protocol::{env, Arena, ArenaSizes, Calibration, CallGraph, RecordConf
 use strobe_target::launch::HeldChild;
 use strobe_target::Exit;
 
-use crate::drain::{Drainer, Totals};
+use crate::drain::{Drainer, Launched, Totals};
 use crate::floor::{Floor, FloorConfig, Target};
 use crate::plan::Plan;
 use crate::served::Served;
@@ -33,6 +33,14 @@ use crate::{signals, Attach, RecordError, RecordOptions, Recorded, Sampling};
 /// least this often) and when only the floor does.
 const AGENT_PASS: Duration = Duration::from_millis(20);
 const FLOOR_PASS: Duration = Duration::from_millis(100);
+
+/// Beside the agent, the kernel floor samples this many times per agent cycle and keeps
+/// one sample in this many of each thread (from a random first): a thread only the floor
+/// samples then gets its fair share of samples give or take a quarter cycle, where a
+/// counter starting at a full cycle would leave up to a whole cycle of every thread
+/// unsampled (the kernel starts each inherited counter at a full period). The kernel's
+/// samples cost about a microsecond each beside the agent's tens.
+const FLOOR_THIN: u32 = 4;
 
 /// What the agent's preparation gives the rest of the session.
 struct AgentPrep {
@@ -114,7 +122,8 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         costs,
         overhead_ppm: opts.overhead_ppm,
     });
-    let per_ns = if leader_is_time { 1.0 } else { costs.map_or(1.0, |c| c.leader_per_ns).max(1e-3) };
+    let per_ns =
+        if leader_is_time { 1.0 } else { costs.map_or(1.0, |c| c.leader_per_ns).max(1e-3) };
     let cycle = budget::mean_cycle(choice.period, choice.jitter, window, config.cycle_extra);
     AgentPrep {
         config,
@@ -157,6 +166,7 @@ fn floor_config(opts: &RecordOptions, plan: &Plan, agent: Option<&AgentPrep>) ->
         wakeup: opts.wakeup,
         off_cpu: opts.off_cpu,
         beside_agent: agent.is_some(),
+        thin: if agent.is_some() { FLOOR_THIN } else { 1 },
     }
 }
 
@@ -172,9 +182,8 @@ fn header(opts: &RecordOptions, plan: &Plan, floor: &Floor, agent: Option<&Agent
                 events.truncate(1);
             }
             match floor.hf_window {
-                Some(w) => reason.push_str(&format!(
-                    "; the kernel alternates the period with a {w} window"
-                )),
+                Some(w) => reason
+                    .push_str(&format!("; the kernel alternates the period with a {w} window")),
                 None if spec.window_or_default() > 0 && spec.window != Some(0) => reason.push_str(
                     "; no windows (this kernel has no hf_sample_period): per-function window \
                      metrics need agent mode or a kernel with it, interval metrics span whole \
@@ -216,7 +225,9 @@ fn write_start(file: &mut File, header: &Header, agent: Option<&AgentPrep>) -> s
     let mut enc = strobe_format::Encoder::new();
     enc.preamble();
     enc.header(header);
-    if let Some(b) = agent.and_then(|a| a.calibration.as_ref().ok()).and_then(|c| c.baseline.as_ref()) {
+    if let Some(b) =
+        agent.and_then(|a| a.calibration.as_ref().ok()).and_then(|c| c.baseline.as_ref())
+    {
         let list = |v: &[strobe_protocol::calibration::CounterBaseline]| -> Vec<BaselineCounter> {
             v.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect()
         };
@@ -257,6 +268,8 @@ struct Live<'a> {
     /// Exact CPU time of threads still alive when the target ended (from /proc, read
     /// before the launched command was reaped), per (pid, tid).
     alive_cpu: FxHashMap<(u32, u32), u64>,
+    /// The launched command's tree's CPU time, from its `wait4` rusage.
+    tree_cpu_ns: Option<u64>,
 }
 
 /// Records in the session the plan describes.
@@ -287,7 +300,10 @@ pub(crate) fn run(opts: &RecordOptions, plan: &Plan) -> Result<Recorded, RecordE
                 let path = ar.child_path().ok_or(RecordError::ArenaPath)?;
                 cmd.env.push((
                     env::LD_PRELOAD.into(),
-                    env::preload_with(opts.agent.as_os_str(), std::env::var_os(env::LD_PRELOAD).as_deref()),
+                    env::preload_with(
+                        opts.agent.as_os_str(),
+                        std::env::var_os(env::LD_PRELOAD).as_deref(),
+                    ),
                 ));
                 cmd.env.push((env::ARENA.into(), path.into_os_string()));
                 cmd.env.push((env::AGENT_PID.into(), std::ffi::OsString::new()));
@@ -303,11 +319,20 @@ pub(crate) fn run(opts: &RecordOptions, plan: &Plan) -> Result<Recorded, RecordE
         }
         Attach::System => (Floor::open(&fcfg, Target::System, append()?, None)?, None, Vec::new()),
     };
+    // The recorder drains what the target's threads fill: a target that keeps every CPU
+    // busy with many threads would otherwise leave it a thread's share of the machine and
+    // overflow the rings. Where allowed (root, CAP_SYS_NICE) its thread runs a little
+    // ahead of the target's; the target, forked already, keeps its own priority.
+    // SAFETY: setpriority on the calling thread; a refusal changes nothing.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -5) };
     let h = header(opts, plan, &floor, agent.as_ref());
     write_start(&mut file, &h, agent.as_ref()).map_err(out_err)?;
     drop(file);
     let mut floor = floor;
     floor.preload_kernel_symbols();
+    if let Some(exe) = &plan.program {
+        floor.writer().set_launched_exe(exe.clone());
+    }
     let mut agent_file = append()?;
     run_with(opts, plan, floor, agent, arena.as_ref(), child, attached, forward, &mut agent_file)
 }
@@ -343,6 +368,7 @@ fn run_with(
         write_failed: false,
         exit: None,
         alive_cpu: FxHashMap::default(),
+        tree_cpu_ns: None,
     };
     live.run_loop()?;
     live.finish()
@@ -354,9 +380,8 @@ impl Live<'_> {
         let deadline = self.opts.duration.map(|d| Instant::now() + d);
         let pass = if self.drainer.is_some() { AGENT_PASS } else { FLOOR_PASS };
         loop {
-            let timeout = deadline
-                .map_or(pass, |d| d.saturating_duration_since(Instant::now()))
-                .min(pass);
+            let timeout =
+                deadline.map_or(pass, |d| d.saturating_duration_since(Instant::now())).min(pass);
             // Woken by an agent (its blocks filled) or by a ring past its watermark: the
             // agents' wakeup is waited on, the rings' polled (they are read every pass).
             match self.drainer.as_mut() {
@@ -374,7 +399,9 @@ impl Live<'_> {
                 let pid = pid as u32;
                 self.alive_cpu = alive_threads_cpu(&self.floor_pids(pid));
                 if let Some(c) = self.child.as_mut() {
-                    self.exit = Some(c.wait()?);
+                    let (status, tree) = c.wait_with_cpu()?;
+                    self.exit = Some(Exit::from_status(status));
+                    self.tree_cpu_ns = Some(tree);
                 }
                 if let Some(d) = self.drainer.as_mut() {
                     d.reaped(pid);
@@ -432,10 +459,15 @@ impl Live<'_> {
         let launched = self.child.as_ref().map(|c| c.pid() as u32);
         let exit = self.exit.unwrap_or(Exit::Code(0));
         let out_err = |source| RecordError::Output { path: self.opts.output.clone(), source };
-        let launched_cpu = launched.and_then(|p| self.alive_cpu.get(&(p, p)).copied());
+        let end_of = launched.map(|pid| Launched {
+            pid,
+            exit,
+            cpu_ns: self.alive_cpu.get(&(pid, pid)).copied(),
+            tree_cpu_ns: self.tree_cpu_ns,
+        });
         let mut agent_totals = Totals::default();
         if let Some(d) = self.drainer.as_mut() {
-            agent_totals = d.finish(launched.map(|p| (p, exit, launched_cpu))).map_err(out_err)?;
+            agent_totals = d.finish(end_of).map_err(out_err)?;
         }
         let empty = Served::default();
         let served = self.drainer.as_ref().map_or(&empty, |d| d.served());
@@ -445,7 +477,9 @@ impl Live<'_> {
         }
         let pids = self.floor.writer().pids();
         let survivors: Vec<u32> = match launched {
-            Some(l) => pids.iter().copied().filter(|&p| p != l && !crate::procs::pid_dead(p)).collect(),
+            Some(l) => {
+                pids.iter().copied().filter(|&p| p != l && !crate::procs::pid_dead(p)).collect()
+            }
             None => Vec::new(),
         };
         if self.exit.is_none() {
@@ -459,8 +493,18 @@ impl Live<'_> {
         }
         self.write_thread_cpu();
         let sampling = self.sampling();
-        let Live { floor, drainer, arena, agent, forward, mut warnings, write_failed, opts, plan, .. } =
-            self;
+        let Live {
+            floor,
+            drainer,
+            arena,
+            agent,
+            forward,
+            mut warnings,
+            write_failed,
+            opts,
+            plan,
+            ..
+        } = self;
         forward.stop();
         let (malformed, unknown) = floor.decode_errors();
         let wakeups = floor.wakeups;
@@ -471,7 +515,7 @@ impl Live<'_> {
         let floor_totals = if write_failed {
             Totals::default()
         } else {
-            floor.into_writer().finish(launched.map(|p| (p, exit, launched_cpu)), wakeups).map_err(out_err)?
+            floor.into_writer().finish(end_of, wakeups).map_err(out_err)?
         };
         if !survivors.is_empty() {
             warnings.push(format!(

@@ -13,6 +13,10 @@
 //! agent's samples are unbiased (a random first phase) but noisy per thread, and their
 //! noise cancels over a group where a per-thread clamp would not.
 //!
+//! The kernel's per-task counts start a little after a process's fork and stop a little
+//! before its exit ends; the launched command's `wait4` rusage counts its whole tree.
+//! Their difference is one more `[not sampled]` row, "process starts and exits".
+//!
 //! Older files (no THREADCPU) keep the one `[not sampled]` row of the END chunks.
 //!
 //! Owns: that arithmetic. Must never read the file (the adapter feeds it) or touch
@@ -30,8 +34,6 @@ struct Stream {
     pid: u32,
     /// The sampling cycle one time sample stands for (leader units: ns for time).
     cycle: f64,
-    /// The command (the executable's file name).
-    command: String,
 }
 
 /// Per (pid, tid): what its samples and the kernel say.
@@ -55,8 +57,27 @@ pub(crate) struct Accounting {
     /// Thread names per (stream, tid).
     names: FxHashMap<(u32, u32), String>,
     any_thread_cpu: bool,
+    /// The launched command's tree's CPU time (its `wait4` rusage), when known.
+    tree_cpu_ns: Option<u64>,
     /// The END chunks' unsampled time, samples' worth (files without THREADCPU).
     pub old_unsampled: f64,
+    /// Per pid, the command of its last image.
+    last_command: FxHashMap<u32, String>,
+}
+
+/// One command's part of the recording: its processes, and the CPU time its samples and
+/// the named remainders stand for, in samples' worth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessShare {
+    /// The command (the executable's file name).
+    pub command: String,
+    /// Processes that ran it (their last image).
+    pub processes: u64,
+    /// Threads of those processes.
+    pub threads: u64,
+    /// Samples' worth of CPU time: its samples and its `[not sampled]` and
+    /// `[strobe agent]` rows.
+    pub samples: f64,
 }
 
 fn file_name(p: &std::path::Path) -> String {
@@ -67,7 +88,12 @@ impl Accounting {
     /// A stream began.
     pub fn process(&mut self, stream: u32, info: &ProcessInfo) {
         let cycle = info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;
-        self.streams.insert(stream, Stream { pid: info.pid, cycle, command: file_name(&info.exe) });
+        let command = file_name(&info.exe);
+        // A process's command is its last image's (that names one).
+        if !command.is_empty() {
+            self.last_command.insert(info.pid, command.clone());
+        }
+        self.streams.insert(stream, Stream { pid: info.pid, cycle });
     }
 
     /// The stream's measured cycle (its END).
@@ -87,6 +113,11 @@ impl Accounting {
     /// A thread's name in `stream`.
     pub fn thread_name(&mut self, stream: u32, tid: u32, name: &str) {
         self.names.insert((stream, tid), name.to_string());
+    }
+
+    /// The launched command's tree's CPU time (an END's).
+    pub fn tree_cpu(&mut self, ns: u64) {
+        self.tree_cpu_ns = Some(self.tree_cpu_ns.map_or(ns, |t| t.max(ns)));
     }
 
     /// Threads' CPU times, written in `stream`.
@@ -110,19 +141,11 @@ impl Accounting {
         }
         // The unit a row's samples are in: the first stream's cycle (the floor's period
         // equals the agents' mean cycle, so every stream's is about the same).
-        let unit = self
-            .streams
-            .values()
-            .map(|s| s.cycle)
-            .find(|c| *c > 0.0)
-            .unwrap_or(1.0);
+        let unit = self.streams.values().map(|s| s.cycle).find(|c| *c > 0.0).unwrap_or(1.0);
         for (&(stream, tid), &n) in &self.samples {
             let Some(s) = self.streams.get(&stream) else { continue };
             let t = self.threads.entry((s.pid, tid)).or_default();
             t.sampled_ns += n as f64 * s.cycle;
-            if t.command.is_empty() {
-                t.command = s.command.clone();
-            }
             if let Some(name) = self.names.get(&(stream, tid)) {
                 t.name = name.clone();
             }
@@ -133,9 +156,11 @@ impl Accounting {
                 if t.name.is_empty() {
                     t.name = name.clone();
                 }
-                if t.command.is_empty() {
-                    t.command = s.command.clone();
-                }
+            }
+        }
+        for (&(pid, _), t) in self.threads.iter_mut() {
+            if let Some(c) = self.last_command.get(&pid) {
+                t.command = c.clone();
             }
         }
         // Per (command, thread name): CPU time the samples miss, and the agent's share.
@@ -145,6 +170,43 @@ impl Accounting {
             g.0 += t.cpu.cpu_ns as f64 - t.sampled_ns;
             g.1 += t.cpu.agent_ns as f64;
         }
+        // The tree's CPU time the per-task counts miss (each process's first and last
+        // instants, inside fork and exit, where the kernel does not count a task's
+        // events): known only in total, from the launched command's rusage.
+        // Per command: its processes, threads and sampled time.
+        let mut shares: FxHashMap<String, ProcessShare> = FxHashMap::default();
+        let mut pids: FxHashMap<String, rustc_hash::FxHashSet<u32>> = FxHashMap::default();
+        for (&(pid, _), t) in &self.threads {
+            let e = shares.entry(t.command.clone()).or_insert_with(|| ProcessShare {
+                command: t.command.clone(),
+                processes: 0,
+                threads: 0,
+                samples: 0.0,
+            });
+            e.threads += 1;
+            e.samples += t.sampled_ns / unit;
+            pids.entry(t.command.clone()).or_default().insert(pid);
+        }
+        for (c, set) in &pids {
+            if let Some(e) = shares.get_mut(c) {
+                e.processes = set.len() as u64;
+            }
+        }
+        // The tree's CPU time the per-task counts miss: spread over the commands by their
+        // number of processes (each start and exit costs about the same).
+        let counted: u64 = self.threads.values().map(|t| t.cpu.cpu_ns).sum();
+        let nproc: u64 = shares.values().map(|e| e.processes).sum();
+        if let Some(gap) =
+            self.tree_cpu_ns.and_then(|t| t.checked_sub(counted)).filter(|_| nproc > 0)
+        {
+            let mut list: Vec<&mut ProcessShare> = shares.values_mut().collect();
+            list.sort_by(|a, b| a.command.cmp(&b.command));
+            for e in list {
+                let part = gap as f64 * e.processes as f64 / nproc as f64 / unit;
+                e.samples += part;
+                agg.add_unaccounted(UNSAMPLED, &format!("{}: starts and exits", e.command), part);
+            }
+        }
         let mut rows: Vec<((String, String), (f64, f64))> = groups.into_iter().collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         for ((command, thread), (missed, agent)) in rows {
@@ -153,6 +215,9 @@ impl Accounting {
             }
             let by_agent = missed.min(agent);
             agg.add_unaccounted(AGENT, "set-up", by_agent / unit);
+            if let Some(e) = shares.get_mut(&command) {
+                e.samples += missed / unit;
+            }
             let module = if thread.is_empty() || thread == command {
                 command
             } else {
@@ -160,5 +225,10 @@ impl Accounting {
             };
             agg.add_unaccounted(UNSAMPLED, &module, (missed - by_agent) / unit);
         }
+        let mut list: Vec<ProcessShare> = shares.into_values().collect();
+        list.sort_by(|a, b| {
+            b.samples.total_cmp(&a.samples).then_with(|| a.command.cmp(&b.command))
+        });
+        agg.set_processes(list);
     }
 }

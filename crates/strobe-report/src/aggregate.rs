@@ -296,6 +296,11 @@ impl Aggregator {
         }
     }
 
+    /// Each command's share of the recording (from per-thread CPU times).
+    pub(crate) fn set_processes(&mut self, list: Vec<crate::accounting::ProcessShare>) {
+        self.t.processes = list;
+    }
+
     fn space(&mut self, pid: u32) -> u32 {
         match self.last_pid {
             Some((p, s)) if p == pid => s,

@@ -206,6 +206,9 @@ pub fn read_with(
                 })
             }
             Record::End { stream, end } => {
+                if let Some(t) = end.tree_cpu_ns {
+                    acct.tree_cpu(t);
+                }
                 // The sampling cycle as the samples measured it (the leader's count per
                 // time sample), else as configured.
                 let nominal = cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
@@ -223,8 +226,11 @@ pub fn read_with(
                     // Used only if the file has no per-thread CPU times (older files).
                     acct.old_unsampled += before.max(residual);
                 }
-                // A floor stream's samples stand for its period exactly.
-                if let Some(c) = c.filter(|_| !floor_streams.contains(&stream)) {
+                // A kernel-sampled stream's samples (the floor's, kernel mode's) stand for
+                // its period exactly.
+                let kernel = floor_streams.contains(&stream)
+                    || header.mode == strobe_format::RecordMode::Kernel;
+                if let Some(c) = c.filter(|_| !kernel) {
                     acct.cycle(stream, c);
                 }
             }

@@ -259,6 +259,23 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
         report.policy.name(),
         report.windows_unpaired
     ));
+    if report.processes.len() > 1 {
+        const SHOWN: usize = 6;
+        let total: f64 = report.processes.iter().map(|p| p.samples).sum::<f64>().max(1e-9);
+        let mut parts: Vec<String> = report
+            .processes
+            .iter()
+            .take(SHOWN)
+            .map(|p| {
+                let n = if p.processes == 1 { String::new() } else { format!(" x{}", p.processes) };
+                format!("{}{n} {:.1}%", p.command, 100.0 * p.samples / total)
+            })
+            .collect();
+        if report.processes.len() > SHOWN {
+            parts.push(format!("{} more", report.processes.len() - SHOWN));
+        }
+        lines.push(format!("commands: {}", parts.join(", ")));
+    }
     lines
 }
 
@@ -623,7 +640,19 @@ struct JsonReport<'r> {
     window_policy: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     off_cpu: Option<JsonOffCpu>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    processes: Vec<JsonProcess<'r>>,
     functions: Vec<JsonFunction<'r>>,
+}
+
+/// A command's share of the recording.
+#[derive(Serialize)]
+struct JsonProcess<'r> {
+    command: &'r str,
+    processes: u64,
+    threads: u64,
+    samples: f64,
+    pct: f64,
 }
 
 #[derive(Serialize)]
@@ -634,6 +663,7 @@ struct JsonOffCpu {
 }
 
 fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String {
+    let process_total: f64 = report.processes.iter().map(|p| p.samples).sum();
     let doc = JsonReport {
         file,
         command: &report.info.command,
@@ -663,6 +693,17 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
             ms: round4(o.ns as f64 / 1e6),
             preempted_ms: round4(o.preempted_ns as f64 / 1e6),
         }),
+        processes: report
+            .processes
+            .iter()
+            .map(|p| JsonProcess {
+                command: &p.command,
+                processes: p.processes,
+                threads: p.threads,
+                samples: round4(p.samples),
+                pct: round4(100.0 * p.samples / process_total.max(1e-9)),
+            })
+            .collect(),
         functions: rows.iter().map(|f| JsonFunction { report, f }).collect(),
     };
     // Serializing plain data into a String cannot fail.

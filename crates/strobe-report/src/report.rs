@@ -203,6 +203,9 @@ pub struct Report {
     pub timeline: Option<crate::timeline::Timeline>,
     /// Off-CPU totals, when the recording has off-CPU intervals.
     pub off_cpu: Option<OffCpuTotals>,
+    /// Each command's share of the CPU time (empty for recordings without per-thread
+    /// CPU times), most first.
+    pub processes: Vec<crate::accounting::ProcessShare>,
 }
 
 impl Report {
@@ -562,6 +565,22 @@ impl Report {
             if n == 0 {
                 continue;
             }
+            // The agent's own time is one row, whether sampled in its code or known from
+            // its count of its set-up.
+            if function == AGENT {
+                if let Some(i) = functions.iter().position(|f| f.function == AGENT) {
+                    functions[i].samples += n;
+                    functions[i].total_samples += n;
+                    paths.push(PathStats {
+                        frames: vec![i],
+                        samples: n,
+                        sums: WindowSums::new(width),
+                        off_cpu_ns: 0,
+                    });
+                    unsampled_total += n;
+                    continue;
+                }
+            }
             functions.push(FunctionStats {
                 function,
                 module: module.clone(),
@@ -666,6 +685,7 @@ impl Report {
             all,
             timeline,
             off_cpu,
+            processes: std::mem::take(&mut t.processes),
         }
     }
 

@@ -112,6 +112,8 @@ pub struct Tally {
     pub unsampled: f64,
     /// CPU time no sample stands for, named: (function, module, samples' worth).
     pub unaccounted: Vec<(String, String, f64)>,
+    /// Each command's share, when the recording has per-thread CPU times.
+    pub processes: Vec<crate::accounting::ProcessShare>,
     /// How addresses are to be named.
     pub symbols: SymbolOptions,
     /// Thread names, by (process key, tid).
@@ -179,6 +181,7 @@ impl Tally {
             tail_only_windows: 0,
             unsampled: 0.0,
             unaccounted: Vec::new(),
+            processes: Vec::new(),
             symbols: SymbolOptions::default(),
             thread_names: FxHashMap::default(),
             timeline: None,

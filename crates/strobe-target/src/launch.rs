@@ -316,13 +316,24 @@ impl HeldChild {
 
     /// Waits for the child to exit and reaps it: the raw status.
     pub fn wait_status(&mut self) -> Result<ExitStatus, Error> {
+        self.wait_with_cpu().map(|(s, _)| s)
+    }
+
+    /// Waits for the child to exit and reaps it: the raw status, and the CPU time (ns,
+    /// user and system) of the child and of every descendant it reaped, as `wait4`'s
+    /// rusage counts it.
+    pub fn wait_with_cpu(&mut self) -> Result<(ExitStatus, u64), Error> {
         let mut status = 0;
         loop {
-            // SAFETY: waitpid on our own child, writing the status into a live local.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            // SAFETY: an all-zero rusage is a valid out-parameter.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: wait4 on our own child, writing into live locals.
+            let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut ru) };
             if r == self.pid {
                 self.reaped = true;
-                return Ok(ExitStatus::from_raw(status));
+                let tv =
+                    |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+                return Ok((ExitStatus::from_raw(status), tv(ru.ru_utime) + tv(ru.ru_stime)));
             }
             let err = std::io::Error::last_os_error();
             if err.kind() != std::io::ErrorKind::Interrupted {

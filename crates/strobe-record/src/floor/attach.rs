@@ -134,4 +134,3 @@ pub(crate) fn attach_threads(
     add_new_threads(&mut rings, pids, &mut tids)?;
     Ok(rings)
 }
-

@@ -28,6 +28,8 @@ pub(crate) struct SampleEv {
     pub ip: u64,
     /// Taken in the kernel (its IP is a kernel address).
     pub kernel: bool,
+    /// The CPU it was taken on (whose copy of the thread's events counted it).
+    pub cpu: u32,
     /// The period that ended in this sample.
     pub period: u64,
     /// The group's values for the sampled thread (leader first), when read.
@@ -184,6 +186,7 @@ impl Decoder {
                         tid,
                         ip,
                         kernel: matches!(CpuMode::of_misc(misc), CpuMode::Kernel),
+                        cpu: s.cpu().unwrap_or(0),
                         period: s.period().unwrap_or(0),
                         n,
                         values,
@@ -228,7 +231,11 @@ impl Decoder {
             Event::Lost { lost, .. } | Event::LostSamples { lost } => {
                 Ev::Lost { pid: id.pid, tid: id.tid, lost }
             }
-            Event::Other(fields) if kind == strobe_perf::sys::PERF_RECORD_READ => {
+            // Only the leader's (its read_format decodes it; inherit_stat is on it alone).
+            Event::Other(fields)
+                if kind == strobe_perf::sys::PERF_RECORD_READ
+                    && id.id.is_none_or(|i| self.role(i) == Some(Role::Leader)) =>
+            {
                 match task_count(fields, self.leader.read_format) {
                     Some(ev) => ev,
                     None => {

@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use strobe_format::PeriodSource;
-use strobe_perf::percpu::{CpuRings, RingSampling, Scope};
-use strobe_perf::ring::{poll_readable, Wakeup};
+use strobe_perf::percpu::{CpuRings, RingSampling, RingSetError, Scope};
+use strobe_perf::ring::{poll_readable, RingError, Wakeup};
 use strobe_perf::spec::GroupSpec;
 
 use crate::served::Served;
@@ -80,6 +80,9 @@ pub(crate) struct FloorConfig {
     pub off_cpu: bool,
     /// Beside an agent: PROCESS chunks say `floor`, and streams take high ids.
     pub beside_agent: bool,
+    /// The kernel samples `thin` times as often as `period` and the writer keeps one in
+    /// `thin` of each thread, from a random first (see the writer's `Sampling::thin`).
+    pub thin: u32,
 }
 
 /// The perf_event_max_stack sysctl, capped by `max_depth`.
@@ -94,8 +97,8 @@ fn max_stack(max_depth: u32) -> u16 {
 impl FloorConfig {
     /// The ring geometry and the kernel's sampling attrs.
     fn ring_sampling(&self) -> (RingSampling, usize) {
-        let sample_bytes =
-            EST_SAMPLE_BYTES + if self.dwarf { u64::from(crate::plan::USER_STACK_BYTES) } else { 0 };
+        let sample_bytes = EST_SAMPLE_BYTES
+            + if self.dwarf { u64::from(crate::plan::USER_STACK_BYTES) } else { 0 };
         let page = strobe_perf::ring::page_size() as u64;
         let pages = {
             let p = (self.ring_bytes / page).max(1);
@@ -110,7 +113,7 @@ impl FloorConfig {
             Wakeup::Bytes(u32::try_from(data_bytes / 2).unwrap_or(u32::MAX))
         };
         let s = RingSampling {
-            period: self.period,
+            period: (self.period / u64::from(self.thin.max(1))).max(1),
             window: self.window,
             callchain: self.callchain,
             user_stack: if self.dwarf { crate::plan::USER_STACK_BYTES } else { 0 },
@@ -160,10 +163,20 @@ impl Floor {
         launched: Option<u32>,
     ) -> Result<Floor, RecordError> {
         attach::raise_fd_limit();
-        let (sampling, pages) = cfg.ring_sampling();
+        let (sampling, mut pages) = cfg.ring_sampling();
         let mut known: FxHashMap<u32, Known> = FxHashMap::default();
         let rings = match target {
-            Target::Launched(pid) => CpuRings::open(&cfg.spec, &sampling, Scope::Launched(pid), pages)?,
+            Target::Launched(pid) => loop {
+                // The default ring may exceed a user's locked-memory allowance (an
+                // unprivileged user's is kernel.perf_event_mlock_kb per CPU): smaller
+                // rings then, read as often.
+                match CpuRings::open(&cfg.spec, &sampling, Scope::Launched(pid), pages) {
+                    Err(RingSetError::Ring(RingError::LockedMemory { .. })) if pages > 8 => {
+                        pages /= 2;
+                    }
+                    r => break r?,
+                }
+            },
             Target::Processes(pids) => {
                 attach::attach_threads(&cfg.spec, &sampling, pids, pages, &mut known)?
             }
@@ -186,7 +199,7 @@ impl Floor {
         let writer = Writer::new(
             file,
             writer::Sampling {
-                period: cfg.period,
+                period: (cfg.period / u64::from(cfg.thin.max(1))).max(1),
                 period_source: if cfg.explicit {
                     PeriodSource::Explicit
                 } else {
@@ -198,6 +211,7 @@ impl Floor {
                 user_walk_depth: if cfg.dwarf { cfg.max_depth as usize } else { 0 },
                 leader_is_time: cfg.spec.leader().is_time,
                 floor: cfg.beside_agent,
+                thin: cfg.thin.max(1),
             },
             known,
             launched,

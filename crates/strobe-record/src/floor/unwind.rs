@@ -66,8 +66,11 @@ struct VdsoFile(PathBuf);
 impl VdsoFile {
     fn write() -> Option<VdsoFile> {
         let image = crate::own_vdso()?;
-        let path = std::env::temp_dir()
-            .join(format!("strobe-vdso-{}-{}.so", std::process::id(), crate::drain::mono_ns()));
+        let path = std::env::temp_dir().join(format!(
+            "strobe-vdso-{}-{}.so",
+            std::process::id(),
+            crate::drain::mono_ns()
+        ));
         std::fs::write(&path, &image.bytes).ok()?;
         Some(VdsoFile(path))
     }

@@ -57,6 +57,13 @@ pub(crate) struct Sampling {
     pub user_walk_depth: usize,
     /// The leader counts time (ns): its per-task counts are CPU times.
     pub leader_is_time: bool,
+    /// Keep one sample in `thin` of each thread, every `thin`-th from a random first
+    /// (1: all). The kernel samples at `period`, and each sample kept stands for
+    /// `period * thin`: a thread's first kept sample comes after a random part of that,
+    /// so a thread's expected samples are its CPU time over `period * thin` give or
+    /// take `period`, where one counter starting at a full period would miss up to a
+    /// whole `period * thin` of every thread.
+    pub thin: u32,
     /// The streams are the floor beside an agent (their PROCESS chunks say so).
     pub floor: bool,
 }
@@ -96,6 +103,15 @@ struct Thread {
     /// The leader's running period sum (without group reads).
     period_sum: u64,
     out: Option<Out>,
+    /// With group reads: each CPU's copy of the thread's events counts only there (an
+    /// inherited per-CPU event), so its values are per copy: the last values seen of
+    /// each copy, and the thread's running totals (the sum of every copy's increments),
+    /// which are what samples carry, monotonic as an agent's are.
+    copies: Vec<(u32, [u64; MAX_COUNTERS])>,
+    totals: [u64; MAX_COUNTERS],
+    /// Thinning: samples of the thread the kernel took, and which of each `thin` is kept.
+    thin_seen: u32,
+    thin_offset: u32,
 }
 
 /// A sample waiting to be encoded.
@@ -123,6 +139,8 @@ pub(crate) struct Writer {
     known: FxHashMap<u32, Known>,
     /// The launched command's pid (its first image is the Start stream).
     launched: Option<u32>,
+    /// The launched program's path.
+    launched_exe: Option<PathBuf>,
     next_stream: u32,
     samples: Vec<Pending>,
     off_cpu: Vec<(u32, u32, OffCpuInterval)>,
@@ -162,6 +180,7 @@ impl Writer {
             threads: FxHashMap::default(),
             known,
             launched,
+            launched_exe: None,
             next_stream: first_stream,
             samples: Vec::new(),
             off_cpu: Vec::new(),
@@ -176,6 +195,11 @@ impl Writer {
             totals: Totals::default(),
             off_cpu_intervals: 0,
         }
+    }
+
+    /// The launched program's path, for when /proc no longer shows it.
+    pub fn set_launched_exe(&mut self, exe: PathBuf) {
+        self.launched_exe = Some(exe);
     }
 
     /// Processes (images) seen.
@@ -243,7 +267,11 @@ impl Writer {
         };
         let exe = match &known {
             Some(k) => k.exe.clone(),
-            None => strobe_target::tasks::executable(pid).unwrap_or_default(),
+            // A zombie leader (main called pthread_exit) hides its executable: the
+            // launched one's path is known.
+            None => strobe_target::tasks::executable(pid)
+                .or_else(|| self.launched_exe.clone().filter(|_| self.launched == Some(pid)))
+                .unwrap_or_default(),
         };
         let stream = self.next_stream;
         self.next_stream += 1;
@@ -256,7 +284,7 @@ impl Writer {
                 origin,
                 exe,
                 start_mono_ns: time,
-                period: s.period,
+                period: s.period * u64::from(s.thin.max(1)),
                 window: s.hf_window.unwrap_or(0),
                 jitter: 0,
                 period_source: s.period_source,
@@ -311,8 +339,18 @@ impl Writer {
     pub fn apply(&mut self, events: Vec<Timed>, served: &Served) {
         for Timed { time, ev } in events {
             match ev {
-                Ev::Sample(s) if served.covers(s.tid, time) => self.served_dropped += 1,
-                Ev::Sample(s) => self.sample(time, s),
+                Ev::Sample(s) => {
+                    // Thinning counts every sample the kernel took, served or not: the
+                    // phase runs on the thread's CPU time.
+                    if !self.keep(s.tid, time) {
+                        continue;
+                    }
+                    if served.covers(s.tid, time) {
+                        self.served_dropped += 1;
+                    } else {
+                        self.sample(time, s);
+                    }
+                }
                 Ev::TaskCount { pid, tid, n, values } => {
                     if n > 0 && self.sampling.leader_is_time {
                         let c = self.task_counts.entry((pid, tid)).or_default();
@@ -416,6 +454,23 @@ impl Writer {
         }
     }
 
+    /// Whether thinning keeps this sample of `tid` (see [`Sampling::thin`]).
+    fn keep(&mut self, tid: u32, time: u64) -> bool {
+        let thin = self.sampling.thin.max(1);
+        if thin == 1 {
+            return true;
+        }
+        let t = self.threads.entry(tid).or_default();
+        if t.thin_seen == 0 {
+            // A first sample's phase: from the thread and the time, mixed.
+            let h = (u64::from(tid) ^ time.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            t.thin_offset = ((h >> 32) % u64::from(thin)) as u32;
+        }
+        let k = t.thin_seen;
+        t.thin_seen = t.thin_seen.wrapping_add(1);
+        k % thin == t.thin_offset
+    }
+
     fn sample(&mut self, time: u64, mut s: SampleEv) {
         let i = self.proc_of(s.pid, time, None);
         if let (Some(u), Some(w)) = (s.user.take(), self.unwinder.as_mut()) {
@@ -460,7 +515,19 @@ impl Writer {
         let mut counters = [0u64; MAX_COUNTERS];
         let n = if self.sampling.group_read {
             let n = usize::from(s.n).min(self.sampling.ncounters).min(MAX_COUNTERS);
-            counters[..n].copy_from_slice(&s.values[..n]);
+            let t = self.threads.entry(s.tid).or_default();
+            let last = match t.copies.iter_mut().find(|(cpu, _)| *cpu == s.cpu) {
+                Some((_, v)) => v,
+                None => {
+                    t.copies.push((s.cpu, [0; MAX_COUNTERS]));
+                    &mut t.copies.last_mut().expect("just pushed").1
+                }
+            };
+            for i in 0..n {
+                t.totals[i] = t.totals[i].wrapping_add(s.values[i].saturating_sub(last[i]));
+                last[i] = s.values[i];
+            }
+            counters[..n].copy_from_slice(&t.totals[..n]);
             n
         } else {
             let t = self.threads.entry(s.tid).or_default();
@@ -555,7 +622,7 @@ impl Writer {
     /// command's pid, how it ended and its CPU time; `wakeups`: the ring wakeups.
     pub fn finish(
         mut self,
-        launched: Option<(u32, strobe_target::Exit, Option<u64>)>,
+        launched: Option<crate::drain::Launched>,
         wakeups: u64,
     ) -> std::io::Result<Totals> {
         self.flush()?;
@@ -563,16 +630,19 @@ impl Writer {
         let last_image: FxHashMap<u32, usize> = self.by_pid.clone();
         for (i, p) in self.procs.iter().enumerate() {
             let is_last = last_image.get(&p.pid) == Some(&i);
-            let (reason, status, cpu_ns) = match launched {
-                Some((pid, exit, cpu)) if pid == p.pid && is_last => match exit {
-                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64), cpu),
+            let this = launched.filter(|l| l.pid == p.pid && is_last);
+            let (cpu_ns, tree_cpu_ns) =
+                (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
+            let (reason, status) = match this {
+                Some(l) => match l.exit {
+                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
                     strobe_target::Exit::Signal { signal, .. } => {
-                        (EndReason::Killed, Some(signal as u64), cpu)
+                        (EndReason::Killed, Some(signal as u64))
                     }
                 },
-                _ if p.replaced => (EndReason::Exec, None, None),
-                _ if p.exited => (EndReason::Exit, None, None),
-                _ => (EndReason::Stopped, None, None),
+                _ if p.replaced => (EndReason::Exec, None),
+                _ if p.exited => (EndReason::Exit, None),
+                _ => (EndReason::Stopped, None),
             };
             self.enc.end_process(
                 p.stream,
@@ -587,6 +657,7 @@ impl Writer {
                     status,
                     unsampled_ns: 0,
                     cpu_ns,
+                    tree_cpu_ns,
                 },
             );
         }

@@ -889,11 +889,17 @@ mod tests {
             for _ in 0..2 {
                 // SAFETY: one recorder; the owner can no longer write.
                 unsafe {
-                    d.pass(&pool, &slots, 1, |_| true, |_, _, ev| match ev {
-                        SlotEvent::Record(r) => times.push(r.time),
-                        SlotEvent::Freed => freed += 1,
-                        SlotEvent::Lost(_) => {}
-                    })
+                    d.pass(
+                        &pool,
+                        &slots,
+                        1,
+                        |_| true,
+                        |_, _, ev| match ev {
+                            SlotEvent::Record(r) => times.push(r.time),
+                            SlotEvent::Freed => freed += 1,
+                            SlotEvent::Lost(_) => {}
+                        },
+                    )
                 };
             }
             assert_eq!(times, [0, 1, 2], "listed {listed}");

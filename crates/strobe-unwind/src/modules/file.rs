@@ -104,7 +104,6 @@ fn synthesize_hdr(eh_addr: u64, eh: &[u8]) -> Option<(u64, Vec<u8>)> {
     Some((hdr_addr, h))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

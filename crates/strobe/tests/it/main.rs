@@ -4,6 +4,7 @@
 mod util;
 
 mod cli;
+mod coverage;
 mod kernel;
 mod perfdata;
 mod probe;

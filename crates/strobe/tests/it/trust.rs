@@ -290,7 +290,8 @@ fn a_thread_made_with_raw_clone_is_sampled_by_the_floor() {
     let r = report_json(&file);
     let cloned = function(&r, "cloned").map_or(0.0, |f| f["total_pct"].as_f64().unwrap());
     let unsampled = function(&r, "[not sampled]").map_or(0.0, |f| f["time_pct"].as_f64().unwrap());
-    let table = String::from_utf8_lossy(&run(strobe().arg("report").arg(&file)).stdout).into_owned();
+    let table =
+        String::from_utf8_lossy(&run(strobe().arg("report").arg(&file)).stdout).into_owned();
     assert!(cloned > 85.0, "cloned: {cloned:.1}% of the samples\n{table}");
     assert!(unsampled < 10.0, "[not sampled]: {unsampled:.1}%\n{table}");
 }

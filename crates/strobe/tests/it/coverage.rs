@@ -1,0 +1,496 @@
+//! The coverage zoo: ordinary program shapes, recorded as users record them (default
+//! options, default period), each checked against a truth the program measures itself.
+//!
+//! - C programs that time their own functions (`CLOCK_THREAD_CPUTIME_ID` around calls)
+//!   and their tree (`RUSAGE_CHILDREN`): each named function's share of the whole tree
+//!   (`total_pct`) against that truth. Shapes: a server whose threads block every signal
+//!   and sigwait, a main that calls pthread_exit while its workers go on, short children
+//!   made with fork, fork+exec, vfork, posix_spawn and exec of /proc/self/exe, 2000
+//!   short threads, threads holding descriptors under a 1024 limit.
+//! - Real programs that cannot time themselves (dash, bash, make, xz, Python's
+//!   multiprocessing): each command's share of the tree against the `wait4` rusage of a
+//!   wrapper (`zoo_tree`), and the output and exit status against a run without strobe.
+//!
+//! Every case runs long enough for about 2000 samples at the default period. A share's
+//! tolerance is 3.29 standard deviations of a share estimated from that many samples
+//! (`sqrt(p (1 - p) / n)`): a false failure once in a thousand runs for a sampler whose
+//! samples are independent (periodic sampling varies less).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::util::{record_to, run, show, strobe, Scratch};
+
+/// Two-sided z for a false-failure rate of 1e-3.
+const Z: f64 = 3.29;
+
+fn prog(name: &str) -> PathBuf {
+    strobe_testprogs::path(name)
+}
+
+/// `key=value` pairs a program printed.
+fn fields(text: &[u8]) -> BTreeMap<String, f64> {
+    String::from_utf8_lossy(text)
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+/// One recorded case: the program's output and the report.
+struct Case {
+    out: Output,
+    report: Value,
+    table: String,
+    file: PathBuf,
+}
+
+impl Case {
+    fn samples(&self) -> f64 {
+        self.report["samples"].as_f64().unwrap()
+    }
+
+    /// A function's total share (self and callees), percent.
+    fn total(&self, name: &str) -> f64 {
+        self.report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["function"] == name)
+            .map(|f| f["total_pct"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    }
+
+    /// Each command's share, percent.
+    fn commands(&self) -> BTreeMap<String, f64> {
+        self.report["processes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| {
+                        (p["command"].as_str().unwrap().to_string(), p["pct"].as_f64().unwrap())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The `[not sampled]` share named for `command` (its threads, and its starts and
+    /// exits), percent.
+    fn unsampled(&self, command: &str) -> f64 {
+        self.report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| {
+                f["function"] == "[not sampled]"
+                    && f["module"]
+                        .as_str()
+                        .is_some_and(|m| m == command || m.starts_with(&format!("{command}:")))
+            })
+            .map(|f| f["time_pct"].as_f64().unwrap())
+            .sum()
+    }
+
+    /// Asserts that `got` lies in `[lo, hi]` (percent) within the tolerance `n` samples
+    /// give (of a share at `hi`).
+    fn within(&self, what: &str, got: f64, lo: f64, hi: f64) {
+        let n = self.samples();
+        let p = (hi / 100.0).clamp(0.01, 0.99);
+        let tol = 100.0 * Z * (p * (1.0 - p) / n).sqrt();
+        println!(
+            "{what}: {got:.1}% against {lo:.1}-{hi:.1}% (tolerance {tol:.1} points, {n} samples)"
+        );
+        assert!(
+            got >= lo - tol && got <= hi + tol,
+            "{what}: {got:.1}% outside the truth's {lo:.1}-{hi:.1}% (tolerance {tol:.1} points \
+             over {n} samples)\n{}",
+            self.table
+        );
+    }
+
+    /// The CPU time strobe knows of but cannot place in any process's samples or
+    /// threads (the `[not sampled] ...: starts and exits` rows: the tree's rusage beyond
+    /// the kernel's per-task counts), percent: any function's share may hold part of it.
+    fn unplaced(&self) -> f64 {
+        self.report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| {
+                f["function"] == "[not sampled]"
+                    && f["module"].as_str().is_some_and(|m| m.ends_with(": starts and exits"))
+            })
+            .map(|f| f["time_pct"].as_f64().unwrap())
+            .sum()
+    }
+
+    /// Asserts that `got` (percent) is `want` within the tolerance `n` samples give, plus
+    /// the time strobe says it could not place ([`Case::unplaced`]).
+    fn near(&self, what: &str, got: f64, want: f64) {
+        let n = self.samples();
+        let p = (want / 100.0).clamp(0.01, 0.99);
+        let tol = 100.0 * Z * (p * (1.0 - p) / n).sqrt() + self.unplaced();
+        println!("{what}: {got:.1}% against {want:.1}% (tolerance {tol:.1} points, {n} samples)");
+        assert!(
+            (got - want).abs() <= tol,
+            "{what}: {got:.1}% against the truth's {want:.1}% (tolerance {tol:.1} points over \
+             {n} samples)\n{}",
+            self.table
+        );
+        assert!(n >= 1000.0, "{what}: {n} samples, too few to judge\n{}", self.table);
+    }
+}
+
+/// Records `program args` with `extra` options (none: the defaults) into `dir`.
+fn record(dir: &Scratch, name: &str, extra: &[&str], program: &Path, args: &[&str]) -> Case {
+    let file = dir.path(&format!("{name}.strobe"));
+    let out = run(record_to(&file).args(extra).arg("--").arg(program).args(args));
+    assert!(out.status.success(), "{name}: {}", show(&out));
+    let rep = run(strobe().arg("report").arg(&file).args(["--format", "json"]));
+    assert!(rep.status.success(), "{}", show(&rep));
+    let table =
+        String::from_utf8_lossy(&run(strobe().arg("report").arg(&file)).stdout).into_owned();
+    let report = serde_json::from_slice(&rep.stdout).unwrap();
+    Case { out, report, table, file }
+}
+
+/// The two ways to record: the defaults (the agent and the kernel floor) and kernel mode.
+const MODES: [(&str, &[&str]); 2] = [("agent", &[]), ("kernel", &["--mode", "kernel"])];
+
+/// A server's design: every thread blocks every signal, one takes them with sigwait. The
+/// workers are never the agent's (their mask blocks SIGTRAP); the floor samples them.
+#[test]
+fn threads_that_block_every_signal_are_sampled() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-sigwait");
+    for (mode, extra) in MODES {
+        let c = record(&dir, mode, extra, &prog("zoo_sigwait"), &["2", "7000", "1500"]);
+        let t = fields(&c.out.stdout);
+        c.near(
+            &format!("{mode}: worker_spin"),
+            c.total("worker_spin"),
+            100.0 * t["worker_ns"] / t["process_ns"],
+        );
+        c.near(
+            &format!("{mode}: main_work"),
+            c.total("main_work"),
+            100.0 * t["main_ns"] / t["process_ns"],
+        );
+    }
+}
+
+/// main() calls pthread_exit while its workers go on: the process lives on with a zombie
+/// leader, and every worker's time is its function's.
+#[test]
+fn a_main_that_exits_first_leaves_its_workers_sampled() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-mainexit");
+    for (mode, extra) in MODES {
+        let c = record(&dir, mode, extra, &prog("zoo_mainexit"), &["2", "8000"]);
+        let t = fields(&c.out.stdout);
+        c.near(
+            &format!("{mode}: worker_spin"),
+            c.total("worker_spin"),
+            100.0 * t["worker_ns"] / t["process_ns"],
+        );
+    }
+}
+
+/// Short children, about 3 ms of CPU each, made five ways: with the agent in each (its
+/// random first phase), their function's share of the tree is its share of the tree's
+/// CPU time. (In kernel mode each child's counter starts at a full period, so children
+/// shorter than a period go unsampled and are named, not attributed: kernel mode gets
+/// 30 ms children, each worth many of its 1 ms periods.)
+#[test]
+fn short_children_made_every_way_get_their_share() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-children");
+    for how in ["fork", "exec", "vfork", "spawn", "selfexe"] {
+        for (mode, extra) in MODES {
+            let args: [&str; 5] = if mode == "agent" {
+                [how, "3000", "1", "3000", "2500"]
+            } else {
+                [how, "100", "1", "30000", "1000"]
+            };
+            let c = record(&dir, &format!("{how}-{mode}"), extra, &prog("zoo_children"), &args);
+            let t = fields(&c.out.stdout);
+            assert_eq!(t["children"], args[1].parse::<f64>().unwrap(), "{}", show(&c.out));
+            let tree = t["tree_ns"];
+            c.near(
+                &format!("{how}/{mode}: child_work"),
+                c.total("child_work"),
+                100.0 * t["child_ns"] / tree,
+            );
+            c.near(
+                &format!("{how}/{mode}: parent_work"),
+                c.total("parent_work"),
+                100.0 * t["parent_ns"] / tree,
+            );
+        }
+    }
+}
+
+/// 2000 threads of about 1 ms each (shorter than the default period), at the default
+/// period: their function's share is its share of the CPU.
+#[test]
+fn short_threads_at_the_default_period_get_their_share() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-short-threads");
+    // Agent mode only: in kernel mode each thread's counter starts at a full period, so a
+    // thread shorter than one is named `[not sampled]` (its time is known), not attributed.
+    for (mode, extra) in &MODES[..1] {
+        let c = record(&dir, mode, extra, &prog("short_threads"), &["12000", "1000", "1", "3000"]);
+        let t = fields(&c.out.stdout);
+        c.near(
+            &format!("{mode}: short_worker"),
+            c.total("short_worker"),
+            100.0 * t["worker_ns"] / t["process_ns"],
+        );
+        c.near(
+            &format!("{mode}: main_work"),
+            c.total("main_work"),
+            100.0 * t["main_ns"] / t["process_ns"],
+        );
+    }
+}
+
+/// 400 threads each holding two descriptors under a soft limit of 1024: every open the
+/// program makes succeeds under strobe as without it (the agent keeps to its budget, in
+/// a band of high numbers), and the threads it could not serve are the floor's.
+#[test]
+fn the_agent_leaves_the_programs_descriptors_alone() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-fds");
+    let plain = run(Command::new(prog("zoo_fds")).args(["400", "2", "40"]));
+    assert!(plain.status.success(), "{}", show(&plain));
+    let c = record(&dir, "fds", &[], &prog("zoo_fds"), &["400", "2", "40"]);
+    let t = fields(&c.out.stdout);
+    assert_eq!(t["failed"], 0.0, "{}", show(&c.out));
+    assert_eq!(c.out.status.code(), Some(0), "{}", show(&c.out));
+    let err = String::from_utf8_lossy(&c.out.stderr);
+    assert!(err.contains("descriptor budget"), "{err}");
+    // Most threads are the floor's here, and with 400 busy threads on a few CPUs the
+    // kernel's timer takes fewer samples than their CPU time is worth: the difference
+    // is named `[not sampled]` for the command, never given to another function.
+    let truth = 100.0 * t["fd_ns"] / t["process_ns"];
+    let named = c.unsampled("zoo_fds");
+    c.within("fd_work", c.total("fd_work"), truth - named, truth);
+}
+
+/// A program starts with the signal mask and ignored signals it would have without
+/// strobe (a shell that ignores SIGINT for a background job, a blocked SIGUSR1).
+#[test]
+fn the_programs_signal_state_is_as_without_strobe() {
+    let dir = Scratch::new("coverage-sigstate");
+    let script = |inner: &str| format!("trap '' INT; {inner}");
+    let plain = run(
+        Command::new("bash").args(["-c", &script(&prog("zoo_sigstate").display().to_string())])
+    );
+    let file = dir.path("s.strobe");
+    let under = run(Command::new("bash").args([
+        "-c",
+        &script(&format!(
+            "{} record -o {} -- {}",
+            env!("CARGO_BIN_EXE_strobe"),
+            file.display(),
+            prog("zoo_sigstate").display()
+        )),
+    ]));
+    assert!(under.status.success(), "{}", show(&under));
+    assert!(String::from_utf8_lossy(&plain.stdout).contains("ignored=2"), "{}", show(&plain));
+    assert_eq!(under.stdout, plain.stdout, "{}", show(&under));
+}
+
+/// Runs `command` under the `zoo_tree` wrapper (with and without strobe): the truth of
+/// programs that cannot time themselves. Returns the case and the trees' CPU times the
+/// wrapper logged (`tree_ns` by command, outermost first), and the plain run's output.
+fn wrapped(
+    dir: &Scratch,
+    name: &str,
+    command: &[&str],
+    prepare: &dyn Fn(),
+) -> (Case, Vec<(String, f64)>, Output) {
+    let log = dir.path(&format!("{name}.log"));
+    let plain_log = dir.path(&format!("{name}-plain.log"));
+    prepare();
+    let plain = run(Command::new(prog("zoo_tree")).arg(&plain_log).args(command));
+    assert!(plain.status.success(), "{name}: {}", show(&plain));
+    let mut args = vec![log.to_str().unwrap()];
+    args.extend_from_slice(command);
+    prepare();
+    let c = record(dir, name, &[], &prog("zoo_tree"), &args);
+    let trees = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f = fields(l.as_bytes());
+            let cmd = l.split("command=").nth(1)?.trim().to_string();
+            Some((cmd, *f.get("tree_ns")?))
+        })
+        .collect();
+    (c, trees, plain)
+}
+
+/// `sh -c 'P; P'` (Debian's sh is dash, whose children it execs after fork) and the same
+/// with bash: each spin process's share of the tree, and dash's, against the truth.
+#[test]
+fn shell_children_are_followed() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-shells");
+    let spin = prog("zoo_spin").display().to_string();
+    for shell in ["sh", "bash"] {
+        let script = format!("{spin} 7000; {spin} 7000");
+        let (c, trees, plain) = wrapped(&dir, shell, &[shell, "-c", &script], &|| ());
+        assert_eq!(c.out.status.code(), plain.status.code());
+        let tree = trees.last().unwrap().1;
+        let spins: Vec<BTreeMap<String, f64>> =
+            String::from_utf8_lossy(&c.out.stdout).lines().map(|l| fields(l.as_bytes())).collect();
+        assert_eq!(spins.len(), 2, "{}", show(&c.out));
+        let spin_ns: f64 = spins.iter().map(|f| f["spin_ns"]).sum();
+        let process_ns: f64 = spins.iter().map(|f| f["process_ns"]).sum();
+        c.near(&format!("{shell}: spin_work"), c.total("spin_work"), 100.0 * spin_ns / tree);
+        let cmds = c.commands();
+        c.near(
+            &format!("{shell}: zoo_spin processes"),
+            cmds.get("zoo_spin").copied().unwrap_or(0.0),
+            100.0 * process_ns / tree,
+        );
+    }
+}
+
+/// `make -j2` building a small C project: the compilers' share of the tree (gcc, cc1,
+/// as, collect2, ld, each compile's wrapper) against the wrappers' own rusage, and the
+/// build's output against a build without strobe.
+#[test]
+fn a_parallel_make_is_followed_into_every_compiler() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-make");
+    let src = dir.path("proj");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut objs = Vec::new();
+    for i in 0..40 {
+        // Each file: enough code for a few hundred ms of cc1 at -O2.
+        let mut body = String::new();
+        for j in 0..60 {
+            body.push_str(&format!(
+                "double f{i}_{j}(double x) {{ double s = 0; for (int k = 0; k < 100; k++) \
+                 s += __builtin_sin(x * k + {j}) / (k + 1.0); return s; }}\n"
+            ));
+        }
+        std::fs::write(src.join(format!("f{i}.c")), body).unwrap();
+        objs.push(format!("f{i}.o"));
+    }
+    std::fs::write(src.join("main.c"), "int main(void) { return 0; }\n").unwrap();
+    let cc_log = dir.path("cc.log");
+    let makefile = format!(
+        "CC = {} {} gcc\nCFLAGS = -O2\nall: prog\nprog: main.o {}\n\t$(CC) -o $@ $^ -lm\nclean:\n\trm -f *.o prog\n",
+        prog("zoo_tree").display(),
+        cc_log.display(),
+        objs.join(" ")
+    );
+    std::fs::write(src.join("Makefile"), makefile).unwrap();
+    let clean = || {
+        let _ = run(Command::new("make").args(["-s", "-C", src.to_str().unwrap(), "clean"]));
+        let _ = std::fs::remove_file(&cc_log);
+    };
+    let (c, trees, plain) =
+        wrapped(&dir, "make", &["make", "-s", "-j2", "-C", src.to_str().unwrap()], &clean);
+    assert_eq!(c.out.status.code(), Some(0), "{}", show(&c.out));
+    assert_eq!(c.out.stdout, plain.stdout);
+    let tree = trees.last().unwrap().1;
+    let compiles: f64 = std::fs::read_to_string(&cc_log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| fields(l.as_bytes()).get("tree_ns").copied())
+        .sum();
+    let cmds = c.commands();
+    // What is not a compiler's tree: make, the shell it may run recipes with, and the
+    // wrappers (each compile's and the outer one: their own forks, execs and waits).
+    let outside: f64 =
+        ["make", "sh", "dash", "bash", "zoo_tree"].iter().filter_map(|k| cmds.get(*k)).sum();
+    c.near("make and the wrappers", outside, 100.0 * (tree - compiles) / tree);
+}
+
+/// Python's multiprocessing Pool (forked workers): the workers' share of the tree.
+#[test]
+fn a_python_pools_workers_are_sampled() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/zoo_pool.py");
+    let c = record(
+        &dir,
+        "pool",
+        &[],
+        Path::new("python3"),
+        &[script.to_str().unwrap(), "2", "300", "50"],
+    );
+    let t = fields(&c.out.stdout);
+    // The workers' processes, from the file: every process but the launched one's.
+    let rec = strobe_format::read_all(&c.file).unwrap();
+    let launched = rec
+        .processes
+        .iter()
+        .filter_map(|p| p.info.as_ref())
+        .find(|i| i.origin == strobe_format::ProcessOrigin::Start && !i.floor)
+        .map(|i| i.pid)
+        .unwrap();
+    let mut by_pid: BTreeMap<bool, f64> = BTreeMap::new();
+    for p in &rec.processes {
+        let Some(info) = &p.info else { continue };
+        let cycle = info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;
+        let n = p.samples.iter().filter(|s| s.kind.is_time_sample()).count() as f64;
+        *by_pid.entry(info.pid == launched).or_default() += n * cycle;
+    }
+    let workers = by_pid.get(&false).copied().unwrap_or(0.0);
+    let all: f64 = by_pid.values().sum();
+    c.near(
+        "pool workers",
+        100.0 * workers / all,
+        100.0 * (t["tree_ns"] - t["parent_ns"]) / t["tree_ns"],
+    );
+}
+
+/// Debian's xz with two threads (liblzma starts its workers with every signal blocked):
+/// the output is the same bytes, and nearly all of xz's CPU time is sampled, not named
+/// `[not sampled]` (before the floor: 3 samples for 4 s).
+#[test]
+fn xz_with_worker_threads_is_sampled() {
+    let _quiet = crate::util::quiet();
+    if Command::new("xz").arg("--version").output().is_err() {
+        eprintln!("skipped: xz is not installed (ci/setup.sh installs it)");
+        return;
+    }
+    let dir = Scratch::new("coverage-xz");
+    let input = dir.path("input");
+    // Compressible but not trivially: about 60 MB of counted lines.
+    let text: String = (0..1_500_000u64)
+        .map(|i| format!("{i:>12} {}\n", i.wrapping_mul(2654435761) % 1000))
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let args = ["-T2", "-3", "-c", input.to_str().unwrap()];
+    let plain = run(Command::new("xz").args(args));
+    let c = record(&dir, "xz", &[], Path::new("xz"), &args);
+    assert!(plain.status.success());
+    assert!(c.out.stdout == plain.stdout, "xz's output differs under strobe");
+    let unsampled: f64 = c.report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["function"] == "[not sampled]")
+        .map(|f| f["time_pct"].as_f64().unwrap())
+        .sum();
+    println!("xz: [not sampled] {unsampled:.1}%\n{}", c.table);
+    // What the floor cannot sample: each thread's stretch before its first period.
+    assert!(unsampled < 5.0, "[not sampled] {unsampled:.1}%\n{}", c.table);
+    let tids: std::collections::BTreeSet<u32> = strobe_format::read_all(&c.file)
+        .unwrap()
+        .processes
+        .iter()
+        .flat_map(|p| p.samples.iter().map(|s| s.tid))
+        .collect();
+    assert!(tids.len() >= 3, "xz's main thread and two workers sampled: {tids:?}");
+}
