@@ -192,11 +192,12 @@ pub fn install_handler() -> std::io::Result<()> {
         sa.sa_sigaction = on_sigtrap
             as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
             as usize;
-        // No SA_ONSTACK: a thread's alternate signal stack (Rust's std gives every thread
-        // one of a few KiB, for its overflow message) is too small for a DWARF walk, which
-        // overflowed it (SIGSEGV in gimli's row copies). The handler runs on the
-        // interrupted stack, and walks only with room to spare (`stack::walk`).
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // SA_ONSTACK: on the stack the agent maps for each thread it serves (`altstack`),
+        // never on the program's (a coroutine's small stack, or a small alternate stack
+        // of the program's own, such as Rust's few KiB for its overflow message, which a
+        // DWARF walk overflowed). A thread without one runs it on its own stack and
+        // walks only with room to spare (`stack::walk`).
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // Every asynchronous signal waits while the handler runs: a target handler that
         // interrupted ours and jumped out (siglongjmp) would leave our walk's read
         // section open and the slot mid-update. The synchronous faults stay deliverable
@@ -749,8 +750,10 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
         slot.ctl.abandon();
         return Err(SetupError::Budget);
     }
+    // The handler's own stack (SA_ONSTACK): before the walker, which learns its range.
+    crate::altstack::install(local);
     if local.walker.load(Ordering::Relaxed).is_null() {
-        let w = Box::new(stack::thread_walker(a.call_graph));
+        let w = Box::new(stack::thread_walker(a.call_graph, local.alt.range()));
         local.walker.store(Box::into_raw(w), Ordering::Relaxed);
     }
     if a.window > 0 && local.ring.load(Ordering::Relaxed).is_null() {
@@ -844,6 +847,8 @@ pub fn close_slot(index: usize, discard: bool) {
     local.close_group();
     local.drop_ring();
     local.drop_walker();
+    // No SIGTRAP of ours comes any more: the program's own signal stack, if it set one.
+    crate::altstack::remove(local);
     slot.set_comm(&thread_name());
     let spent = thread_cpu_ns().saturating_sub(cpu0);
     slot.setup_ns
