@@ -50,6 +50,8 @@ pub struct PerfDataOptions {
     /// The event whose samples make the report (`task-clock:u`, or `task-clock`); the
     /// first sampling event when `None`.
     pub event: Option<String>,
+    /// How addresses are named.
+    pub symbols: crate::SymbolOptions,
 }
 
 /// The process key under which the kernel's pseudo mapping is added (perf's pid -1).
@@ -92,7 +94,9 @@ pub fn load(
         command: data.info().command.clone(),
         source: Some(source_line(data, chosen, group)),
     };
-    let mut feed = Feed::new(Aggregator::new(info)?, group);
+    let mut agg = Aggregator::new(info)?;
+    agg.set_symbol_options(opts.symbols.clone());
+    let mut feed = Feed::new(agg, group);
     if let Some(bytes) = cached_vdso(data) {
         feed.agg.add_image("[vdso]".into(), bytes);
     }
@@ -145,7 +149,7 @@ pub fn load(
         }
     }
     if feed.kernel_samples > 0 || feed.kernel_frames {
-        match this_kernels_symbols(data) {
+        match kernel_symbols(data, opts.symbols.kallsyms.as_deref()) {
             Ok(table) => feed.agg.set_kallsyms(table),
             Err(why) if feed.kernel_samples > 0 => notes.push(format!(
                 "{} kernel samples are reported as one row, [unknown in {KERNEL_MODULE}] ({why})",
@@ -296,12 +300,20 @@ impl Feed {
     }
 }
 
-/// The running kernel's symbols, if the file was recorded on this kernel (the build id
-/// perf saved for `[kernel.kallsyms]` is the running kernel's) and `/proc/kallsyms`
-/// shows addresses; otherwise why not.
-fn this_kernels_symbols(
+/// The kernel's symbols: from `kallsyms` when given (a copy the user vouches for), else
+/// the running kernel's, if the file was recorded on this kernel (the build id perf saved
+/// for `[kernel.kallsyms]` is the running kernel's) and `/proc/kallsyms` shows
+/// addresses; otherwise why not.
+fn kernel_symbols(
     data: &PerfData<'_>,
+    kallsyms: Option<&Path>,
 ) -> Result<strobe_target::kallsyms::Kallsyms, &'static str> {
+    if let Some(file) = kallsyms {
+        let text =
+            std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
+        return strobe_target::kallsyms::Kallsyms::parse(&text)
+            .ok_or("the --kallsyms file lists no text symbol with an address");
+    }
     let recorded = data
         .info()
         .build_ids
@@ -605,7 +617,8 @@ mod tests {
     fn report(bytes: &[u8], event: Option<&str>) -> Result<Loaded, ReportError> {
         let data = PerfData::parse(bytes)
             .map_err(|e| ReportError::PerfData { file: String::new(), error: e })?;
-        load(&data, WindowPolicy::Discard, &PerfDataOptions { event: event.map(str::to_string) })
+        let opts = PerfDataOptions { event: event.map(str::to_string), ..Default::default() };
+        load(&data, WindowPolicy::Discard, &opts)
     }
 
     fn samples(l: &Loaded, f: &str) -> u64 {

@@ -170,6 +170,34 @@ pub struct SymbolOptions {
     pub debug_dirs: Option<Vec<std::path::PathBuf>>,
     /// Do not read JIT symbol files (`/tmp/perf-PID.map`, jitdump).
     pub no_jit: bool,
+    /// Read every file that names code (the mapped files, their debug files, JIT symbol
+    /// files) under this directory instead of `/`, as perf's `--symfs` does: for a
+    /// recording made on another machine, or a fixed set of files. `None`: `/`.
+    pub symfs: Option<std::path::PathBuf>,
+    /// Name kernel addresses of a perf.data file from this copy of `/proc/kallsyms` (the
+    /// machine and boot it was recorded on), as perf's `--kallsyms` does; `None`: the
+    /// running kernel's, when the file was recorded on it.
+    pub kallsyms: Option<std::path::PathBuf>,
+}
+
+impl SymbolOptions {
+    /// Where the file recorded as `path` is read: `path` itself, or under
+    /// [`SymbolOptions::symfs`].
+    pub fn file(&self, path: &str) -> std::path::PathBuf {
+        match &self.symfs {
+            Some(root) => root.join(path.trim_start_matches('/')),
+            None => std::path::PathBuf::from(path),
+        }
+    }
+
+    /// The directories searched for separate debug files: those given, else
+    /// `/usr/lib/debug` and `/lib/debug` (under the symfs when there is one).
+    pub fn debug_dirs(&self) -> Vec<std::path::PathBuf> {
+        match &self.debug_dirs {
+            Some(d) => d.clone(),
+            None => ["/usr/lib/debug", "/lib/debug"].map(|d| self.file(d)).to_vec(),
+        }
+    }
 }
 
 /// A function inlined at an address: its name and the source line inside it.
@@ -283,9 +311,9 @@ pub(crate) fn symbolize_with(
         let m = spaces.locate(space, ip);
         if !opts.no_jit && m.is_none_or(|m| maybe_jit(&m.path)) {
             if let Some(pid) = spaces.pid_of(space) {
-                let syms = jit
-                    .entry(pid)
-                    .or_insert_with(|| crate::jit::JitSymbols::load(pid, spaces.paths_of(space)));
+                let syms = jit.entry(pid).or_insert_with(|| {
+                    crate::jit::JitSymbols::load(pid, spaces.paths_of(space), opts.symfs.as_deref())
+                });
                 if let (Some((name, source)), Some(slot)) = (syms.find(ip), out.get_mut(i)) {
                     *slot = Frame {
                         function: demangled(name),
@@ -316,14 +344,11 @@ pub(crate) fn symbolize_with(
         .enable_code_info(true)
         .enable_inlined_fns(opts.inline)
         .enable_demangling(false);
-    if let Some(dirs) = &opts.debug_dirs {
-        builder = builder.set_debug_dirs(Some(dirs));
+    let debug_dirs = opts.debug_dirs();
+    if opts.debug_dirs.is_some() || opts.symfs.is_some() {
+        builder = builder.set_debug_dirs(Some(&debug_dirs));
     }
     let symbolizer = builder.build();
-    let debug_dirs: Vec<std::path::PathBuf> = match &opts.debug_dirs {
-        Some(d) => d.clone(),
-        None => ["/usr/lib/debug", "/lib/debug"].map(std::path::PathBuf::from).to_vec(),
-    };
     let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
         Some(line) => format!("{}:{line}", ci.to_path().display()),
         None => ci.to_path().display().to_string(),
@@ -343,7 +368,7 @@ pub(crate) fn symbolize_with(
                 }
                 Err(_) => continue,
             },
-            None => std::path::PathBuf::from(path),
+            None => opts.file(path),
         };
         // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
         let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;

@@ -117,6 +117,16 @@ pub struct Args {
     /// by debug link) here; repeatable. Default: /usr/lib/debug and /lib/debug.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    /// Read the recorded files (programs, libraries, their debug files, JIT symbol files)
+    /// under DIR instead of /: DIR/usr/lib/libc.so.6 for /usr/lib/libc.so.6, as perf's
+    /// --symfs. For a recording made on another machine.
+    #[arg(long, value_name = "DIR")]
+    symfs: Option<PathBuf>,
+    /// perf.data only: name kernel addresses from FILE, a copy of /proc/kallsyms taken on
+    /// the machine (and boot) the file was recorded on, as perf's --kallsyms. Default: the
+    /// running kernel's, when the file was recorded on it.
+    #[arg(long, value_name = "FILE")]
+    kallsyms: Option<PathBuf>,
     /// Print nothing but the output: no progress, warnings or notes.
     #[arg(long, short)]
     quiet: bool,
@@ -205,7 +215,8 @@ fn load(
     quiet: bool,
 ) -> anyhow::Result<Loaded> {
     if is_perf_data(path) {
-        let popts = PerfDataOptions { event: event.map(str::to_string) };
+        let popts =
+            PerfDataOptions { event: event.map(str::to_string), symbols: opts.symbols.clone() };
         return Ok(strobe_report::perfdata::read(path, opts.policy, &popts)?);
     }
     if event.is_some() {
@@ -321,6 +332,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 dirs
             }),
             no_jit: false,
+            symfs: args.symfs.clone(),
+            kallsyms: args.kallsyms.clone(),
         },
         timeline: args.firefox.is_some(),
     };
