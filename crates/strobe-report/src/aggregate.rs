@@ -424,7 +424,7 @@ impl Aggregator {
     /// `policy`.
     pub fn finish(mut self, policy: WindowPolicy) -> Report {
         self.t.unpaired += self.slots.iter().filter(|s| s.open && !s.plain).count() as u64;
-        Report::build(self.t, policy)
+        crate::build::build(self.t, policy)
     }
 }
 
