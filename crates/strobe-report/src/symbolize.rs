@@ -281,13 +281,41 @@ pub(crate) fn symbolize_with(
         inlined: Vec::new(),
     };
     let mut out: Vec<Frame> = vec![unknown; addrs.len()];
-    // path -> [(file offset, index into addrs)]
+    let by_file = name_without_files(spaces, addrs, opts, &mut out);
+    // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
+    // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
+    // `_Z` (C++) and `_R`/legacy Rust names are demangled.
+    let mut builder = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(opts.inline)
+        .enable_demangling(false);
+    let debug_dirs = opts.debug_dirs();
+    if opts.debug_dirs.is_some() || opts.symfs.is_some() {
+        builder = builder.set_debug_dirs(Some(&debug_dirs));
+    }
+    let symbolizer = builder.build();
+    for (path, offs) in by_file {
+        let file = FileToName { path, symbolizer: &symbolizer, debug_dirs: &debug_dirs };
+        file.name(spaces, opts, offs, &mut out);
+    }
+    out
+}
+
+/// Names the addresses no file is read for (kernel addresses, JIT code, pseudo
+/// mappings), setting each other mapped address to `[unknown in <module>]` for now;
+/// returns the addresses to be named from files: path -> [(file offset, index)].
+fn name_without_files<'s>(
+    spaces: &'s Spaces,
+    addrs: &[(u32, u64)],
+    opts: &SymbolOptions,
+    out: &mut [Frame],
+) -> FxHashMap<&'s str, Vec<(u64, usize)>> {
     let mut by_file: FxHashMap<&str, Vec<(u64, usize)>> = FxHashMap::default();
     // JIT symbols per OS pid, loaded on first use.
     let mut jit: FxHashMap<u32, crate::jit::JitSymbols> = FxHashMap::default();
     for (i, &(space, ip)) in addrs.iter().enumerate() {
+        let Some(slot) = out.get_mut(i) else { continue };
         if ip >= KERNEL_START {
-            let Some(slot) = out.get_mut(i) else { continue };
             if let Some(k) = spaces.kernel_symbol(ip) {
                 let module = if k.module.is_empty() {
                     KERNEL_MODULE.to_string()
@@ -314,7 +342,7 @@ pub(crate) fn symbolize_with(
                 let syms = jit.entry(pid).or_insert_with(|| {
                     crate::jit::JitSymbols::load(pid, spaces.paths_of(space), opts.symfs.as_deref())
                 });
-                if let (Some((name, source)), Some(slot)) = (syms.find(ip), out.get_mut(i)) {
+                if let Some((name, source)) = syms.find(ip) {
                     *slot = Frame {
                         function: demangled(name),
                         module: source.to_string(),
@@ -327,7 +355,6 @@ pub(crate) fn symbolize_with(
             }
         }
         let Some(m) = m else { continue };
-        let Some(slot) = out.get_mut(i) else { continue };
         // Real files, and pseudo mappings the recording has the bytes of, can be
         // symbolized; other pseudo mappings keep their module name.
         let is_file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)");
@@ -336,24 +363,28 @@ pub(crate) fn symbolize_with(
         }
         *slot = unknown_in(&m.path);
     }
+    by_file
+}
 
-    // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
-    // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
-    // `_Z` (C++) and `_R`/legacy Rust names are demangled.
-    let mut builder = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(opts.inline)
-        .enable_demangling(false);
-    let debug_dirs = opts.debug_dirs();
-    if opts.debug_dirs.is_some() || opts.symfs.is_some() {
-        builder = builder.set_debug_dirs(Some(&debug_dirs));
-    }
-    let symbolizer = builder.build();
-    let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
-        Some(line) => format!("{}:{line}", ci.to_path().display()),
-        None => ci.to_path().display().to_string(),
-    };
-    for (path, mut offs) in by_file {
+/// One mapped file whose addresses are named from its symbols.
+struct FileToName<'a> {
+    /// The path the recording gives (or an image's pseudo name).
+    path: &'a str,
+    symbolizer: &'a Symbolizer,
+    debug_dirs: &'a [std::path::PathBuf],
+}
+
+impl FileToName<'_> {
+    /// Names `offs` ((file offset, index into `out`)) from the file's symbols; what they
+    /// do not name stays as it is.
+    fn name(
+        &self,
+        spaces: &Spaces,
+        opts: &SymbolOptions,
+        mut offs: Vec<(u64, usize)>,
+        out: &mut [Frame],
+    ) {
+        let path = self.path;
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
         unique.dedup();
@@ -366,69 +397,11 @@ pub(crate) fn symbolize_with(
                     _copy = f;
                     _copy.0.clone()
                 }
-                Err(_) => continue,
+                Err(_) => return,
             },
             None => opts.file(path),
         };
-        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
-        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
-        // A separate debug file with the same build id: symbolized by link-time address
-        // (its own segments may not match the file's offsets).
-        let debug = strobe_target::debuginfo::debug_file_by_build_id(&file, &debug_dirs);
-        let syms = match &debug {
-            Some(dbg) => {
-                let index = index
-                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(&file).ok());
-                let Some(index) = index.as_ref() else { continue };
-                let vaddrs: Vec<u64> =
-                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
-                symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
-            }
-            None => symbolizer.symbolize(&Source::Elf(Elf::new(&file)), Input::FileOffset(&unique)),
-        };
-        let Ok(syms) = syms else {
-            continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
-        };
-        let module = module_name(path);
-        let frames: Vec<Option<Frame>> = syms
-            .into_iter()
-            .zip(&unique)
-            .map(|(s, &off)| match s {
-                Symbolized::Sym(sym) => Some(Frame {
-                    function: demangled(&sym.name),
-                    module: module.clone(),
-                    module_path: path.to_string(),
-                    source: sym.code_info.as_deref().map(source_of),
-                    inlined: sym
-                        .inlined
-                        .iter()
-                        .map(|f| InlinedFrame {
-                            function: demangled(&f.name),
-                            source: f.code_info.as_ref().map(source_of),
-                        })
-                        .collect(),
-                }),
-                Symbolized::Unknown(_) => {
-                    let index = index
-                        .get_or_insert_with(|| {
-                            strobe_target::debuginfo::CodeIndex::open(&file).ok()
-                        })
-                        .as_ref()?;
-                    let vaddr = index.offset_to_vaddr(off)?;
-                    let function = match index.mini_symbol_at(vaddr) {
-                        Some(s) => demangled(&s.name),
-                        None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
-                    };
-                    Some(Frame {
-                        function,
-                        module: module.clone(),
-                        module_path: path.to_string(),
-                        source: None,
-                        inlined: Vec::new(),
-                    })
-                }
-            })
-            .collect();
+        let Some(frames) = self.frames(&file, &unique) else { return };
         for (off, i) in offs {
             let Ok(u) = unique.binary_search(&off) else { continue };
             if let (Some(Some(f)), Some(slot)) = (frames.get(u), out.get_mut(i)) {
@@ -436,7 +409,72 @@ pub(crate) fn symbolize_with(
             }
         }
     }
-    out
+
+    /// The frame of each of the file offsets `unique` (sorted, distinct) in `file`, where
+    /// something names it; `None` when the file cannot be read as ELF.
+    fn frames(&self, file: &Path, unique: &[u64]) -> Option<Vec<Option<Frame>>> {
+        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
+        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
+        // A separate debug file with the same build id: symbolized by link-time address
+        // (its own segments may not match the file's offsets).
+        let debug = strobe_target::debuginfo::debug_file_by_build_id(file, self.debug_dirs);
+        let syms = match &debug {
+            Some(dbg) => {
+                let index = index
+                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(file).ok());
+                let index = index.as_ref()?;
+                let vaddrs: Vec<u64> =
+                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
+                self.symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
+            }
+            None => {
+                self.symbolizer.symbolize(&Source::Elf(Elf::new(file)), Input::FileOffset(unique))
+            }
+        };
+        // Unreadable or not ELF: every address stays "[unknown in <module>]".
+        let syms = syms.ok()?;
+        let module = module_name(self.path);
+        let frame = |function: String, source, inlined| Frame {
+            function,
+            module: module.clone(),
+            module_path: self.path.to_string(),
+            source,
+            inlined,
+        };
+        let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
+            Some(line) => format!("{}:{line}", ci.to_path().display()),
+            None => ci.to_path().display().to_string(),
+        };
+        let frames = syms
+            .into_iter()
+            .zip(unique)
+            .map(|(s, &off)| match s {
+                Symbolized::Sym(sym) => Some(frame(
+                    demangled(&sym.name),
+                    sym.code_info.as_deref().map(source_of),
+                    sym.inlined
+                        .iter()
+                        .map(|f| InlinedFrame {
+                            function: demangled(&f.name),
+                            source: f.code_info.as_ref().map(source_of),
+                        })
+                        .collect(),
+                )),
+                Symbolized::Unknown(_) => {
+                    let index = index
+                        .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(file).ok())
+                        .as_ref()?;
+                    let vaddr = index.offset_to_vaddr(off)?;
+                    let function = match index.mini_symbol_at(vaddr) {
+                        Some(s) => demangled(&s.name),
+                        None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
+                    };
+                    Some(frame(function, None, Vec::new()))
+                }
+            })
+            .collect();
+        Some(frames)
+    }
 }
 
 /// A symbol's demangled name (Rust, C++), or the name itself.
