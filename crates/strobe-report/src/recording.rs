@@ -17,7 +17,7 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 use strobe_format::{NoteLevel, ProcessOrigin, Reader, Record};
 
-use crate::input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
+use crate::input::{Mapping, RecordInfo, Sample, SampleKind};
 use crate::{Aggregator, Report, ReportError, WindowPolicy};
 
 /// A report built from a record file, with what the user must be told about the file.
@@ -200,24 +200,11 @@ impl Feed {
             Record::Image { image, .. } => agg.add_image(image.name, image.bytes),
             Record::Truncated { offset } => self.truncated_at = Some(offset),
             Record::Stacks { stream, first_id, nodes } => {
-                let nodes: Vec<StackNode> =
-                    nodes.iter().map(|n| StackNode { parent: n.parent, addr: n.addr }).collect();
-                agg.add_stack_nodes(stream, first_id, &nodes);
+                agg.add_stack_nodes(stream, first_id, &nodes)
             }
             Record::Baseline(b) => {
                 self.uncounted = b.uncounted;
-                let list = |v: &[strobe_format::BaselineCounter]| -> Vec<BaselineCounter> {
-                    v.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect()
-                };
-                agg.set_baseline(Baseline {
-                    windows: b.windows,
-                    intervals: b.intervals,
-                    work_ns: b.work_ns,
-                    counters: list(&b.counters),
-                    tail: list(&b.tail),
-                    end: list(&b.end),
-                    uncounted: b.uncounted,
-                })
+                agg.set_baseline(b)
             }
             Record::End { stream, end } => self.end(stream, &end),
             Record::KernelSymbols(syms) => {

@@ -133,15 +133,9 @@ pub fn build_id_of_notes(mut b: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    const TEXT: &str = "\
-ffffffff81000000 T _stext
-ffffffff81000100 t helper
-ffffffff81000200 D some_data
-ffffffff81000300 T clear_page_erms
-ffffffff81000400 W weak_fn
-ffffffffc0001000 t ext4_read [ext4]
-ffffffffc0002000 t ext4_end [ext4]
-";
+    /// A small table in /proc/kallsyms' form: text, data and weak symbols, a module's.
+    /// Tests of other crates that need one read this file (`testdata/kallsyms`).
+    const TEXT: &str = include_str!("../testdata/kallsyms");
 
     #[test]
     fn text_symbols_are_found_by_address() {

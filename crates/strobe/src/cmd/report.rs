@@ -182,19 +182,9 @@ fn write_output(
     w.flush().with_context(|| format!("cannot write {}", path.display()))?;
     if !quiet {
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        eprintln!("strobe: wrote the {what} to {} ({})", path.display(), human_bytes(size));
+        eprintln!("strobe: wrote the {what} to {} ({})", path.display(), super::human_bytes(size));
     }
     Ok(())
-}
-
-fn human_bytes(n: u64) -> String {
-    if n >= 1 << 20 {
-        format!("{:.1} MB", n as f64 / (1 << 20) as f64)
-    } else if n >= 1 << 10 {
-        format!("{:.1} KB", n as f64 / 1024.0)
-    } else {
-        format!("{n} bytes")
-    }
 }
 
 /// True when `path` starts with perf.data's magic (an unreadable file is left to the
