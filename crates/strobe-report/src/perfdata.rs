@@ -82,6 +82,7 @@ pub fn load(
     policy: WindowPolicy,
     opts: &PerfDataOptions,
 ) -> Result<Loaded, ReportError> {
+    let __t = std::time::Instant::now();
     let chosen = choose_event(data, opts.event.as_deref())?;
     let attr = data.attrs().get(chosen).map(|a| a.attr).unwrap_or_default();
     let group = attr.sample_type & SAMPLE_READ != 0 && attr.read_format & FORMAT_GROUP != 0;
@@ -148,6 +149,9 @@ pub fn load(
             _ => {}
         }
     }
+    if std::env::var_os("STROBE_PHASES").is_some() {
+        eprintln!("phase records read {:.1} ms", __t.elapsed().as_secs_f64() * 1e3);
+    }
     if feed.kernel_samples > 0 || feed.kernel_frames {
         match kernel_symbols(data, opts.symbols.kallsyms.as_deref()) {
             Ok(table) => feed.agg.set_kallsyms(table),
@@ -157,6 +161,9 @@ pub fn load(
             )),
             Err(_) => {}
         }
+    }
+    if std::env::var_os("STROBE_PHASES").is_some() {
+        eprintln!("phase kallsyms read {:.1} ms", __t.elapsed().as_secs_f64() * 1e3);
     }
     if feed.unknown_id > 0 {
         notes.push(format!(

@@ -2,12 +2,19 @@
 //!
 //! Each process's recorded mappings form an *address space*; an exec starts a new one
 //! for the same pid. An IP is normalized with its space's mappings to (file, file
-//! offset), and all offsets of one file are symbolized in one blazesym call, by file
-//! offset (ELF symbols, DWARF line tables when present, demangled Rust and C++ names).
-//! Each unique address is symbolized once, whatever its sample count.
+//! offset), and all offsets of one file are named together. Each unique address is
+//! symbolized once, whatever its sample count.
+//!
+//! - **Names** come from the file's symbol table read as `perf report` reads it
+//!   (strobe-target's `symtab`: the separate debug file's table when there is one, perf's
+//!   rules for aliases, unsized symbols and PLT entries), so a function has the name perf
+//!   gives it, in perf.data files and strobe's recordings alike; Rust and C++ names are
+//!   demangled here.
+//! - **Source lines and inlined frames** come from DWARF (blazesym), read only when an
+//!   output shows them ([`SymbolOptions::names_only`], [`SymbolOptions::inline`]).
 //!
 //! The vDSO has no file: `strobe record` saves its bytes in the recording (an IMAGE
-//! chunk), and its addresses are symbolized against a private temporary copy of them.
+//! chunk), and its addresses are named from those bytes.
 //!
 //! Where the symbol tables say nothing:
 //!
@@ -18,8 +25,9 @@
 //!   otherwise split into functions at its `.eh_frame` FDE boundaries, each named
 //!   `<module>+0x<start>` (the link-time address of the function's first byte).
 //! - Separate debug files are found under the debug directories
-//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`, used
-//!   in place of the file, by link-time address), and by `.gnu_debuglink` by blazesym.
+//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`: its
+//!   symbol table names the file's code, and its DWARF is read by link-time address),
+//!   and by `.gnu_debuglink` by blazesym for lines.
 //!
 //! An address that still cannot be named is never dropped: it becomes
 //! `[unknown in <module>]` when a mapping holds it (a vDSO the recording has no image of,
@@ -170,6 +178,11 @@ pub struct SymbolOptions {
     pub debug_dirs: Option<Vec<std::path::PathBuf>>,
     /// Do not read JIT symbol files (`/tmp/perf-PID.map`, jitdump).
     pub no_jit: bool,
+    /// Names only: no source lines (`FunctionStats::source`, `lines`), so no DWARF is
+    /// read (unless [`SymbolOptions::inline`] asks for inlined frames). For outputs that
+    /// show no lines (the table, folded stacks, flame graphs): reading a large library's
+    /// DWARF costs more than the rest of a report.
+    pub names_only: bool,
     /// Read every file that names code (the mapped files, their debug files, JIT symbol
     /// files) under this directory instead of `/`, as perf's `--symfs` does: for a
     /// recording made on another machine, or a fixed set of files. `None`: `/`.
@@ -384,24 +397,12 @@ impl FileToName<'_> {
         mut offs: Vec<(u64, usize)>,
         out: &mut [Frame],
     ) {
-        let path = self.path;
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
         unique.dedup();
-        // An image is symbolized from a temporary file holding its bytes (removed when
-        // `_copy` drops); if that cannot be written, its addresses stay unknown.
-        let _copy;
-        let file = match spaces.images.get(path) {
-            Some(bytes) => match ImageFile::write(bytes) {
-                Ok(f) => {
-                    _copy = f;
-                    _copy.0.clone()
-                }
-                Err(_) => return,
-            },
-            None => opts.file(path),
-        };
-        let Some(frames) = self.frames(&file, &unique) else { return };
+        let image = spaces.images.get(self.path).map(Vec::as_slice);
+        let file = opts.file(self.path);
+        let Some(frames) = self.frames(&file, image, &unique, opts) else { return };
         for (off, i) in offs {
             let Ok(u) = unique.binary_search(&off) else { continue };
             if let (Some(Some(f)), Some(slot)) = (frames.get(u), out.get_mut(i)) {
@@ -410,19 +411,103 @@ impl FileToName<'_> {
         }
     }
 
-    /// The frame of each of the file offsets `unique` (sorted, distinct) in `file`, where
-    /// something names it; `None` when the file cannot be read as ELF.
-    fn frames(&self, file: &Path, unique: &[u64]) -> Option<Vec<Option<Frame>>> {
+    /// The frame of each of the file offsets `unique` (sorted, distinct) in `file` (or in
+    /// `image`, the bytes of a module with no file), where something names it; `None` when
+    /// the file cannot be read as ELF.
+    ///
+    /// Names come from the symbol table as `perf report` reads it (strobe-target's
+    /// `symtab`, from the separate debug file when there is one); an address no symbol
+    /// holds is named from MiniDebugInfo or split at its FDE (`module+0xSTART`). Source
+    /// lines and inlined frames come from DWARF (blazesym), unless only names are wanted.
+    fn frames(
+        &self,
+        file: &Path,
+        image: Option<&[u8]>,
+        unique: &[u64],
+        opts: &SymbolOptions,
+    ) -> Option<Vec<Option<Frame>>> {
+        use strobe_target::debuginfo::{debug_file_by_build_id, CodeIndex};
+        use strobe_target::symtab::FunctionTable;
+        let debug = match image {
+            Some(_) => None,
+            None => debug_file_by_build_id(file, self.debug_dirs),
+        };
+        let table = match image {
+            Some(bytes) => FunctionTable::parse(file, bytes, None),
+            None => FunctionTable::open(file, debug.as_deref()),
+        };
+        // Unreadable or not ELF: every address stays "[unknown in <module>]".
+        let table = table.ok()?;
         // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
-        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
-        // A separate debug file with the same build id: symbolized by link-time address
-        // (its own segments may not match the file's offsets).
-        let debug = strobe_target::debuginfo::debug_file_by_build_id(file, self.debug_dirs);
-        let syms = match &debug {
+        let mut index: Option<Option<CodeIndex>> = None;
+        let open_index = || match image {
+            Some(bytes) => CodeIndex::parse(file, bytes).ok(),
+            None => CodeIndex::open(file).ok(),
+        };
+        // Lines and inlined frames: DWARF, of files (a module with no file has none).
+        let dwarf = match image {
+            Some(_) => None,
+            None if opts.names_only && !opts.inline => None,
+            None => {
+                let index = index.get_or_insert_with(open_index);
+                self.dwarf(file, debug.as_deref(), index.as_ref(), unique)
+            }
+        };
+        let module = module_name(self.path);
+        let frames = unique
+            .iter()
+            .enumerate()
+            .map(|(k, &off)| {
+                let (source, inlined) = match dwarf.as_ref().and_then(|d| d.get(k)) {
+                    Some(Symbolized::Sym(sym)) => (
+                        sym.code_info.as_deref().map(source_of),
+                        sym.inlined
+                            .iter()
+                            .map(|f| InlinedFrame {
+                                function: demangled(&f.name),
+                                source: f.code_info.as_ref().map(source_of),
+                            })
+                            .collect(),
+                    ),
+                    _ => (None, Vec::new()),
+                };
+                let function = match table.find(off) {
+                    Some((name, _)) if name.plt => format!("{}@plt", demangled(name.raw)),
+                    Some((name, _)) => demangled(name.raw),
+                    None => {
+                        let index = index.get_or_insert_with(open_index).as_ref()?;
+                        let vaddr = index.offset_to_vaddr(off)?;
+                        match index.mini_symbol_at(vaddr) {
+                            Some(s) => demangled(&s.name),
+                            None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
+                        }
+                    }
+                };
+                Some(Frame {
+                    function,
+                    module: module.clone(),
+                    module_path: self.path.to_string(),
+                    source,
+                    inlined,
+                })
+            })
+            .collect();
+        Some(frames)
+    }
+
+    /// blazesym's view of `unique` (file offsets in `file`), for its source lines and
+    /// inlined frames: through the separate debug file by link-time address when there is
+    /// one, else through the file by offset.
+    fn dwarf(
+        &self,
+        file: &Path,
+        debug: Option<&Path>,
+        index: Option<&strobe_target::debuginfo::CodeIndex>,
+        unique: &[u64],
+    ) -> Option<Vec<Symbolized<'_>>> {
+        let syms = match debug {
             Some(dbg) => {
-                let index = index
-                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(file).ok());
-                let index = index.as_ref()?;
+                let index = index?;
                 let vaddrs: Vec<u64> =
                     unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
                 self.symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
@@ -431,49 +516,15 @@ impl FileToName<'_> {
                 self.symbolizer.symbolize(&Source::Elf(Elf::new(file)), Input::FileOffset(unique))
             }
         };
-        // Unreadable or not ELF: every address stays "[unknown in <module>]".
-        let syms = syms.ok()?;
-        let module = module_name(self.path);
-        let frame = |function: String, source, inlined| Frame {
-            function,
-            module: module.clone(),
-            module_path: self.path.to_string(),
-            source,
-            inlined,
-        };
-        let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
-            Some(line) => format!("{}:{line}", ci.to_path().display()),
-            None => ci.to_path().display().to_string(),
-        };
-        let frames = syms
-            .into_iter()
-            .zip(unique)
-            .map(|(s, &off)| match s {
-                Symbolized::Sym(sym) => Some(frame(
-                    demangled(&sym.name),
-                    sym.code_info.as_deref().map(source_of),
-                    sym.inlined
-                        .iter()
-                        .map(|f| InlinedFrame {
-                            function: demangled(&f.name),
-                            source: f.code_info.as_ref().map(source_of),
-                        })
-                        .collect(),
-                )),
-                Symbolized::Unknown(_) => {
-                    let index = index
-                        .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(file).ok())
-                        .as_ref()?;
-                    let vaddr = index.offset_to_vaddr(off)?;
-                    let function = match index.mini_symbol_at(vaddr) {
-                        Some(s) => demangled(&s.name),
-                        None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
-                    };
-                    Some(frame(function, None, Vec::new()))
-                }
-            })
-            .collect();
-        Some(frames)
+        syms.ok()
+    }
+}
+
+/// `file:line` of a blazesym code location.
+fn source_of(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
+    match ci.line {
+        Some(line) => format!("{}:{line}", ci.to_path().display()),
+        None => ci.to_path().display().to_string(),
     }
 }
 
@@ -482,42 +533,6 @@ fn demangled(name: &str) -> String {
     match strobe_target::elf::demangle(name) {
         (Some(full), _) => full,
         (None, _) => name.to_string(),
-    }
-}
-
-/// A module image written to a private temporary file, removed on drop.
-struct ImageFile(std::path::PathBuf);
-
-impl ImageFile {
-    fn write(bytes: &[u8]) -> std::io::Result<ImageFile> {
-        use std::hash::{BuildHasher, Hasher};
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut tries = 0;
-        loop {
-            // A random name (std's hasher keys are random per process and per call), so
-            // a file left by a killed run cannot be in the way.
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            let name = format!("strobe-report-image-{}-{:016x}.so", std::process::id(), h.finish());
-            let path = std::env::temp_dir().join(name);
-            // create_new and 0600: never follow or reuse a file someone else put there.
-            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
-                Ok(mut f) => {
-                    let file = ImageFile(path);
-                    f.write_all(bytes)?;
-                    return Ok(file);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl Drop for ImageFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -322,6 +322,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 dirs
             }),
             no_jit: false,
+            // Only csv, json, pprof and the HTML page show source lines.
+            names_only: !matches!(args.format, Some(FormatArg::Csv | FormatArg::Json))
+                && args.pprof.is_none()
+                && args.html.is_none(),
             symfs: args.symfs.clone(),
             kallsyms: args.kallsyms.clone(),
         },
