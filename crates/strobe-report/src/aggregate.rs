@@ -139,6 +139,13 @@ impl Aggregator {
         self.t.spaces.set_kallsyms(table);
     }
 
+    /// Names kernel addresses no added symbol covers from the running kernel's table,
+    /// given as the text of `/proc/kallsyms` (only the symbols the report's addresses
+    /// need are parsed).
+    pub fn set_kallsyms_text(&mut self, text: String) {
+        self.t.spaces.set_kallsyms_text(text);
+    }
+
     /// Adds an interval thread `tid` of `pid` spent switched out (`ns` long), leaving at
     /// `ip` with callers `stack` (preempted: runnable, waiting for a CPU).
     pub fn add_off_cpu(&mut self, pid: u32, ip: u64, stack: u32, ns: u64, preempted: bool) {

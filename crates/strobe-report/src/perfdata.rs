@@ -82,7 +82,6 @@ pub fn load(
     policy: WindowPolicy,
     opts: &PerfDataOptions,
 ) -> Result<Loaded, ReportError> {
-    let __t = std::time::Instant::now();
     let chosen = choose_event(data, opts.event.as_deref())?;
     let attr = data.attrs().get(chosen).map(|a| a.attr).unwrap_or_default();
     let group = attr.sample_type & SAMPLE_READ != 0 && attr.read_format & FORMAT_GROUP != 0;
@@ -98,6 +97,13 @@ pub fn load(
     let mut agg = Aggregator::new(info)?;
     agg.set_symbol_options(opts.symbols.clone());
     let mut feed = Feed::new(agg, group);
+    // The kernel formats /proc/kallsyms on each read, which takes longer than the rest of
+    // a report of a few hundred thousand samples: read it meanwhile, on another thread,
+    // when the event can sample the kernel and the file was recorded here.
+    let kallsyms = (opts.symbols.kallsyms.is_none()
+        && !attr.exclude_kernel()
+        && recorded_here(data).is_ok())
+    .then(|| std::thread::spawn(strobe_target::kallsyms::read_text));
     if let Some(bytes) = cached_vdso(data) {
         feed.agg.add_image("[vdso]".into(), bytes);
     }
@@ -149,21 +155,16 @@ pub fn load(
             _ => {}
         }
     }
-    if std::env::var_os("STROBE_PHASES").is_some() {
-        eprintln!("phase records read {:.1} ms", __t.elapsed().as_secs_f64() * 1e3);
-    }
     if feed.kernel_samples > 0 || feed.kernel_frames {
-        match kernel_symbols(data, opts.symbols.kallsyms.as_deref()) {
-            Ok(table) => feed.agg.set_kallsyms(table),
+        match kernel_symbols(data, opts.symbols.kallsyms.as_deref(), kallsyms) {
+            Ok(KernelTable::Parsed(table)) => feed.agg.set_kallsyms(table),
+            Ok(KernelTable::Text(text)) => feed.agg.set_kallsyms_text(text),
             Err(why) if feed.kernel_samples > 0 => notes.push(format!(
                 "{} kernel samples are reported as one row, [unknown in {KERNEL_MODULE}] ({why})",
                 feed.kernel_samples
             )),
             Err(_) => {}
         }
-    }
-    if std::env::var_os("STROBE_PHASES").is_some() {
-        eprintln!("phase kallsyms read {:.1} ms", __t.elapsed().as_secs_f64() * 1e3);
     }
     if feed.unknown_id > 0 {
         notes.push(format!(
@@ -307,20 +308,43 @@ impl Feed {
     }
 }
 
+/// Where kernel names come from.
+enum KernelTable {
+    /// A table given by the user (`--kallsyms`), parsed whole.
+    Parsed(strobe_target::kallsyms::Kallsyms),
+    /// The running kernel's `/proc/kallsyms` text, parsed for the addresses needed.
+    Text(String),
+}
+
 /// The kernel's symbols: from `kallsyms` when given (a copy the user vouches for), else
-/// the running kernel's, if the file was recorded on this kernel (the build id perf saved
-/// for `[kernel.kallsyms]` is the running kernel's) and `/proc/kallsyms` shows
-/// addresses; otherwise why not.
+/// the running kernel's (read by `reading`, when it was started), if the file was recorded
+/// on this kernel and `/proc/kallsyms` shows addresses; otherwise why not.
 fn kernel_symbols(
     data: &PerfData<'_>,
     kallsyms: Option<&Path>,
-) -> Result<strobe_target::kallsyms::Kallsyms, &'static str> {
+    reading: Option<std::thread::JoinHandle<Option<String>>>,
+) -> Result<KernelTable, &'static str> {
     if let Some(file) = kallsyms {
-        let text =
-            std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
+        let text = std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
         return strobe_target::kallsyms::Kallsyms::parse(&text)
+            .map(KernelTable::Parsed)
             .ok_or("the --kallsyms file lists no text symbol with an address");
     }
+    recorded_here(data)?;
+    let text = match reading {
+        Some(thread) => thread.join().ok().flatten(),
+        None => strobe_target::kallsyms::read_text(),
+    };
+    let hidden = "/proc/kallsyms hides addresses here (kernel.kptr_restrict)";
+    let text = text.ok_or(hidden)?;
+    // Hidden addresses read as zeros.
+    let shows = text.lines().next().is_some_and(|l| !l.starts_with("0000000000000000"));
+    shows.then_some(KernelTable::Text(text)).ok_or(hidden)
+}
+
+/// Whether the file was recorded on the running kernel: the build id perf saved for
+/// `[kernel.kallsyms]` is the running kernel's.
+fn recorded_here(data: &PerfData<'_>) -> Result<(), &'static str> {
     let recorded = data
         .info()
         .build_ids
@@ -334,8 +358,7 @@ fn kernel_symbols(
     if recorded.id.get(..n) != running.get(..n) {
         return Err("it was recorded on another kernel");
     }
-    strobe_target::kallsyms::Kallsyms::load()
-        .ok_or("/proc/kallsyms hides addresses here (kernel.kptr_restrict)")
+    Ok(())
 }
 
 /// The vDSO image perf cached for this recording, if its build-id cache has it.

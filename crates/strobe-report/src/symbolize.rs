@@ -62,9 +62,11 @@ pub(crate) struct Spaces {
     pids: FxHashMap<u32, u32>,
     /// Kernel functions, sorted by start.
     kernel: Vec<KernelSymbol>,
-    /// The running kernel's whole table, for sources that carry no kernel symbols of
-    /// their own (perf.data recorded on this kernel).
+    /// The running kernel's table, for sources that carry no kernel symbols of their own
+    /// (perf.data recorded on this kernel).
     kallsyms: Option<strobe_target::kallsyms::Kallsyms>,
+    /// The same as `/proc/kallsyms` text, read only for the kernel addresses symbolized.
+    kallsyms_text: Option<String>,
 }
 
 #[derive(Debug)]
@@ -135,6 +137,23 @@ impl Spaces {
     /// Names kernel addresses from the running kernel's table too.
     pub(crate) fn set_kallsyms(&mut self, table: strobe_target::kallsyms::Kallsyms) {
         self.kallsyms = Some(table);
+    }
+
+    /// Names kernel addresses from the running kernel's table too, given as the text of
+    /// `/proc/kallsyms`: only the symbols the symbolized addresses need are kept.
+    pub(crate) fn set_kallsyms_text(&mut self, text: String) {
+        self.kallsyms_text = Some(text);
+    }
+
+    /// Turns the kallsyms text, if any, into a table of the symbols `addrs` need.
+    fn prepare_kernel(&mut self, addrs: &[(u32, u64)]) {
+        let Some(text) = self.kallsyms_text.take() else { return };
+        let mut kernel: Vec<u64> = addrs.iter().map(|&(_, a)| a).filter(|&a| a >= KERNEL_START).collect();
+        kernel.sort_unstable();
+        kernel.dedup();
+        if let Some(t) = strobe_target::kallsyms::Kallsyms::for_addresses(&text, &kernel) {
+            self.kallsyms = Some(t);
+        }
     }
 
     /// The kernel function holding `ip`.
@@ -286,6 +305,7 @@ pub(crate) fn symbolize_with(
     opts: &SymbolOptions,
 ) -> Vec<Frame> {
     spaces.sort();
+    spaces.prepare_kernel(addrs);
     let unknown = Frame {
         function: "[unknown]".into(),
         module: String::new(),

@@ -37,12 +37,6 @@ use crate::timeline::Timeline;
 
 /// Builds the report of `t` under `policy`.
 pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
-    let __t = std::time::Instant::now();
-    let __p = |what: &str| {
-        if std::env::var_os("STROBE_PHASES").is_some() {
-            eprintln!("phase {what}: {:.1} ms", __t.elapsed().as_secs_f64() * 1e3)
-        }
-    };
     let width = t.width();
     let counters = CounterSet::from_events(&t.info.events);
     let baseline = baseline_use(&mut t);
@@ -50,36 +44,20 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
     let sample_keys: Vec<(Key, u64)> = t.samples.iter().map(|(&k, &c)| (k, c)).collect();
     let off_keys: Vec<(Key, OffCpuSums)> = t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
     let addrs = addresses::intern(&sample_keys, &off_keys, &t.windows, &t.stacks);
-    __p("intern");
     let frames = symbolize_with(&mut t.spaces, &addrs.list, &t.symbols);
-    __p("symbolize");
     let mut fns = functions::fold(&frames, width);
-    __p("fold");
     let mut paths = paths::Paths::new(width);
     let key_paths = t.timeline.is_some();
     let key_path =
         samples::attribute(&sample_keys, &addrs, &frames, &mut fns, &mut paths, key_paths);
-    __p("samples");
     let off_cpu = off_cpu::attribute(&off_keys, &addrs, &mut fns, &mut paths);
     let windows = windows::attribute(&t.windows, &addrs, &mut fns, &mut paths, policy, width);
-    __p("windows");
     inclusive::attribute(&t.windows, &addrs, &mut fns);
-    __p("inclusive");
 
     let (mut functions, mut path_list) = (fns.list, paths.list);
     let unsampled = unsampled::add_rows(t.unsampled, width, &mut functions, &mut path_list);
     let (functions, paths, renumber) = prune::prune(functions, path_list);
     let timeline = timeline(&mut t, key_path, &renumber, &baseline);
-    __p("end");
-    if std::env::var_os("STROBE_PHASES").is_some() {
-        eprintln!(
-            "keys {} windows {} addrs {} stacks {}",
-            sample_keys.len(),
-            t.windows.len(),
-            addrs.list.len(),
-            addrs.stacks.len()
-        );
-    }
 
     let paired = t.paired;
     Report {
