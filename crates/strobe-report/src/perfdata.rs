@@ -100,10 +100,9 @@ pub fn load(
     // The kernel formats /proc/kallsyms on each read, which takes longer than the rest of
     // a report of a few hundred thousand samples: read it meanwhile, on another thread,
     // when the event can sample the kernel and the file was recorded here.
-    let kallsyms = (opts.symbols.kallsyms.is_none()
-        && !attr.exclude_kernel()
-        && recorded_here(data).is_ok())
-    .then(|| std::thread::spawn(strobe_target::kallsyms::read_text));
+    let kallsyms =
+        (opts.symbols.kallsyms.is_none() && !attr.exclude_kernel() && recorded_here(data).is_ok())
+            .then(|| std::thread::spawn(strobe_target::kallsyms::read_text));
     if let Some(bytes) = cached_vdso(data) {
         feed.agg.add_image("[vdso]".into(), bytes);
     }
@@ -325,7 +324,8 @@ fn kernel_symbols(
     reading: Option<std::thread::JoinHandle<Option<String>>>,
 ) -> Result<KernelTable, &'static str> {
     if let Some(file) = kallsyms {
-        let text = std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
+        let text =
+            std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
         return strobe_target::kallsyms::Kallsyms::parse(&text)
             .map(KernelTable::Parsed)
             .ok_or("the --kallsyms file lists no text symbol with an address");

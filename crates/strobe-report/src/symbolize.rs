@@ -148,7 +148,8 @@ impl Spaces {
     /// Turns the kallsyms text, if any, into a table of the symbols `addrs` need.
     fn prepare_kernel(&mut self, addrs: &[(u32, u64)]) {
         let Some(text) = self.kallsyms_text.take() else { return };
-        let mut kernel: Vec<u64> = addrs.iter().map(|&(_, a)| a).filter(|&a| a >= KERNEL_START).collect();
+        let mut kernel: Vec<u64> =
+            addrs.iter().map(|&(_, a)| a).filter(|&a| a >= KERNEL_START).collect();
         kernel.sort_unstable();
         kernel.dedup();
         if let Some(t) = strobe_target::kallsyms::Kallsyms::for_addresses(&text, &kernel) {

@@ -80,7 +80,12 @@ impl Kallsyms {
             while let Some(&a) = addrs.get(k).filter(|&&a| a < start) {
                 if let Some((p, pname, pmodule)) = prev.filter(|&(p, ..)| a >= p) {
                     if syms.last().is_none_or(|s| s.start != p) {
-                        syms.push(Sym { start: p, end: start, name: pname.into(), module: pmodule.into() });
+                        syms.push(Sym {
+                            start: p,
+                            end: start,
+                            name: pname.into(),
+                            module: pmodule.into(),
+                        });
                     }
                 }
                 k += 1;
