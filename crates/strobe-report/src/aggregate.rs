@@ -408,7 +408,9 @@ impl Aggregator {
                 dst.copy_from_slice(src);
                 slot.start_values[n..].fill(0);
                 slot.start_overflow = pending.filter(|_| !slot.plain);
-                slot.start_overflow_values = slot.pending_values;
+                if slot.start_overflow.is_some() {
+                    slot.start_overflow_values = slot.pending_values;
+                }
                 let leader = s.values.first().copied().unwrap_or(0);
                 if slot.time_samples == 0 || slot.pid != s.pid {
                     slot.pid = s.pid;

@@ -6,7 +6,7 @@
 
 use super::addresses::{Addresses, Key};
 use super::functions::Functions;
-use super::paths::{once_each, Paths};
+use super::paths::{once_each, Paths, Seen};
 use crate::report::OffCpuTotals;
 use crate::tally::OffCpuSums;
 
@@ -18,7 +18,7 @@ pub(crate) fn attribute(
     fns: &mut Functions,
     paths: &mut Paths,
 ) -> Option<OffCpuTotals> {
-    let mut seen = Vec::new();
+    let mut seen = Seen::new(fns.list.len());
     let mut off_cpu: Option<OffCpuTotals> = None;
     for (&((space, _, stack), sums), &a) in keys.iter().zip(&addrs.off_cpu) {
         let totals = off_cpu.get_or_insert_with(OffCpuTotals::default);

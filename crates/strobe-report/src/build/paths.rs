@@ -76,13 +76,51 @@ impl Paths {
     }
 }
 
-/// Calls `f` once for each distinct function of `frames`, in order (`seen` is scratch).
+/// A set of functions, emptied in constant time: a stamp per function, and the stamp of
+/// the set's current generation (so a path of `d` frames costs `d`, not `d²`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Seen {
+    stamp: Vec<u32>,
+    generation: u32,
+}
+
+impl Seen {
+    /// An empty set of functions `0..n`.
+    pub fn new(n: usize) -> Seen {
+        Seen { stamp: vec![0; n], generation: 1 }
+    }
+
+    /// Empties the set.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.stamp.fill(0);
+            self.generation = 1;
+        }
+    }
+
+    /// Adds `g`; true when it was not in the set (functions out of range never are).
+    #[inline]
+    pub fn insert(&mut self, g: usize) -> bool {
+        match self.stamp.get_mut(g) {
+            Some(s) if *s == self.generation => false,
+            Some(s) => {
+                *s = self.generation;
+                true
+            }
+            None => true,
+        }
+    }
+}
+
+/// Calls `f` once for each distinct function of `frames`, in order (`seen` is scratch,
+/// emptied first).
 #[inline]
-pub(crate) fn once_each(frames: &[usize], seen: &mut Vec<usize>, mut f: impl FnMut(usize)) {
+pub(crate) fn once_each(frames: &[usize], seen: &mut Seen, mut f: impl FnMut(usize)) {
     seen.clear();
     for &g in frames {
-        if !seen.contains(&g) {
-            seen.push(g);
+        if seen.insert(g) {
             f(g);
         }
     }
@@ -169,7 +207,10 @@ mod tests {
     #[test]
     fn once_each_skips_recursion() {
         let mut got = Vec::new();
-        once_each(&[1, 2, 1, 3, 2], &mut Vec::new(), |g| got.push(g));
+        let mut seen = Seen::new(4);
+        once_each(&[1, 2, 1, 3, 2], &mut seen, |g| got.push(g));
         assert_eq!(got, [1, 2, 3]);
+        once_each(&[2, 2, 9], &mut seen, |g| got.push(g));
+        assert_eq!(got, [1, 2, 3, 2, 9], "emptied first; out of range counts each time");
     }
 }

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 
 use super::addresses::{Addresses, Key};
 use super::functions::{line_of, Functions};
-use super::paths::{once_each, Paths};
+use super::paths::{once_each, Paths, Seen};
 use crate::symbolize::Frame;
 
 /// Counts the time samples `keys` (with `addrs.samples`, their IPs' indices). Returns
@@ -22,7 +22,7 @@ pub(crate) fn attribute(
     paths: &mut Paths,
     key_paths: bool,
 ) -> FxHashMap<Key, usize> {
-    let mut seen = Vec::new();
+    let mut seen = Seen::new(fns.list.len());
     let mut hottest = vec![0u64; fns.list.len()];
     let mut line_counts: FxHashMap<(usize, &String), u64> = FxHashMap::default();
     let mut key_path: FxHashMap<Key, usize> = FxHashMap::default();
