@@ -226,9 +226,15 @@ pub fn protocol(data: &[u8]) {
 }
 
 /// The perf.data decoder (strobe-perfdata): a file as Linux perf writes it (or its pipe
-/// form), every record in file order and in the order `perf report` reads them, every
-/// sample field a report uses.
+/// form, or either with zstd-compressed records, read through their uncompressed image),
+/// every record in file order and in the order `perf report` reads them, every sample
+/// field a report uses.
 pub fn perf_data(data: &[u8]) {
+    let Ok(expanded) = strobe_perfdata::decompress(data) else { return };
+    if let Some(e) = &expanded {
+        assert!(e.len() <= data.len() * strobe_perfdata::MAX_RATIO + data.len());
+    }
+    let data = expanded.as_deref().unwrap_or(data);
     let Ok(file) = strobe_perfdata::PerfData::parse(data) else { return };
     let _ = (file.attrs().len(), file.info(), file.truncated_at());
     let mut n = 0usize;

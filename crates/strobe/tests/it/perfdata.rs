@@ -411,6 +411,46 @@ fn pipe_mode_counts_as_perf_report() {
     assert_same_counts(&file, &only_section(&file), &strobe_counts(&json));
 }
 
+/// `perf record -z`: the records zstd-compressed (COMPRESSED records, as Debian's perf
+/// writes them), in a file and in a pipe, read with the counts perf gives.
+#[test]
+fn compressed_records_count_as_perf_report() {
+    if !have_perf() {
+        return;
+    }
+    let dir = Scratch::new("perfdata-compressed");
+    let file = perf_record(
+        &dir,
+        "z",
+        &["-z", "-g", "-e", "task-clock:u", "-c", "50000"],
+        "perf_threads",
+        &["10"],
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(
+        strobe_perfdata::decompress(&bytes).unwrap().is_some(),
+        "perf record -z wrote compressed records"
+    );
+    let json = strobe_json(&file, &[]);
+    let total = assert_same_counts(&file, &only_section(&file), &strobe_counts(&json));
+    assert_eq!(json["samples"], total);
+    assert!(samples_of(&json, "lane_4") > 20, "{json}");
+
+    let pipe = dir.path("zpipe.data");
+    let st = Command::new("perf")
+        .args(["record", "-q", "-z", "-o", "-", "-e", "task-clock:u", "-c", "50000", "--"])
+        .arg(strobe_testprogs::path("perf_mix"))
+        .arg("30")
+        .stdout(std::fs::File::create(&pipe).unwrap())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let json = strobe_json(&pipe, &[]);
+    assert!(json["source"].as_str().unwrap().contains("pipe mode"));
+    assert_same_counts(&pipe, &only_section(&pipe), &strobe_counts(&json));
+}
+
 #[test]
 fn cut_and_corrupt_perf_data_are_one_line_messages() {
     if !have_perf() {
