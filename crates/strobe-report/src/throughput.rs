@@ -123,6 +123,7 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
     let pid = 1;
     let t0 = Instant::now();
     let mut agg = Aggregator::new(info(&syn.exe)).map_err(|_| ThroughputError::NoText)?;
+    agg.set_symbol_options(crate::SymbolOptions { names_only: true, ..Default::default() });
     for m in syn.maps {
         agg.add_mapping(pid, m);
     }
@@ -151,8 +152,9 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
 
 /// End to end through a real record file: writes `samples` samples to a file in `dir`
 /// with strobe-format's encoder (in per-thread batches of 512, as the agent's writer
-/// drains them), then times [`crate::recording::read`] on it: open, decode, aggregate,
-/// symbolize, fold. `aggregate_seconds` is not split out here (it equals `seconds`).
+/// drains them), then times reading it as `strobe report FILE` does for its table
+/// ([`crate::recording::read_with`], names without source lines): open, decode,
+/// aggregate, symbolize, fold. `aggregate_seconds` is not split out here (it equals `seconds`).
 /// Returns the measurement and the file's size in bytes; the file is removed.
 pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), ThroughputError> {
     use strobe_format as f;
@@ -227,7 +229,12 @@ pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), Throu
     let bytes = e.len() as u64;
     drop(e);
     let t0 = Instant::now();
-    let loaded = crate::recording::read(&path, WindowPolicy::Discard);
+    // As `strobe report FILE` reads it for its table: names, no source lines.
+    let opts = crate::recording::ReadOptions {
+        symbols: crate::SymbolOptions { names_only: true, ..Default::default() },
+        ..Default::default()
+    };
+    let loaded = crate::recording::read_with(&path, &opts, &mut |_, _| {});
     let seconds = t0.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
     let loaded = loaded.map_err(|e| ThroughputError::Read(e.to_string()))?;
