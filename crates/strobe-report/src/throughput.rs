@@ -3,8 +3,9 @@
 //! The measurement feeds a synthetic but realistic stream through the real engine: two
 //! threads of alternating window start/end samples with three counters (task-clock,
 //! page-faults, context-switches, as the default recording has), whose IPs are spread
-//! over the text of the running executable, so symbolization is real blazesym work on
-//! a real ELF file with DWARF. The stream is built before the clock starts; the clock
+//! over the text of the running executable, so symbolization is real work on a real ELF
+//! file (its symbol table, as `strobe report`'s table reads it: no source lines). The
+//! stream is built before the clock starts; the clock
 //! covers aggregation, symbolization and folding to functions (`finish`), which is what
 //! `strobe report` spends after its reader has decoded a sample.
 //!
