@@ -67,25 +67,24 @@ impl Kallsyms {
     /// lists symbols in address order; text in another order is read whole.
     pub fn for_addresses(text: &str, addrs: &[u64]) -> Option<Kallsyms> {
         let mut syms: Vec<Sym> = Vec::new();
-        let mut prev: Option<(u64, &str, &str)> = None;
+        // The last text symbol's start and line; only the lines kept are split into fields.
+        let mut prev: Option<(u64, &str)> = None;
         let mut k = 0;
         let mut nonzero = false;
         for line in text.lines() {
-            let Some((start, name, module)) = text_symbol(line) else { continue };
+            let Some(start) = text_symbol_start(line) else { continue };
             nonzero |= start != 0;
-            if prev.is_some_and(|(p, ..)| start < p) {
+            if prev.is_some_and(|(p, _)| start < p) {
                 return Self::parse(text); // not in address order
             }
             // The addresses before this symbol belong to the one before it.
             while let Some(&a) = addrs.get(k).filter(|&&a| a < start) {
-                if let Some((p, pname, pmodule)) = prev.filter(|&(p, ..)| a >= p) {
+                if let Some((p, pline)) = prev.filter(|&(p, _)| a >= p) {
                     if syms.last().is_none_or(|s| s.start != p) {
-                        syms.push(Sym {
-                            start: p,
-                            end: start,
-                            name: pname.into(),
-                            module: pmodule.into(),
-                        });
+                        if let Some((_, name, module)) = text_symbol(pline) {
+                            let (name, module) = (name.into(), module.into());
+                            syms.push(Sym { start: p, end: start, name, module });
+                        }
                     }
                 }
                 k += 1;
@@ -93,7 +92,7 @@ impl Kallsyms {
             if k >= addrs.len() {
                 break;
             }
-            prev = Some((start, name, module));
+            prev = Some((start, line));
         }
         nonzero.then_some(Kallsyms { syms })
     }
@@ -148,6 +147,17 @@ fn text_symbol(line: &str) -> Option<(u64, &str, &str)> {
     let start = u64::from_str_radix(addr, 16).ok()?;
     let module = f.next().map_or("", |m| m.trim_start_matches('[').trim_end_matches(']'));
     Some((start, name, module))
+}
+
+/// The address of a text symbol's line, read without splitting the line (most lines of
+/// `/proc/kallsyms` are only passed over): `None` for a line of another type.
+fn text_symbol_start(line: &str) -> Option<u64> {
+    let (addr, rest) = line.split_once(' ')?;
+    let kind = rest.as_bytes().first()?;
+    if !matches!(kind, b't' | b'T' | b'w' | b'W') || rest.as_bytes().get(1) != Some(&b' ') {
+        return None;
+    }
+    u64::from_str_radix(addr, 16).ok()
 }
 
 /// The running kernel's table as text (`/proc/kallsyms`), for [`Kallsyms::for_addresses`]:
