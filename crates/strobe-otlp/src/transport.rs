@@ -169,7 +169,16 @@ impl Transport {
 
     fn classify(&self, e: ureq::Error) -> Outcome {
         let url = &self.url;
+        let tls_fail = |e: &dyn std::fmt::Display| {
+            Outcome::Fail(format!(
+                "TLS with {url} failed: {e}; if the collector's certificate comes from a private CA, give that CA with --ca-file or OTEL_EXPORTER_OTLP_CERTIFICATE"
+            ))
+        };
         match e {
+            // rustls reports a failed handshake through the socket's I/O error.
+            ureq::Error::Io(io) if io.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => {
+                tls_fail(&io)
+            }
             ureq::Error::Io(io) => match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => Outcome::Retry {
                     after: None,
@@ -193,9 +202,7 @@ impl Transport {
                 after: None,
                 why: format!("cannot connect to the collector at {url}"),
             },
-            ureq::Error::Rustls(e) => Outcome::Fail(format!(
-                "TLS with {url} failed: {e}; if the collector's certificate comes from a private CA, give that CA with --ca-file or OTEL_EXPORTER_OTLP_CERTIFICATE"
-            )),
+            ureq::Error::Rustls(e) => tls_fail(&e),
             ureq::Error::Tls(e) => Outcome::Fail(format!("TLS with {url} failed: {e}")),
             other => Outcome::Fail(format!("sending to {url} failed: {other}")),
         }

@@ -4,6 +4,7 @@
 mod util;
 
 mod cli;
+mod fleet;
 mod kernel;
 mod perfdata;
 mod probe;
