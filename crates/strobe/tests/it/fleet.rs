@@ -727,3 +727,50 @@ exporters:\n{}service:\n  telemetry:\n    metrics:\n      level: none\n  pipelin
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(decode(&received(&out_json, 2, &c)).len(), 2);
 }
+
+#[test]
+fn each_process_of_a_recording_is_its_own_resource_and_they_add_up_to_the_report() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-processes");
+    let file = dir.path("e.strobe");
+    let prog = strobe_testprogs::path("exec_fork");
+    let out = run(record_to(&file).arg("--follow-fork").arg("--").arg(&prog));
+    assert_eq!(out.status.code(), Some(7), "{}", show(&out));
+    let out_json = dir.path("p.jsonl");
+    let (c, port) = file_collector(&dir, "c", &out_json);
+    let out = run(&mut export(&file, &format!("http://127.0.0.1:{port}")));
+    assert!(out.status.success(), "{}", show(&out));
+    let got = decode(&received(&out_json, 1, &c));
+    // The program, its forked child, its exec'd image, and /bin/true in its vfork child.
+    assert_eq!(got.len(), 4, "{:?}", got.iter().map(|r| &r.attrs).collect::<Vec<_>>());
+    let mut exes: Vec<&str> =
+        got.iter().map(|r| r.attrs["process.executable.name"].as_str()).collect();
+    exes.sort();
+    assert_eq!(exes, ["exec_fork", "exec_fork", "exec_fork", "true"]);
+    let pids: BTreeSet<&String> = got.iter().map(|r| &r.attrs["process.pid"]).collect();
+    assert_eq!(pids.len(), 3, "exec keeps the pid, fork and vfork make new ones: {pids:?}");
+
+    // Per function, the processes' samples add up to the whole recording's report; the
+    // `[not sampled]` estimate is rounded per process, so it may differ by one per process.
+    let mut sum: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &got {
+        let cpu = r.profile("cpu");
+        for (f, (leaf, _, _)) in by_function(cpu) {
+            assert_eq!(leaf % cpu.period, 0);
+            *sum.entry(f).or_default() += leaf / cpu.period;
+        }
+    }
+    let json = report_json(&file);
+    for f in json["functions"].as_array().unwrap() {
+        let name = f["function"].as_str().unwrap();
+        let want = f["samples"].as_i64().unwrap();
+        let have = sum.get(name).copied().unwrap_or(0);
+        if name == "[not sampled]" {
+            assert!((have - want).abs() <= got.len() as i64, "{name}: {have} vs {want}");
+        } else {
+            assert_eq!(have, want, "{name}");
+        }
+    }
+}
