@@ -128,37 +128,44 @@ struct Line {
     skipped: Option<String>,
 }
 
-/// Runs the benchmark.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
-    let strobe = opts.strobe_exe.clone().ok_or_else(|| {
-        BenchError::Unsupported(
-            "strobe bench export drives the strobe binary; run it through `strobe bench`".into(),
-        )
-    })?;
-    let scratch = Scratch::new("export")?;
-    let dir = scratch.path();
-    let seconds = if opts.quick { 2 } else { 10 };
-    let repeats = opts.repeats.max(1);
+/// One recording's figures: its description and one line per format.
+struct Measured {
+    what: String,
+    samples: u64,
+    profiles: u64,
+    lines: Vec<Line>,
+}
 
-    let rec = dir.join("w.strobe");
+/// Records `cmd` into `rec` with strobe at its defaults.
+fn record(strobe: &Path, rec: &Path, cmd: &[&std::ffi::OsStr]) -> Result<(), BenchError> {
     check(
-        Command::new(&strobe)
+        Command::new(strobe)
             .arg("record")
             .arg("-o")
-            .arg(&rec)
+            .arg(rec)
             .arg("--")
-            .arg(&strobe)
-            .args(["workload", "--seconds", &seconds.to_string(), "--threads", "2"])
+            .args(cmd)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .output()
             .map_err(io("running strobe record"))?,
         "strobe record",
     )?;
-    let strobe_bytes = std::fs::metadata(&rec).map_err(io("reading the recording's size"))?.len();
+    Ok(())
+}
 
-    // The report and its OTLP request, read once; the encodes below start from them.
-    let built = strobe_otlp::from_file(&rec, &FileOptions::default())
+/// Measures every format of the recording `rec`.
+fn measure(
+    name: &str,
+    rec: &Path,
+    repeats: usize,
+    seconds: u64,
+    send_to: &Result<Transport, String>,
+) -> Result<Measured, BenchError> {
+    let strobe_bytes = std::fs::metadata(rec).map_err(io("reading the recording's size"))?.len();
+    // The report, read once; the encodes below start from it, as a recorder that has an
+    // interval's report would.
+    let built = strobe_otlp::from_file(rec, &FileOptions::default())
         .map_err(|e| BenchError::Other(format!("reading the recording: {e}")))?;
     let loaded =
         built.reports.first().ok_or_else(|| BenchError::Other("no process recorded".into()))?;
@@ -166,7 +173,7 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let samples = report.samples.max(1);
     let resource = attributes(
         &ResourceConfig::default(),
-        &ProcessFacts { pid: 1, ppid: 0, exe: strobe.display().to_string(), container_id: None },
+        &ProcessFacts { pid: 1, ppid: 0, exe: name.to_string(), container_id: None },
     );
     let parts = [ProcessProfile {
         report,
@@ -181,70 +188,38 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     strobe_report::pprof::write(report, &mut pprof)
         .map_err(|e| BenchError::Other(format!("pprof: {e}")))?;
 
-    let enc_raw = cpu_us(repeats * 5, || {
+    let runs = repeats * 5;
+    let enc_raw = cpu_us(runs, || {
         let r = build(&parts, "bench");
         std::hint::black_box(Payload::encode(&r, false));
     });
-    let enc_gz = cpu_us(repeats * 5, || {
+    let enc_gz = cpu_us(runs, || {
         let r = build(&parts, "bench");
         std::hint::black_box(Payload::encode(&r, true));
     });
-    let enc_pprof = cpu_us(repeats * 5, || {
+    let enc_pprof = cpu_us(runs, || {
         let mut v = Vec::new();
         let _ = strobe_report::pprof::write(report, &mut v);
         std::hint::black_box(v);
     });
 
-    // Sending, to a real collector.
-    let mut send: Vec<(bool, Sent)> = Vec::new();
-    match otelcol(&strobe) {
-        None => {
-            let why = "the collector is not built (bash ci/otelcol.sh builds it)".to_string();
-            send.push((true, Err(why.clone())));
-            send.push((false, Err(why)));
-        }
-        Some(bin) => {
-            let (_c, port) = start_collector(&bin, dir)?;
-            let cfg = ExportConfig {
-                url: format!("http://127.0.0.1:{port}/v1development/profiles"),
-                headers: Vec::new(),
-                ca_file: None,
-                timeout: Duration::from_secs(10),
-                gzip: true,
-                retry: RetryPolicy::default(),
-                queue: 1,
-                spool: None,
-            };
-            let t = Transport::new(&cfg).map_err(|e| BenchError::Other(e.to_string()))?;
-            for p in [&gz, &raw] {
-                // One unmeasured request opens the connection the measured ones reuse.
-                let _ = t.send(&p.body, p.gzip);
-                let mut cpu = Vec::new();
-                let mut wall = Vec::new();
-                let mut failed = None;
-                for _ in 0..repeats * 5 {
-                    let (c0, w0) = (thread_cpu_ns(), Instant::now());
-                    let o = t.send(&p.body, p.gzip);
-                    cpu.push((thread_cpu_ns() - c0) as f64 / 1e3);
-                    wall.push(w0.elapsed().as_secs_f64() * 1e3);
-                    if !matches!(o, Outcome::Sent { rejected: 0, .. }) {
-                        failed = Some(format!("{o:?}"));
-                    }
-                }
-                send.push((
-                    p.gzip,
-                    match failed {
-                        Some(f) => Err(f),
-                        None => Ok((median(&cpu), median(&wall))),
-                    },
-                ));
+    let send = |p: &Payload| -> Sent {
+        let t = send_to.as_ref().map_err(Clone::clone)?;
+        // One unmeasured request opens the connection the measured ones reuse.
+        let _ = t.send(&p.body, p.gzip);
+        let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (c0, w0) = (thread_cpu_ns(), Instant::now());
+            let o = t.send(&p.body, p.gzip);
+            cpu.push((thread_cpu_ns() - c0) as f64 / 1e3);
+            wall.push(w0.elapsed().as_secs_f64() * 1e3);
+            if !matches!(o, Outcome::Sent { rejected: 0, .. }) {
+                return Err(format!("{o:?}"));
             }
         }
-    }
-
+        Ok((median(&cpu), median(&wall)))
+    };
     let per = |b: usize| b as f64 / samples as f64;
-    let send_of = |gzip: bool| send.iter().find(|(g, _)| *g == gzip).map(|(_, r)| r.clone());
-    let mut rows = Vec::new();
     let line = |name: &str, bytes: usize, encode_us: Option<f64>| Line {
         name: name.into(),
         bytes: bytes as u64,
@@ -253,80 +228,139 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         send: None,
         skipped: None,
     };
-    let mut table = vec![
+    let mut lines = vec![
         line("strobe record file", strobe_bytes as usize, None),
         line("pprof (gzipped)", pprof.len(), Some(enc_pprof)),
     ];
-    for (name, p, enc, gzip) in
-        [("OTLP protobuf", &raw, enc_raw, false), ("OTLP protobuf, gzipped", &gz, enc_gz, true)]
+    for (fmt, p, enc) in [("OTLP protobuf", &raw, enc_raw), ("OTLP protobuf, gzipped", &gz, enc_gz)]
     {
-        let (s, why) = match send_of(gzip) {
-            Some(Ok(x)) => (Some(x), None),
-            Some(Err(w)) => (None, Some(w)),
-            None => (None, None),
+        let (sent, skipped) = match send(p) {
+            Ok(x) => (Some(x), None),
+            Err(w) => (None, Some(w)),
         };
-        table.push(Line { send: s, skipped: why, ..line(name, p.body.len(), Some(enc)) });
+        lines.push(Line { send: sent, skipped, ..line(fmt, p.body.len(), Some(enc)) });
     }
-    for l in &table {
-        let mut r = row([
-            ("variant", json!(l.name)),
-            ("bytes", json!(l.bytes)),
-            ("bytes_per_sample", json!(r3(l.per_sample))),
-            ("encode_cpu_us", json!(l.encode_us.map(r3))),
-            ("send_cpu_us", json!(l.send.map(|x| r3(x.0)))),
-            ("send_wall_ms", json!(l.send.map(|x| r3(x.1)))),
-        ]);
-        if let Some(w) = &l.skipped {
-            r.insert("send_skipped".into(), json!(w));
+    Ok(Measured {
+        what: format!(
+            "{name}: {} time samples, {} call paths, {} functions",
+            report.samples,
+            report.paths.len(),
+            report.functions.len()
+        ),
+        samples: report.samples,
+        profiles: gz.profiles,
+        lines,
+    })
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+    let strobe = opts.strobe_exe.clone().ok_or_else(|| {
+        BenchError::Unsupported(
+            "strobe bench export drives the strobe binary; run it through `strobe bench`".into(),
+        )
+    })?;
+    let scratch = Scratch::new("export")?;
+    let dir = scratch.path();
+    let seconds: u64 = if opts.quick { 2 } else { 10 };
+    let repeats = opts.repeats.max(1);
+
+    // The collector, when it was built.
+    let (_collector, send_to): (Option<Collector>, Result<Transport, String>) =
+        match otelcol(&strobe) {
+            None => (None, Err("the collector is not built (bash ci/otelcol.sh builds it)".into())),
+            Some(bin) => {
+                let (c, port) = start_collector(&bin, dir)?;
+                let cfg = ExportConfig {
+                    url: format!("http://127.0.0.1:{port}/v1development/profiles"),
+                    headers: Vec::new(),
+                    ca_file: None,
+                    timeout: Duration::from_secs(10),
+                    gzip: true,
+                    retry: RetryPolicy::default(),
+                    queue: 1,
+                    spool: None,
+                };
+                let t = Transport::new(&cfg).map_err(|e| BenchError::Other(e.to_string()))?;
+                (Some(c), Ok(t))
+            }
+        };
+
+    // The bundled workload (few call paths), and the 1024-path program of `bench report`.
+    let w = dir.join("workload.strobe");
+    let secs = seconds.to_string();
+    let args = ["workload", "--seconds", &secs, "--threads", "2"];
+    let mut cmd: Vec<&std::ffi::OsStr> = vec![strobe.as_os_str()];
+    cmd.extend(args.iter().map(std::ffi::OsStr::new));
+    record(&strobe, &w, &cmd)?;
+    let mut all = vec![measure("workload", &w, repeats, seconds, &send_to)?];
+    let src = dir.join("deep.c");
+    let exe = dir.join("deep");
+    std::fs::write(&src, crate::views::program_source()).map_err(io("writing deep.c"))?;
+    match Command::new("cc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).output() {
+        Ok(o) if o.status.success() => {
+            let d = dir.join("deep.strobe");
+            record(&strobe, &d, &[exe.as_os_str(), std::ffi::OsStr::new(&secs)])?;
+            all.push(measure("deep (1024 call paths, 21 frames)", &d, repeats, seconds, &send_to)?);
         }
-        rows.push(r);
+        _ => eprintln!("strobe bench export: no C compiler; measuring the workload only"),
     }
 
+    let mut rows = Vec::new();
     let mut text = format!(
-        "strobe bench export: the bundled workload, {seconds} s, 2 threads, strobe's defaults: \
-         {} time samples, {} paths, {} functions; {} profiles in the OTLP request; \
-         CPU times are this thread's, median of {} runs\nmachine: {}\n\n",
-        report.samples,
-        report.paths.len(),
-        report.functions.len(),
-        gz.profiles,
+        "strobe bench export: recordings of {seconds} s at strobe's defaults, 2 threads; CPU \
+         times are this thread's, median of {} runs; sends go to a Collector v0.161.0 on \
+         127.0.0.1 over a kept-alive connection\nmachine: {}\n",
         repeats * 5,
         machine_summary()
     );
-    let _ = writeln!(
-        text,
-        "{:<26} {:>9} {:>12} {:>14} {:>13} {:>13}",
-        "format", "bytes", "bytes/sample", "encode CPU us", "send CPU us", "send wall ms"
-    );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
-    for l in &table {
+    for m in &all {
+        let _ = writeln!(text, "\n{}; {} profiles in the OTLP request", m.what, m.profiles);
         let _ = writeln!(
             text,
-            "{:<26} {:>9} {:>12.2} {:>14} {:>13} {:>13}",
-            l.name,
-            l.bytes,
-            l.per_sample,
-            opt(l.encode_us),
-            opt(l.send.map(|x| x.0)),
-            l.send.map_or("-".to_string(), |x| format!("{:.2}", x.1)),
+            "{:<26} {:>9} {:>12} {:>14} {:>13} {:>13}",
+            "format", "bytes", "bytes/sample", "encode CPU us", "send CPU us", "send wall ms"
+        );
+        for l in &m.lines {
+            let _ = writeln!(
+                text,
+                "{:<26} {:>9} {:>12.2} {:>14} {:>13} {:>13}",
+                l.name,
+                l.bytes,
+                l.per_sample,
+                opt(l.encode_us),
+                opt(l.send.map(|x| x.0)),
+                l.send.map_or("-".to_string(), |x| format!("{:.2}", x.1)),
+            );
+            let mut r = row([
+                ("recording", json!(m.what)),
+                ("samples", json!(m.samples)),
+                ("variant", json!(l.name)),
+                ("bytes", json!(l.bytes)),
+                ("bytes_per_sample", json!(r3(l.per_sample))),
+                ("encode_cpu_us", json!(l.encode_us.map(r3))),
+                ("send_cpu_us", json!(l.send.map(|x| r3(x.0)))),
+                ("send_wall_ms", json!(l.send.map(|x| r3(x.1)))),
+            ]);
+            if let Some(w) = &l.skipped {
+                r.insert("send_skipped".into(), json!(w));
+            }
+            rows.push(r);
+        }
+        if let Some(w) = m.lines.iter().find_map(|l| l.skipped.as_ref()) {
+            let _ = writeln!(text, "not sent: {w}");
+        }
+        let bytes = |n: &str| m.lines.iter().find(|l| l.name == n).map_or(1, |l| l.bytes.max(1));
+        let _ = writeln!(
+            text,
+            "OTLP gzipped / pprof: {:.2}x the bytes; OTLP gzipped / strobe file: {:.3}x",
+            bytes("OTLP protobuf, gzipped") as f64 / bytes("pprof (gzipped)") as f64,
+            bytes("OTLP protobuf, gzipped") as f64 / bytes("strobe record file") as f64
         );
     }
-    for l in &table {
-        if let Some(w) = &l.skipped {
-            let _ = writeln!(text, "{}: not sent: {w}", l.name);
-        }
-    }
-    let _ = writeln!(
-        text,
-        "\nOTLP gzipped / pprof: {:.2}x the bytes; OTLP gzipped / strobe file: {:.2}x",
-        gz.body.len() as f64 / pprof.len().max(1) as f64,
-        gz.body.len() as f64 / strobe_bytes.max(1) as f64
-    );
-
-    let mut report_out = BenchReport::new("export");
-    report_out.rows = rows;
-    report_out.extra.insert("samples".into(), json!(report.samples));
-    report_out.extra.insert("otlp_profiles".into(), json!(gz.profiles));
-    report_out.text = text;
-    Ok(report_out)
+    let mut out = BenchReport::new("export");
+    out.rows = rows;
+    out.text = text;
+    Ok(out)
 }
