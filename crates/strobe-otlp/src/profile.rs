@@ -60,6 +60,24 @@ pub struct ProcessProfile<'a> {
     pub duration_ns: u64,
 }
 
+impl<'a> ProcessProfile<'a> {
+    /// The part of process `p` (its resource from `cfg`) over `[start_unix_ns, +duration_ns)`.
+    pub fn new(
+        report: &'a Report,
+        cfg: &crate::resource::ResourceConfig,
+        p: &crate::resource::ProcessFacts,
+        start_unix_ns: u64,
+        duration_ns: u64,
+    ) -> ProcessProfile<'a> {
+        ProcessProfile {
+            report,
+            resource: crate::resource::attributes(cfg, p),
+            start_unix_ns,
+            duration_ns,
+        }
+    }
+}
+
 /// Interning tables for the dictionary, entry 0 the zero value.
 #[derive(Default)]
 struct Dict {
