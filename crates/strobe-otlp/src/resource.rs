@@ -67,18 +67,20 @@ pub fn parse_attributes(s: &str) -> Vec<(String, String)> {
 
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
+    while let Some(&c) = b.get(i) {
+        // Bytes, not string slices: a '%' may stand before a multi-byte character.
+        if let (b'%', Some(h), Some(l)) =
+            (c, b.get(i + 1).and_then(|&x| hex(x)), b.get(i + 2).and_then(|&x| hex(x)))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
         }
-        out.push(b[i]);
-        i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
 }
@@ -192,6 +194,11 @@ mod tests {
         );
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("%41%2c"), "A,");
+        // Found by the otlp fuzz target: a '%' before a two-byte character sliced the
+        // string inside the character.
+        assert_eq!(percent_decode("s%a\u{59a}21"), "s%a\u{59a}21");
+        assert_eq!(parse_attributes("An=Bics%a\u{59a}21d9"), [("An".to_string(), "Bics%a\u{59a}21d9".to_string())]);
     }
 
     #[test]

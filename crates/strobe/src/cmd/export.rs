@@ -69,6 +69,17 @@ pub fn run(file: &Path, read: &ReadOptions, args: &OtlpArgs, quiet: bool) -> any
         }
         None => None,
     };
+    let mut magic = [0u8; 8];
+    let perf = std::fs::File::open(file)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && strobe_perfdata::is_perf_data(&magic);
+    if perf {
+        anyhow::bail!(
+            "--otlp and --export take strobe recordings, and {} is a perf.data file: record the program with strobe record",
+            file.display()
+        );
+    }
     let opts = FileOptions {
         read: read.clone(),
         resource: ResourceConfig::from_env(env),
