@@ -158,6 +158,7 @@ impl Exporter {
             retry: cfg.retry,
             shared: Arc::clone(&shared),
             spool: spool.clone(),
+            replay_after: std::cell::Cell::new(Instant::now()),
         };
         let thread = std::thread::Builder::new()
             .name("strobe-otlp".into())
@@ -262,6 +263,10 @@ struct Worker {
     retry: RetryPolicy,
     shared: Arc<Shared>,
     spool: Option<Spool>,
+    /// No spool replay before this: after a failed one, the collector gets the longest
+    /// retry interval before the next (an idle exporter would otherwise knock every
+    /// 200 ms, or block for a request timeout each time on an unreachable host).
+    replay_after: std::cell::Cell<Instant>,
 }
 
 impl Worker {
@@ -291,9 +296,14 @@ impl Worker {
     /// Sends the oldest spooled profile; true when one was sent.
     fn replay_one(&self) -> bool {
         let Some(spool) = &self.spool else { return false };
+        if Instant::now() < self.replay_after.get() {
+            return false;
+        }
         let Some((path, p)) = spool.oldest() else { return false };
+        self.replay_after.set(Instant::now() + self.retry.max_interval);
         match self.transport.send(&p.body, p.gzip) {
             Outcome::Sent { rejected, why } => {
+                self.replay_after.set(Instant::now());
                 let _ = std::fs::remove_file(&path);
                 self.shared.sent_from_spool.fetch_add(p.profiles, Ordering::Relaxed);
                 if rejected > 0 {

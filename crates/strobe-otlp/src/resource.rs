@@ -198,7 +198,10 @@ mod tests {
         // Found by the otlp fuzz target: a '%' before a two-byte character sliced the
         // string inside the character.
         assert_eq!(percent_decode("s%a\u{59a}21"), "s%a\u{59a}21");
-        assert_eq!(parse_attributes("An=Bics%a\u{59a}21d9"), [("An".to_string(), "Bics%a\u{59a}21d9".to_string())]);
+        assert_eq!(
+            parse_attributes("An=Bics%a\u{59a}21d9"),
+            [("An".to_string(), "Bics%a\u{59a}21d9".to_string())]
+        );
     }
 
     #[test]

@@ -346,7 +346,14 @@ fn export(file: &Path, url: &str) -> Command {
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL");
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        // The collectors are on 127.0.0.1: no proxy between.
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy");
     cmd
 }
 
