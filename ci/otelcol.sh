@@ -14,15 +14,18 @@ out="${CARGO_TARGET_DIR:-$PWD/target}/otelcol/otelcol"
 if [ -x "$out" ] && [ -z "$(find tests/otelcol -newer "$out" -type f | head -1)" ]; then
     exit 0
 fi
-command -v go >/dev/null 2>&1 || {
-    echo "ci/otelcol.sh: go not found; install Go 1.26 or newer (https://go.dev/doc/install) to build the collector the OTLP tests use" >&2
+# The go tool as strobe-testprogs finds it: $GO, else on PATH, else /usr/local/go/bin/go.
+go="${GO:-$(command -v go || true)}"
+if [ -z "$go" ] && [ -x /usr/local/go/bin/go ]; then go=/usr/local/go/bin/go; fi
+[ -n "$go" ] || {
+    echo "ci/otelcol.sh: go not found (set \$GO or put go on PATH); install Go 1.26 or newer to build the collector the OTLP tests use" >&2
     exit 1
 }
 mkdir -p "$(dirname "$out")"
 echo "ci/otelcol.sh: building the OpenTelemetry Collector v0.161.0 (tests/otelcol)"
 start=$(date +%s)
 log="$(dirname "$out")/build.log"
-if ! (cd tests/otelcol && GOFLAGS=-mod=mod go build -trimpath -o "$out.tmp" .) >"$log" 2>&1; then
+if ! (cd tests/otelcol && GOFLAGS=-mod=mod "$go" build -trimpath -o "$out.tmp" .) >"$log" 2>&1; then
     echo "ci/otelcol.sh: the collector did not build; the end of $log:" >&2
     tail -30 "$log" >&2
     exit 1
