@@ -3,6 +3,7 @@
 //! Must never hold engine logic: sessions live in the library crates.
 
 pub mod bench;
+pub mod export;
 pub mod probe;
 pub mod record;
 pub mod report;

@@ -49,6 +49,7 @@ strobe report run.strobe --sort faults/ms --top 10\n  \
 strobe report run.strobe --format json --window-policy fold > report.json\n  \
 strobe report run.strobe --flamegraph run.svg --color-by faults/ms\n  \
 strobe report run.strobe --html run.html --pprof run.pb.gz --firefox run.json\n  \
+strobe report run.strobe --export http://collector:4318   # OTLP profiles (docs/fleet.md)\n  \
 strobe report --diff base.strobe new.strobe --flamegraph diff.svg\n  \
 strobe report perf.data --event task-clock:u",
         strobe_report::metrics::help_table()
@@ -88,7 +89,7 @@ pub struct Args {
     /// Compare two recordings: each function's change in time share and in every window
     /// metric, flagged (!) only when it lies outside both runs' 95% intervals. With
     /// --flamegraph, a differential flame graph (red: grew, blue: shrank).
-    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["file", "pprof", "firefox", "html", "callers", "callees"])]
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["file", "pprof", "firefox", "html", "callers", "callees", "otlp", "export"])]
     diff: Option<Vec<PathBuf>>,
     /// Write an interactive SVG flame graph (inferno) to FILE (`-`: stdout).
     #[arg(long, value_name = "FILE")]
@@ -105,6 +106,8 @@ pub struct Args {
     /// profiler.firefox.com or with `samply load`.
     #[arg(long, value_name = "FILE")]
     firefox: Option<PathBuf>,
+    #[command(flatten)]
+    otlp: Box<super::export::OtlpArgs>,
     /// Write one self-contained HTML page (flame graph, metrics table, callers and
     /// callees, source lines) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -340,7 +343,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outputs = args.flamegraph.is_some()
         || args.pprof.is_some()
         || args.firefox.is_some()
-        || args.html.is_some();
+        || args.html.is_some()
+        || args.otlp.any();
     let print =
         args.format.is_some() || !outputs || args.callers.is_some() || args.callees.is_some();
     let format_arg = args.format.unwrap_or(FormatArg::Table);
@@ -389,6 +393,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_output(path, "HTML report", args.quiet, |w| {
             strobe_report::html::write_with(report, Some(&name), args.color_by.as_deref(), w)
         })?;
+    }
+    if args.otlp.any() {
+        super::export::run(&file, &opts, &args.otlp, args.quiet)?;
     }
     if !print {
         return Ok(ExitCode::SUCCESS);

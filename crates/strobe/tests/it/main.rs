@@ -4,6 +4,7 @@
 mod util;
 
 mod cli;
+mod fleet;
 mod golden;
 mod kernel;
 mod perfdata;
