@@ -287,7 +287,7 @@ fn the_agent_leaves_the_programs_descriptors_alone() {
 #[test]
 fn the_programs_environment_is_as_without_strobe() {
     let dir = Scratch::new("coverage-env");
-    let plain = run(Command::new("env"));
+    let plain = run(&mut Command::new("env"));
     let file = dir.path("env.strobe");
     let under = run(record_to(&file).args(["--", "env"]));
     assert!(under.status.success(), "{}", show(&under));

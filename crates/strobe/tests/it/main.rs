@@ -5,6 +5,8 @@ mod util;
 
 mod cli;
 mod coverage;
+mod fleet;
+mod golden;
 mod kernel;
 mod perfdata;
 mod probe;
