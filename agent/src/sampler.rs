@@ -25,26 +25,45 @@
 //!
 //! A long period runs without stopping: its overflow also writes the group's values at
 //! that instant to the thread's one-page ring (`strobe_perf::overflow`), which the handler
-//! reads. The window is one-shot (`PERF_EVENT_IOC_REFRESH 1`): switching the period of a
-//! running task-clock event races with its hrtimer (a spurious extra overflow at the old
-//! period in a few % of windows), so at the window's overflow the leader stops itself and
-//! the window's end handler programs the next long period on the stopped event and
-//! enables it.
+//! reads. With the ring a window runs on past its own overflow too (the values the ring
+//! took there end it), and the window's end handler programs the next long period on the
+//! running leader. Without a ring (the locked-memory allowance) the window is one-shot
+//! (`PERF_EVENT_IOC_REFRESH 1`): switching the period of a running task-clock event
+//! races with its hrtimer (a spurious extra overflow at the old period in a few % of
+//! windows), which only the ring's records make harmless.
 //!
 //! The ring is what lets a window begin inside a system call: the signal is delivered at
 //! the call's return, so the handler compares the ring's values with its own read, and
 //! when the delay is longer than the sampler's usual one (calibrated), the window begins
 //! at the overflow and its remainder is shortened by the call's tail (see
-//! `strobe_sampler::alternate`). A thread whose ring cannot be mapped (the locked-memory
-//! allowance) samples as before, its windows beginning at the handler; the recorder
-//! counts and reports such threads.
+//! `strobe_sampler::alternate`). A thread whose ring cannot be mapped samples as before,
+//! its windows beginning at the handler; the recorder counts and reports such threads.
 //!
-//! What every window still counts that is not the target's: after the window's
-//! overflow, the kernel's path until the group stops (about 14 us of task-clock here);
-//! after the start handler's group read, the rest of the handler and its `sigreturn`.
-//! The calibration process measures that baseline for every counter before the target
-//! starts, `strobe record` stores it in the file and `strobe report` subtracts it from
-//! every window, and the tail's own baseline (the usual delay) from every tail.
+//! # Where a window begins and ends
+//!
+//! Measured on this machine (a 2-vCPU VM whose timer and exceptions exit to the host):
+//! setting the period of the running leader costs one or two timer reprogrammings (5-10
+//! us of task-clock each), and the window's timer starts in the middle of that call; the
+//! window's own timer interrupt reaches the thread about 17 us after its expiry, with
+//! the target stopped in between. Measured from the handler's read to the interrupt's
+//! values, a window therefore held 30-38 us of the sampler's time per 50 us asked for,
+//! and how much depended on whether the cancelled timer was the CPU's next one: always
+//! in the calibration's 1 ms periods, rarely at the target's 5-10 ms. Windows read page
+//! faults per ms 20-30% high.
+//!
+//! So a window start stops the group (`PERF_EVENT_IOC_DISABLE`), reads it, programs the
+//! window on the stopped leader and enables it, then reads the group again as the
+//! handler's last system call. The first read is the leader's value when the window's
+//! timer starts (nothing counts while the group is stopped), so the window expires at
+//! exactly that value plus the programmed period; the second read is the window's start.
+//! A window's end is its expiry: the leader's value there (the agent writes it in place
+//! of the interrupt's late one), the members' as the interrupt read them (the target
+//! does not run in between). What remains in a window that is not the target's is the
+//! end of the handler after its last read and its `sigreturn` (2.5-3.5 us here), which
+//! the calibration measures with the same handler and `strobe report` subtracts. The
+//! window is programmed longer by what the leader counted from the timer's start to that
+//! read (a running mean per thread, `Alternation::lead`), so the target gets about the
+//! window asked for.
 //!
 //! # A fair first period
 //!
@@ -305,6 +324,32 @@ fn program(local: &Local, mut period: u64, arm: Arm) {
     }
 }
 
+/// Stops the group (leader and members stop counting; the leader's timer is cancelled).
+#[inline]
+fn stop(local: &Local) {
+    let fd = local.leader_fd.load(Ordering::Relaxed);
+    // SAFETY: DISABLE takes an integer; `fd` is the owner's live leader (the slot is
+    // ACTIVE, checked by the caller).
+    unsafe { libc::ioctl(fd, ioctl::DISABLE, 0) };
+}
+
+/// Programs the period of a stopped leader and starts the group again: running, or
+/// one-shot. A period set on a stopped event costs a fraction of one set on a running
+/// one, whose timer is cancelled and started inside the call.
+#[inline]
+fn program_stopped(local: &Local, mut period: u64, arm: Arm) {
+    let fd = local.leader_fd.load(Ordering::Relaxed);
+    // SAFETY: PERIOD reads one u64 through the pointer during the call; REFRESH and
+    // ENABLE take an integer. `fd` is the owner's live leader.
+    unsafe {
+        libc::ioctl(fd, ioctl::PERIOD, &mut period as *mut u64);
+        match arm {
+            Arm::OneShot => libc::ioctl(fd, ioctl::REFRESH, 1),
+            Arm::Running | Arm::Enable => libc::ioctl(fd, ioctl::ENABLE, 0),
+        };
+    }
+}
+
 /// Overflows of one long period the handler can take at once (a system call longer
 /// than several periods); older ones are dropped.
 const MAX_OVERFLOWS: usize = 4;
@@ -406,8 +451,11 @@ pub struct Handled {
     pub counters: [u64; MAX_GROUP],
     /// Counters read.
     pub n: usize,
+    /// For a window start, the group as it was stopped (its values when the window's
+    /// timer started); otherwise the same as `counters`.
+    pub frozen: [u64; MAX_GROUP],
     /// The group at the overflow itself (from the ring): where the window began, or
-    /// ended.
+    /// ended (the leader's value at the window's expiry).
     pub overflow: Option<[u64; MAX_GROUP]>,
 }
 
@@ -460,6 +508,12 @@ pub fn take_sample(
 /// fault is the sampler's, not the window's), read the group, program the next period,
 /// and hand the samples to `put`. Async-signal-safe. `None` when nothing was recorded:
 /// stopping, or a signal whose overflow an earlier handler already took.
+///
+/// A window begins with the group stopped (see the module note, "Where a window begins
+/// and ends"): stop, read, program the window and restart, read again. The first read is
+/// the leader's value when the window's timer starts, so the window's end in leader units
+/// is known exactly; the second, the last system call before the handler returns, is the
+/// window's start.
 ///
 /// A `late` signal (the thread had SIGTRAP blocked) is still a time sample, near where
 /// the time went (the blocked stretch is the code that blocked it), but no window: its
@@ -530,9 +584,10 @@ pub fn handle_overflow(
         // window's end; each a header, the counters and, for two, the stack).
         let per = strobe_sampler::custody::record::HEAD_WORDS + a.spec.events.len();
         reserve(3 * per + 2 * depth);
+        // Freeze the group: what it counts from here to the restart is nobody's, and the
+        // leader's value now is its value when the window's timer starts.
+        stop(local);
     }
-    // The group read is as late as possible: a window begins here, so the handler's
-    // work before it (the walk, the room) is not in the window.
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
     let n = read_group(local, &mut words);
     let time = mono_ns();
@@ -543,8 +598,13 @@ pub fn handle_overflow(
     // sampler's own.
     let in_call = long && overflows.kernel && follows_syscall(r.ip);
     let since = overflows.last().filter(|_| in_call).map(|o| leader.wrapping_sub(o[0]));
+    // Where the window this sample ends expired, in leader units: its timer started with
+    // the leader at `armed_at` and ran `armed_period` (the group was stopped until then).
+    let expiry = st.armed_at.wrapping_add(st.armed_period);
     let step = st.on_overflow(&p, leader, since, has_ring);
-    program(local, step.next_period, step.arm);
+    if !long {
+        program(local, step.next_period, step.arm);
+    }
     slot.alt.store(st);
     if let Some(d) = step.window_delta {
         slot.alt.count_window(d);
@@ -565,22 +625,70 @@ pub fn handle_overflow(
         }
     }
     // The overflow this sample handled: where a window began (the last of a long
-    // period's) or ended (a window's first).
-    let overflow = if long { overflows.last() } else { overflows.first() };
-    if let Some(o) = overflow.filter(|_| p.window > 0) {
+    // period's) or ended (a window's first). A window's end is its expiry: the values
+    // the interrupt read, but the leader's at the expiry itself, which the interrupt
+    // reads late by its delivery (the target does not run in between).
+    let overflow = match (step.kind, overflows.first(), overflows.last()) {
+        (Kind::WindowEnd, Some(o), _) => Some(expired(o, expiry)),
+        (Kind::WindowEnd, None, _) => {
+            // No ring: the one-shot window stopped itself; its end is the read above.
+            let mut o = [0u64; MAX_GROUP];
+            if let Some(dst) = o.get_mut(..n) {
+                dst.copy_from_slice(counters);
+            }
+            Some(expired(&o, expiry))
+        }
+        (_, _, Some(o)) if long => Some(*o),
+        _ => None,
+    };
+    if let Some(o) = overflow.as_ref().filter(|_| p.window > 0) {
         let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
         put(&rec(kind, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
     }
-    put(&rec(step.kind, time, r.ip, counters, frames, flags));
+    // A window starts: restart the group, then read it as the handler's last system
+    // call (what follows it to the target's first instruction is the baseline).
+    let mut started = [0u64; READ_HEAD + MAX_GROUP];
+    let start_counters = if long {
+        program_stopped(local, step.next_period, step.arm);
+        if step.close_now {
+            counters
+        } else {
+            let m = read_group(local, &mut started).min(n);
+            let now = started.get(READ_HEAD..READ_HEAD + m).unwrap_or(&[]);
+            if let Some(&l) = now.first() {
+                st.note_lead(&p, l.wrapping_sub(leader));
+                slot.alt.store(st);
+            }
+            now
+        }
+    } else {
+        counters
+    };
+    put(&rec(step.kind, time, r.ip, start_counters, frames, flags));
     if step.close_now {
-        put(&rec(Kind::WindowEnd, time, r.ip, counters, frames, flags));
+        put(&rec(Kind::WindowEnd, time, r.ip, start_counters, frames, flags));
     }
     let mut out =
-        Handled { kind: step.kind, counters: [0; MAX_GROUP], n, overflow: overflow.copied() };
-    if let Some(dst) = out.counters.get_mut(..n) {
+        Handled { kind: step.kind, counters: [0; MAX_GROUP], frozen: [0; MAX_GROUP], n, overflow };
+    if let Some(dst) = out.counters.get_mut(..start_counters.len()) {
+        dst.copy_from_slice(start_counters);
+    }
+    if let Some(dst) = out.frozen.get_mut(..n) {
         dst.copy_from_slice(counters);
     }
     Some(out)
+}
+
+/// The group's values `o` at a window's overflow with the leader's replaced by its value
+/// at the window's `expiry`, when that is earlier (it always is, by the interrupt's
+/// delivery; a value past the overflow would be a timer that fired early).
+#[inline]
+fn expired(o: &[u64; MAX_GROUP], expiry: u64) -> [u64; MAX_GROUP] {
+    let mut v = *o;
+    if expiry <= v[0] {
+        v[0] = expiry;
+    }
+    v
 }
 
 /// Walks the interrupted thread's stack into `frames` (when stacks are recorded): the

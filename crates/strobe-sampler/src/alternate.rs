@@ -39,6 +39,16 @@
 //! harmless (a second record of the same timer is recognised and skipped) but nothing
 //! else does.
 //!
+//! # Where a window ends
+//!
+//! The handler starts a window's timer on a stopped group with the leader at
+//! `armed_at`, so the window expires at `armed_at + armed_period` in leader units
+//! exactly, however late its interrupt arrives (about 17 us on the VM strobe is
+//! developed on, with the target stopped): that value, not the interrupt's, ends the
+//! window. The window is programmed longer than asked by [`Alternation::lead`], the
+//! running mean of what the leader counts from the timer's start to the handler's read
+//! that starts the window (the enable's own timer reprogramming, 10-15 us there).
+//!
 //! Owns: the state machine ([`Alternation`]: which sample is a window start or end, the
 //! next period to program and how to arm it, whether an overflow record belongs to the
 //! current long period), the jitter generator, and [`AltCell`], the per-thread copy of
@@ -142,6 +152,10 @@ pub struct Alternation {
     pub armed_at: u64,
     /// The period programmed then.
     pub armed_period: u64,
+    /// What the leader counts from a window's timer start to the handler's read that
+    /// starts the window (a running mean): the window is programmed that much longer, so
+    /// the target's part of it is the window asked for, less the baseline.
+    pub lead: u64,
 }
 
 impl Alternation {
@@ -153,7 +167,18 @@ impl Alternation {
             window_start: 0,
             armed_at: 0,
             armed_period: first,
+            lead: 0,
         }
+    }
+
+    /// Folds one window's measured lead (see [`Alternation::lead`]) into the running mean
+    /// (an eighth of the way each time; a lead past half the window, a preemption or a
+    /// host's stall, is taken as half a window).
+    #[inline]
+    pub fn note_lead(&mut self, p: &Periods, d: u64) {
+        let d = d.min(p.window / 2) as i64;
+        let lead = self.lead as i64;
+        self.lead = (lead + (d - lead) / 8).max(0) as u64;
     }
 
     /// The next long period: the base plus a uniform jitter in `0..=jitter` (xorshift64).
@@ -234,7 +259,7 @@ impl Alternation {
         }
         self.in_window = true;
         self.window_start = leader;
-        let part = p.window - tail;
+        let part = p.window - tail + self.lead.min(p.window / 2);
         self.armed_at = leader;
         self.armed_period = part;
         let arm = if ring { Arm::Running } else { Arm::OneShot };
@@ -274,6 +299,7 @@ pub struct AltCell {
     window_start: AtomicU64,
     armed_at: AtomicU64,
     armed_period: AtomicU64,
+    lead: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
 }
@@ -289,6 +315,7 @@ impl AltCell {
                 window_start: AtomicU64::new(0),
                 armed_at: AtomicU64::new(0),
                 armed_period: AtomicU64::new(0),
+                lead: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
             }
@@ -311,6 +338,7 @@ impl AltCell {
             window_start: self.window_start.load(Ordering::Relaxed),
             armed_at: self.armed_at.load(Ordering::Relaxed),
             armed_period: self.armed_period.load(Ordering::Relaxed),
+            lead: self.lead.load(Ordering::Relaxed),
         }
     }
 
@@ -322,6 +350,7 @@ impl AltCell {
         self.window_start.store(a.window_start, Ordering::Relaxed);
         self.armed_at.store(a.armed_at, Ordering::Relaxed);
         self.armed_period.store(a.armed_period, Ordering::Relaxed);
+        self.lead.store(a.lead, Ordering::Relaxed);
     }
 
     /// Counts a completed window of leader length `delta`.
@@ -476,6 +505,33 @@ mod tests {
         // Without the overflow's values (no ring): never a tail.
         let mut a = Alternation::new(1, 1_000_000);
         assert!(!a.on_overflow(&p, 2_000_000, None, false).tail);
+    }
+
+    /// The lead (what the leader counts from a window's timer start to the read that
+    /// starts it) lengthens the programmed window, so the target's part is about the
+    /// window asked for; it is a running mean, and never more than half a window.
+    #[test]
+    fn the_window_is_programmed_longer_by_its_measured_lead() {
+        let mut a = Alternation::new(1, 1_000_000);
+        for _ in 0..200 {
+            a.note_lead(&P, 8_000);
+        }
+        assert!((7_900..=8_000).contains(&a.lead), "{}", a.lead);
+        let s = a.on_overflow(&P, 1_000_000, None, true);
+        assert_eq!(s.next_period, 20_000 + a.lead);
+        assert_eq!(a.armed_at + a.armed_period, 1_000_000 + 20_000 + a.lead, "the expiry");
+        // A stall is taken as half a window.
+        let mut b = Alternation::new(1, 1_000_000);
+        for _ in 0..200 {
+            b.note_lead(&P, 900_000);
+        }
+        assert!((9_900..=10_000).contains(&b.lead), "{}", b.lead);
+        // A tail shortens the window as before, the lead lengthens it.
+        let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
+        let mut c = Alternation::new(1, 1_000_000);
+        c.lead = 5_000;
+        let s = c.on_overflow(&p, 2_000_000, Some(30_000), true);
+        assert_eq!((s.next_period, s.tail), (29_000 + 5_000, true));
     }
 
     /// Records of a timer that fired again before the handler re-programmed it are not
