@@ -33,10 +33,11 @@
 //! windows), which only the ring's records make harmless.
 //!
 //! The ring is what lets a window begin inside a system call: the signal is delivered at
-//! the call's return, so the handler compares the ring's values with its own read, and
-//! when the delay is longer than the sampler's usual one (calibrated), the window begins
-//! at the overflow and its remainder is shortened by the call's tail (see
-//! `strobe_sampler::alternate`). A thread whose ring cannot be mapped samples as before,
+//! the call's return, so the handler's first act is a group read, and the leader's count
+//! from the ring's values to it, less the delay of an overflow in user code (calibrated),
+//! is the call's tail: the window begins at the overflow, the tail (signed: the delay
+//! varies by several microseconds, calls can be shorter) is its first part, and its
+//! remainder is shortened by as much (see `strobe_sampler::alternate`). A thread whose ring cannot be mapped samples as before,
 //! its windows beginning at the handler; the recorder counts and reports such threads.
 //!
 //! # Where a window begins and ends
@@ -58,7 +59,11 @@
 //! exactly that value plus the programmed period; the second read is the window's start.
 //! A window's end is its expiry: the leader's value there (the agent writes it in place
 //! of the interrupt's late one), the members' as the interrupt read them (the target
-//! does not run in between). What remains in a window that is not the target's is the
+//! does not run in between). Across a context switch the leader counts 4-6 us more than
+//! the timer consumes (the leader restarts before the timer does), so a window the thread
+//! was switched out of (its wall time exceeds what the leader counted) ends instead at
+//! the interrupt's value less the thread's mean lateness, learnt from its other windows
+//! (`Alternation::window_end`). What remains in a window that is not the target's is the
 //! end of the handler after its last read and its `sigreturn` (2.5-3.5 us here), which
 //! the calibration measures with the same handler and `strobe report` subtracts. The
 //! window is programmed longer by what the leader counted from the timer's start to that
@@ -300,6 +305,7 @@ pub fn periods(a: &Agent) -> Periods {
         min_period: a.min_period,
         tail_dead: a.cfg.tail_dead,
         cycle_extra: a.cfg.cycle_extra,
+        lateness: a.cfg.lateness,
     }
 }
 
@@ -451,12 +457,15 @@ pub struct Handled {
     pub counters: [u64; MAX_GROUP],
     /// Counters read.
     pub n: usize,
-    /// For a window start, the group as it was stopped (its values when the window's
-    /// timer started); otherwise the same as `counters`.
-    pub frozen: [u64; MAX_GROUP],
+    /// The group as the handler's first act read it, when it did (a window start in a
+    /// call; every window start in calibration).
+    pub entry: Option<[u64; MAX_GROUP]>,
     /// The group at the overflow itself (from the ring): where the window began, or
-    /// ended (the leader's value at the window's expiry).
+    /// ended (the leader's value where the window ended).
     pub overflow: Option<[u64; MAX_GROUP]>,
+    /// For a window end: what the leader counted from the window's expiry to its
+    /// interrupt's read.
+    pub late: Option<u64>,
 }
 
 /// One sample record of the handler's.
@@ -575,6 +584,22 @@ pub fn handle_overflow(
         None => Overflows::EMPTY,
     };
     let r = stack::regs(uc);
+    // The window begins at the overflow only if it interrupted a system call: its
+    // remainder is the target's work. After user code or a page fault the delay is the
+    // sampler's own.
+    let in_call = long && overflows.kernel && follows_syscall(r.ip);
+    // Where the call ended, as near as the handler can tell: its first act is a read.
+    // (The calibration reads there at every window start, to measure what the leader
+    // counts from an overflow in user code to this read: the interrupt's return and the
+    // signal's delivery.)
+    let mut entry = [0u64; READ_HEAD + MAX_GROUP];
+    let calibrating = CALIB_MODE.load(Ordering::Relaxed) != 0;
+    let entry_n = if in_call || (long && calibrating && overflows.n > 0) {
+        read_group(local, &mut entry)
+    } else {
+        0
+    };
+    let entry_leader = (entry_n > 0).then_some(entry[READ_HEAD]);
     let mut frames = [0u64; MAX_DEPTH];
     // Every sample walks, a window's end too: the report needs where a window ended to
     // know which calls it stayed inside.
@@ -593,14 +618,20 @@ pub fn handle_overflow(
     let time = mono_ns();
     let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
     let leader = counters.first().copied().unwrap_or(0);
-    // The window begins at the overflow only if it interrupted a system call: its
-    // remainder is the target's work. After user code or a page fault the delay is the
-    // sampler's own.
-    let in_call = long && overflows.kernel && follows_syscall(r.ip);
-    let since = overflows.last().filter(|_| in_call).map(|o| leader.wrapping_sub(o[0]));
-    // Where the window this sample ends expired, in leader units: its timer started with
-    // the leader at `armed_at` and ran `armed_period` (the group was stopped until then).
+    let since = match (overflows.last(), entry_leader) {
+        (Some(o), Some(e)) if in_call => Some(e.wrapping_sub(o[0])),
+        _ => None,
+    };
+    // Where the window this sample ends ended, in leader units (see
+    // `Alternation::window_end`): its timer started with the leader at `armed_at` (the
+    // group was stopped until then) and ran `armed_period` of the timer's time.
+    let ending = st.in_window && !long;
+    let at_interrupt = match overflows.first() {
+        Some(o) => o[0],
+        None => leader, // no ring: the one-shot window stopped itself
+    };
     let expiry = st.armed_at.wrapping_add(st.armed_period);
+    let ended_at = if ending { st.window_end(&p, at_interrupt, leader, time) } else { expiry };
     let step = st.on_overflow(&p, leader, since, has_ring);
     if !long {
         program(local, step.next_period, step.arm);
@@ -618,6 +649,9 @@ pub fn handle_overflow(
             else {
                 break;
             };
+            // No handler ran between the two: the tail's baseline is added back.
+            let mut from = *from;
+            from[0] = from[0].wrapping_sub(p.tail_dead);
             let (from, to) = (from.get(..n).unwrap_or(&[]), to.get(..n).unwrap_or(&[]));
             put(&rec(Kind::CallTail, time, r.ip, from, &[], 0));
             put(&rec(Kind::WindowStart, time, r.ip, to, frames, flags));
@@ -629,22 +663,18 @@ pub fn handle_overflow(
     // the interrupt read, but the leader's at the expiry itself, which the interrupt
     // reads late by its delivery (the target does not run in between).
     let overflow = match (step.kind, overflows.first(), overflows.last()) {
-        (Kind::WindowEnd, Some(o), _) => Some(expired(o, expiry)),
+        (Kind::WindowEnd, Some(o), _) => Some(expired(o, ended_at)),
         (Kind::WindowEnd, None, _) => {
             // No ring: the one-shot window stopped itself; its end is the read above.
             let mut o = [0u64; MAX_GROUP];
             if let Some(dst) = o.get_mut(..n) {
                 dst.copy_from_slice(counters);
             }
-            Some(expired(&o, expiry))
+            Some(expired(&o, ended_at))
         }
         (_, _, Some(o)) if long => Some(*o),
         _ => None,
     };
-    if let Some(o) = overflow.as_ref().filter(|_| p.window > 0) {
-        let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
-        put(&rec(kind, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
-    }
     // A window starts: restart the group, then read it as the handler's last system
     // call (what follows it to the target's first instruction is the baseline).
     let mut started = [0u64; READ_HEAD + MAX_GROUP];
@@ -657,6 +687,7 @@ pub fn handle_overflow(
             let now = started.get(READ_HEAD..READ_HEAD + m).unwrap_or(&[]);
             if let Some(&l) = now.first() {
                 st.note_lead(&p, l.wrapping_sub(leader));
+                st.note_start(l, mono_ns());
                 slot.alt.store(st);
             }
             now
@@ -664,24 +695,48 @@ pub fn handle_overflow(
     } else {
         counters
     };
+    if let Some(o) = overflow.as_ref().filter(|_| p.window > 0) {
+        let mut v = *o;
+        if step.tail {
+            // A call's tail is measured to the handler's first read, not to the window's
+            // start: the leader's count between the two is the sampler's, so the
+            // record's leader is moved on by it (the start minus this record, less the
+            // baseline's tail, is the call's remainder).
+            let start = start_counters.first().copied().unwrap_or(0);
+            let at = entry_leader.unwrap_or(start);
+            v[0] = v[0].wrapping_add(start.wrapping_sub(at));
+        }
+        let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
+        put(&rec(kind, time, r.ip, v.get(..n).unwrap_or(&[]), &[], 0));
+    }
     put(&rec(step.kind, time, r.ip, start_counters, frames, flags));
     if step.close_now {
         put(&rec(Kind::WindowEnd, time, r.ip, start_counters, frames, flags));
     }
-    let mut out =
-        Handled { kind: step.kind, counters: [0; MAX_GROUP], frozen: [0; MAX_GROUP], n, overflow };
+    let mut out = Handled {
+        kind: step.kind,
+        counters: [0; MAX_GROUP],
+        entry: None,
+        n,
+        overflow,
+        late: (step.kind == Kind::WindowEnd && expiry <= at_interrupt)
+            .then(|| at_interrupt - expiry),
+    };
     if let Some(dst) = out.counters.get_mut(..start_counters.len()) {
         dst.copy_from_slice(start_counters);
     }
-    if let Some(dst) = out.frozen.get_mut(..n) {
-        dst.copy_from_slice(counters);
+    if entry_n > 0 {
+        let mut e = [0u64; MAX_GROUP];
+        let k = entry_n.min(MAX_GROUP);
+        e[..k].copy_from_slice(&entry[READ_HEAD..READ_HEAD + k]);
+        out.entry = Some(e);
     }
     Some(out)
 }
 
 /// The group's values `o` at a window's overflow with the leader's replaced by its value
-/// at the window's `expiry`, when that is earlier (it always is, by the interrupt's
-/// delivery; a value past the overflow would be a timer that fired early).
+/// where the window ended (`Alternation::window_end`), when that is earlier (it always
+/// is, by the interrupt's delivery).
 #[inline]
 fn expired(o: &[u64; MAX_GROUP], expiry: u64) -> [u64; MAX_GROUP] {
     let mut v = *o;

@@ -58,6 +58,9 @@ pub struct Baseline {
     /// What the leader does not count per time sample (leader units): the thread's CPU
     /// time while the group is stopped (a window's end handler).
     pub uncounted: f64,
+    /// The leader's mean count from a window's expiry to its interrupt's read (leader
+    /// units), on windows the calibration loop spent on its CPU.
+    pub lateness: f64,
 }
 
 /// What the calibration process reports.
@@ -90,7 +93,7 @@ impl Calibration {
             }
             Some(b) => {
                 w.bool(true).bool(b.windows).u64(b.requested).u64(b.intervals).f64(b.work_ns);
-                w.f64(b.uncounted);
+                w.f64(b.uncounted).f64(b.lateness);
                 for list in [&b.counters, &b.tail, &b.end] {
                     w.u64(list.len() as u64);
                     for c in list {
@@ -127,6 +130,7 @@ impl Calibration {
             let intervals = r.u64("the baseline's interval count")?;
             let work_ns = r.f64("the baseline's work")?;
             let uncounted = r.f64("the baseline's uncounted time")?;
+            let lateness = r.f64("the windows' lateness")?;
             let mut list = || -> Result<Vec<CounterBaseline>, DecodeError> {
                 let n = r.u64("the baseline's counter count")?;
                 if n > 64 {
@@ -156,6 +160,7 @@ impl Calibration {
                 tail,
                 end,
                 uncounted,
+                lateness,
             })
         } else {
             None
@@ -195,6 +200,7 @@ mod tests {
                     CounterBaseline { mean: 0.0, sd: 0.0 },
                 ],
                 uncounted: 12_000.0,
+                lateness: 17_000.0,
             }),
             notes: vec!["a note".into()],
         };

@@ -371,6 +371,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         calibrate: false,
         tail_dead: 0,
         cycle_extra: 0,
+        lateness: 0,
     };
 
     // The file: preamble and header, written before anything runs.
@@ -439,6 +440,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         costs: calibration.as_ref().ok().and_then(|c| c.costs),
         tail_dead: baseline.map_or(0, tail_dead),
         cycle_extra: baseline.map_or(0, cycle_extra),
+        lateness: baseline.map_or(0, |b| b.lateness.max(0.0).round() as u64),
         ..config
     };
 

@@ -487,11 +487,11 @@ fn close_window(
             let tail = delta(&slot.start_overflow_values[..width], start)?;
             let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
             let tail_time = tail_net.first().copied().unwrap_or(0.0);
-            if tail_time <= 0.0 {
-                return None;
-            }
             t.tail_windows += 1;
             if raw[0] == 0.0 {
+                if tail_time <= 0.0 {
+                    return None;
+                }
                 // The tail was a whole window: scaled to what a window covers on
                 // average, so it weighs as one window, not as the call's remainder.
                 let k = mean_net / tail_time;
@@ -501,6 +501,8 @@ fn close_window(
                 t.tail_only_windows += 1;
                 return Some(net);
             }
+            // Signed: the calibrated delay is a mean, so a short call's tail comes out
+            // below zero as often as above, and only the sum is right.
             for (x, v) in net.iter_mut().zip(&tail_net) {
                 *x += v;
             }

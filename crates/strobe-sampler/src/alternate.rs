@@ -107,7 +107,16 @@ pub struct Periods {
     /// sampler's own time while the group counts, and the delays before each switch
     /// (calibrated; 0 when unknown). Only a new thread's first period uses it.
     pub cycle_extra: u64,
+    /// What the leader counts from a window's expiry to its interrupt's read in a window
+    /// the thread spent on its CPU (calibrated; each thread then keeps its own running
+    /// mean, [`Alternation::late`]).
+    pub lateness: u64,
 }
+
+/// Wall time minus leader time over a window above which the thread was off its CPU in
+/// it (a context switch away and back takes more than this; the two clocks' reads at
+/// either end differ by well under a microsecond).
+pub const OFF_CPU_NS: u64 = 3_000;
 
 /// How the handler arms the leader after programming the next period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +165,14 @@ pub struct Alternation {
     /// starts the window (a running mean): the window is programmed that much longer, so
     /// the target's part of it is the window asked for, less the baseline.
     pub lead: u64,
+    /// The leader's value at the read that started the current window.
+    pub start_read: u64,
+    /// `CLOCK_MONOTONIC` at that read.
+    pub start_wall: u64,
+    /// What the leader counted from a window's expiry to its interrupt's read, in this
+    /// thread's windows spent on its CPU (a running mean; 0: none yet, the calibrated
+    /// [`Periods::lateness`] stands in).
+    pub late: u64,
 }
 
 impl Alternation {
@@ -168,7 +185,50 @@ impl Alternation {
             armed_at: 0,
             armed_period: first,
             lead: 0,
+            start_read: 0,
+            start_wall: 0,
+            late: 0,
         }
+    }
+
+    /// Notes the read that started the current window: the leader's value and the wall
+    /// time.
+    #[inline]
+    pub fn note_start(&mut self, read: u64, wall: u64) {
+        self.start_read = read;
+        self.start_wall = wall;
+    }
+
+    /// Where the window that an overflow ends ended, in leader units, given the leader's
+    /// value its interrupt read (`at_interrupt`), and the handler's read (`read`) and wall
+    /// time (`wall`) now. Call before [`on_overflow`](Self::on_overflow) (it needs the
+    /// window's arming).
+    ///
+    /// The window's timer expired at `armed_at + armed_period` in leader units, and its
+    /// interrupt reads the leader later, the target stopped in between (17 us here). That
+    /// holds while the thread stays on its CPU. Across a context switch the leader counts
+    /// 4-6 us more than the timer consumes (measured with a bare task-clock event on this
+    /// VM: the leader starts counting before the timer is started again), so a window in
+    /// which the thread was switched out expired later than that value by as much per
+    /// switch: its end is the interrupt's value less the thread's mean lateness, learnt
+    /// from its windows spent on the CPU (where the lateness is the interrupt's value
+    /// less the expiry).
+    #[inline]
+    pub fn window_end(&mut self, p: &Periods, at_interrupt: u64, read: u64, wall: u64) -> u64 {
+        let expiry = self.armed_at.wrapping_add(self.armed_period);
+        if expiry > at_interrupt {
+            return at_interrupt;
+        }
+        let on_wall = wall.wrapping_sub(self.start_wall);
+        let counted = read.wrapping_sub(self.start_read);
+        if on_wall <= counted.saturating_add(OFF_CPU_NS) {
+            let x = (at_interrupt - expiry).min(p.window) as i64;
+            let late = if self.late == 0 { x } else { self.late as i64 };
+            self.late = (late + (x - late) / 8).max(1) as u64;
+            return expiry;
+        }
+        let late = if self.late == 0 { p.lateness } else { self.late };
+        at_interrupt.saturating_sub(late).max(expiry)
     }
 
     /// Folds one window's measured lead (see [`Alternation::lead`]) into the running mean
@@ -205,13 +265,19 @@ impl Alternation {
     }
 
     /// The part of a system call that ran after the overflow, given the leader's count
-    /// `since` between the overflow and the handler's read.
+    /// `since` between the overflow and the handler's first read: `since` less the
+    /// calibrated delay of an overflow in user code (the interrupt's return and the
+    /// signal's delivery). Signed: the delay varies (a standard deviation of 6-9 us on the
+    /// VM strobe is developed on, against calls of a microsecond), and only the signed
+    /// difference is right on average; a tail counted only when positive was its noise's
+    /// upper half (measured: 6.6 us a window in a loop of 0.75 us `getppid` calls).
+    /// `None` when the delay is unknown (no calibration): no tails.
     #[inline]
-    pub fn tail_of(p: &Periods, since: u64) -> u64 {
+    pub fn tail_of(p: &Periods, since: u64) -> Option<i64> {
         if p.tail_dead == 0 {
-            0
+            None
         } else {
-            since.saturating_sub(p.tail_dead)
+            Some((since as i64).wrapping_sub(p.tail_dead as i64))
         }
     }
 
@@ -246,9 +312,10 @@ impl Alternation {
             let arm = if ring { Arm::Running } else { Arm::Enable };
             return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, arm) };
         }
-        let tail = since.map_or(0, |s| Self::tail_of(p, s));
+        let tail = since.and_then(|s| Self::tail_of(p, s));
         let shortest = (p.window / 5).max(p.min_period).max(1);
-        if tail > 0 && tail.saturating_add(shortest) >= p.window {
+        let t = tail.unwrap_or(0);
+        if t > 0 && (t as u64).saturating_add(shortest) >= p.window {
             // The tail is a whole window: it ends here; the long period runs on.
             let next = self.long(p, leader);
             return Step {
@@ -259,11 +326,15 @@ impl Alternation {
         }
         self.in_window = true;
         self.window_start = leader;
-        let part = p.window - tail + self.lead.min(p.window / 2);
+        // The window's remainder: a tail (of either sign) takes its place, so every
+        // window weighs about the same; the lead is the handler's (see `lead`).
+        let remainder =
+            (p.window as i64 - t).clamp(shortest as i64, (p.window + p.window / 2) as i64);
+        let part = remainder as u64 + self.lead.min(p.window / 2);
         self.armed_at = leader;
         self.armed_period = part;
         let arm = if ring { Arm::Running } else { Arm::OneShot };
-        Step { tail: tail > 0, ..step(Kind::WindowStart, part, arm) }
+        Step { tail: tail.is_some(), ..step(Kind::WindowStart, part, arm) }
     }
 
     /// A new long period programmed at leader value `leader`.
@@ -300,6 +371,9 @@ pub struct AltCell {
     armed_at: AtomicU64,
     armed_period: AtomicU64,
     lead: AtomicU64,
+    start_read: AtomicU64,
+    start_wall: AtomicU64,
+    late: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
 }
@@ -316,6 +390,9 @@ impl AltCell {
                 armed_at: AtomicU64::new(0),
                 armed_period: AtomicU64::new(0),
                 lead: AtomicU64::new(0),
+                start_read: AtomicU64::new(0),
+                start_wall: AtomicU64::new(0),
+                late: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
             }
@@ -339,6 +416,9 @@ impl AltCell {
             armed_at: self.armed_at.load(Ordering::Relaxed),
             armed_period: self.armed_period.load(Ordering::Relaxed),
             lead: self.lead.load(Ordering::Relaxed),
+            start_read: self.start_read.load(Ordering::Relaxed),
+            start_wall: self.start_wall.load(Ordering::Relaxed),
+            late: self.late.load(Ordering::Relaxed),
         }
     }
 
@@ -351,6 +431,9 @@ impl AltCell {
         self.armed_at.store(a.armed_at, Ordering::Relaxed);
         self.armed_period.store(a.armed_period, Ordering::Relaxed);
         self.lead.store(a.lead, Ordering::Relaxed);
+        self.start_read.store(a.start_read, Ordering::Relaxed);
+        self.start_wall.store(a.start_wall, Ordering::Relaxed);
+        self.late.store(a.late, Ordering::Relaxed);
     }
 
     /// Counts a completed window of leader length `delta`.
@@ -399,6 +482,7 @@ mod tests {
         min_period: 10_000,
         tail_dead: 0,
         cycle_extra: 0,
+        lateness: 0,
     };
 
     #[test]
@@ -487,9 +571,12 @@ mod tests {
         };
         use Arm::*;
         use Kind::*;
-        // The usual delay or less: the call had ended; a whole window.
-        assert_eq!(run(8_000), (WindowStart, 50_000, OneShot, false, false, true));
-        assert_eq!(run(9_000), (WindowStart, 50_000, OneShot, false, false, true));
+        // A delay below the usual one is a tail too, of negative length (the delay's own
+        // spread): the remainder grows by as much, so windows weigh alike and tails are
+        // right on average.
+        assert_eq!(run(8_000), (WindowStart, 51_000, OneShot, true, false, true));
+        assert_eq!(run(9_000), (WindowStart, 50_000, OneShot, true, false, true));
+        assert_eq!(run(0), (WindowStart, 59_000, OneShot, true, false, true));
         // 30 us since the overflow: 21 us of it was the call's.
         assert_eq!(run(30_000), (WindowStart, 29_000, OneShot, true, false, true));
         assert_eq!(run(45_000), (WindowStart, 14_000, OneShot, true, false, true));
@@ -532,6 +619,32 @@ mod tests {
         c.lead = 5_000;
         let s = c.on_overflow(&p, 2_000_000, Some(30_000), true);
         assert_eq!((s.next_period, s.tail), (29_000 + 5_000, true));
+    }
+
+    /// A window spent on the CPU ends at its expiry, and teaches the thread its lateness;
+    /// one the thread was switched out of ends at its interrupt less that lateness (the
+    /// leader counts more than the timer across a switch).
+    #[test]
+    fn a_window_ends_at_its_expiry_or_at_its_interrupt_less_the_lateness() {
+        let p = Periods { lateness: 15_000, ..P };
+        let mut a = Alternation::new(1, 1_000_000);
+        a.on_overflow(&p, 1_000_000, None, true);
+        a.note_start(1_004_000, 7_000_000);
+        assert_eq!((a.armed_at, a.armed_period), (1_000_000, 20_000));
+        // Interrupt 17 us late; 40 us of wall time for 40 us counted: on the CPU.
+        assert_eq!(a.window_end(&p, 1_037_000, 1_044_000, 7_040_000), 1_020_000);
+        assert_eq!(a.late, 17_000, "the first on-CPU window sets the mean");
+        // Off the CPU (300 us of wall for 60 us counted), 25 us past the expiry: the
+        // interrupt less the thread's own lateness, never before the expiry.
+        assert_eq!(a.window_end(&p, 1_045_000, 1_064_000, 7_300_000), 1_028_000);
+        assert_eq!(a.window_end(&p, 1_030_000, 1_064_000, 7_300_000), 1_020_000);
+        // Before any on-CPU window, the calibrated lateness stands in.
+        let mut b = Alternation::new(1, 1_000_000);
+        b.on_overflow(&p, 1_000_000, None, true);
+        b.note_start(1_004_000, 7_000_000);
+        assert_eq!(b.window_end(&p, 1_060_000, 1_070_000, 7_900_000), 1_045_000);
+        // An interrupt "before" the expiry (a timer restarted short) ends the window.
+        assert_eq!(b.window_end(&p, 1_010_000, 1_012_000, 7_012_000), 1_010_000);
     }
 
     /// Records of a timer that fired again before the handler re-programmed it are not
