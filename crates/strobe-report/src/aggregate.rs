@@ -463,6 +463,7 @@ fn close_window(
         t.paired += 1;
         t.leader_raw += raw[0];
         t.leader_net += net[0];
+        t.correction_sum += beta(&t.beta_plain, 0);
         return Some(net);
     }
     let start = &slot.start_values[..width];
@@ -480,6 +481,7 @@ fn close_window(
     } else {
         t.info.window as f64
     };
+    let mut correction = beta(&t.beta_window, 0) + if stopped { beta(&t.beta_end, 0) } else { 0.0 };
     let mut boundary = [0f64; MAX_COUNTERS];
     match slot.start_overflow {
         Some(SampleKind::CallTail) => {
@@ -506,6 +508,7 @@ fn close_window(
             for (x, v) in net.iter_mut().zip(&tail_net) {
                 *x += v;
             }
+            correction += beta(&t.beta_tail, 0);
         }
         Some(_) => {
             let b = delta(&slot.start_overflow_values[..width], start)?;
@@ -536,5 +539,6 @@ fn close_window(
     t.paired += 1;
     t.leader_raw += raw[0];
     t.leader_net += net[0];
+    t.correction_sum += correction;
     Some(net)
 }

@@ -178,6 +178,9 @@ pub struct Report {
     pub mean_window: Option<f64>,
     /// The same net of the baseline: the target's own time per window.
     pub net_window: Option<f64>,
+    /// The mean leader correction per window (the baseline, and each call tail's delay
+    /// on windows that began in a call), over the same windows.
+    pub correction: Option<f64>,
     /// Windows that began inside a system call (at its overflow, not at the handler).
     pub tail_windows: u64,
     /// Of those, the ones whose tail alone was a window (scaled to the net window).
@@ -588,6 +591,7 @@ impl Report {
         let paired = t.paired;
         let mean_window = (paired > 0).then(|| t.leader_raw / paired as f64);
         let net_window = (paired > 0).then(|| t.leader_net / paired as f64);
+        let correction = (paired > 0).then(|| t.correction_sum / paired as f64);
         let (tail_windows, tail_only_windows) = (t.tail_windows, t.tail_only_windows);
         Report {
             counters,
@@ -603,6 +607,7 @@ impl Report {
             windows_unpaired: t.unpaired,
             mean_window,
             net_window,
+            correction,
             tail_windows,
             tail_only_windows,
             baseline,
