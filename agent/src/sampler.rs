@@ -309,6 +309,36 @@ pub fn periods(a: &Agent) -> Periods {
     }
 }
 
+/// The leader's count from an overflow in user code to the handler's first read, a
+/// running mean over this process's windows (0: none yet). It is what a call's tail is
+/// measured against. The calibration measures it too, but in a loop that keeps the
+/// handler's pages in the TLB: measured here, the delivery took 25 us at the
+/// calibration's 1 ms periods and 51-56 us at 10 ms, and a program's own work evicts
+/// the handler's pages as surely; against the calibrated figure, calls of a few
+/// microseconds (an `mmap`) read tails of 16-23 us. Relaxed: a statistic several threads
+/// may update at once (an update lost to a race is one sample fewer).
+static DELIVERY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Folds one measured delivery into [`DELIVERY`] (an eighth of the way; a delivery past
+/// a window, a stall of the host, is taken as a window).
+#[inline]
+fn note_delivery(d: u64, window: u64) {
+    let d = d.min(window.max(1)) as i64;
+    let old = DELIVERY.load(Ordering::Relaxed) as i64;
+    let new = if old == 0 { d } else { old + (d - old) / 8 };
+    DELIVERY.store(new.max(1) as u64, Ordering::Relaxed);
+}
+
+/// The delivery a call's tail is measured against: this process's measured mean, else
+/// the calibrated `fallback`.
+#[inline]
+fn delivery(fallback: u64) -> u64 {
+    match DELIVERY.load(Ordering::Relaxed) {
+        0 => fallback,
+        d => d,
+    }
+}
+
 /// Programs the next period and arms the leader as the state machine says.
 #[inline]
 fn program(local: &Local, mut period: u64, arm: Arm) {
@@ -589,17 +619,20 @@ pub fn handle_overflow(
     // sampler's own.
     let in_call = long && overflows.kernel && follows_syscall(r.ip);
     // Where the call ended, as near as the handler can tell: its first act is a read.
-    // (The calibration reads there at every window start, to measure what the leader
-    // counts from an overflow in user code to this read: the interrupt's return and the
-    // signal's delivery.)
+    // After an overflow in user code the same read measures the delivery itself (the
+    // interrupt's return and the signal's), which a call's tail is measured against.
     let mut entry = [0u64; READ_HEAD + MAX_GROUP];
-    let calibrating = CALIB_MODE.load(Ordering::Relaxed) != 0;
-    let entry_n = if in_call || (long && calibrating && overflows.n > 0) {
-        read_group(local, &mut entry)
-    } else {
-        0
-    };
+    let entry_n = if long && overflows.n > 0 { read_group(local, &mut entry) } else { 0 };
     let entry_leader = (entry_n > 0).then_some(entry[READ_HEAD]);
+    let mut p = p;
+    if let (Some(e), Some(o)) = (entry_leader, overflows.last()) {
+        if !in_call {
+            note_delivery(e.wrapping_sub(o[0]), p.window);
+        }
+        if p.tail_dead > 0 {
+            p.tail_dead = delivery(p.tail_dead);
+        }
+    }
     let mut frames = [0u64; MAX_DEPTH];
     // Every sample walks, a window's end too: the report needs where a window ended to
     // know which calls it stayed inside.
@@ -651,7 +684,7 @@ pub fn handle_overflow(
             };
             // No handler ran between the two: the tail's baseline is added back.
             let mut from = *from;
-            from[0] = from[0].wrapping_sub(p.tail_dead);
+            from[0] = from[0].wrapping_sub(a.cfg.tail_dead);
             let (from, to) = (from.get(..n).unwrap_or(&[]), to.get(..n).unwrap_or(&[]));
             put(&rec(Kind::CallTail, time, r.ip, from, &[], 0));
             put(&rec(Kind::WindowStart, time, r.ip, to, frames, flags));
@@ -703,8 +736,11 @@ pub fn handle_overflow(
             // record's leader is moved on by it (the start minus this record, less the
             // baseline's tail, is the call's remainder).
             let start = start_counters.first().copied().unwrap_or(0);
+            // Also by the difference between this process's measured delivery and the
+            // calibrated one the report subtracts, so the report's tail is this one.
             let at = entry_leader.unwrap_or(start);
             v[0] = v[0].wrapping_add(start.wrapping_sub(at));
+            v[0] = v[0].wrapping_add(p.tail_dead).wrapping_sub(a.cfg.tail_dead);
         }
         let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
         put(&rec(kind, time, r.ip, v.get(..n).unwrap_or(&[]), &[], 0));

@@ -7,6 +7,7 @@ mod cli;
 mod kernel;
 mod perfdata;
 mod probe;
+mod rates;
 mod record;
 mod report;
 mod stacks;
