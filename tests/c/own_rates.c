@@ -17,8 +17,12 @@
  * then a last line:
  *
  *   fn=NAME calls=N task_clock_ns=N cpu_ns=N faults=N switches=N faults_per_ms=X
- *       switches_per_ms=X
+ *       switches_per_ms=X [instructions=N instructions_per_call=X]
  *   done threads=T process_cpu_ns=N
+ *
+ * The instruction counts (user space, from a counting `instructions` event of each
+ * thread's own) appear only on a machine with a hardware PMU; a call's count includes
+ * the batch loop's few instructions around it (insns_known: 10,002 of its own).
  *
  * The functions (each its own symbol; no tail calls, so a window inside a call sees it
  * on the stack):
@@ -165,7 +169,7 @@ static const struct function FUNCTIONS[] = {
 #define NFUNCS (sizeof FUNCTIONS / sizeof FUNCTIONS[0])
 
 struct truth {
-    uint64_t calls, task_clock_ns, cpu_ns, faults, switches;
+    uint64_t calls, task_clock_ns, cpu_ns, faults, switches, instructions;
 };
 
 static int chosen[NFUNCS];
@@ -194,6 +198,20 @@ static int open_task_clock(void) {
     return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
 }
 
+/* The calling thread's user-space instructions (-1: no hardware PMU). */
+static int open_instructions(void) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.type = PERF_TYPE_HARDWARE;
+    a.size = sizeof a;
+    a.config = PERF_COUNT_HW_INSTRUCTIONS;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+static int has_instructions;
+
 static uint64_t read_clock(int fd) {
     uint64_t v = 0;
     if (fd < 0 || read(fd, &v, sizeof v) != sizeof v) return 0;
@@ -210,6 +228,8 @@ static void usage_counts(uint64_t *faults, uint64_t *switches) {
 static void *worker(void *arg) {
     uint64_t rng = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)(uintptr_t)arg << 32) ^ (uint64_t)getpid();
     int fd = open_task_clock();
+    int ifd = open_instructions();
+    if (ifd >= 0) has_instructions = 1;
     struct truth mine[NFUNCS];
     long batch[NFUNCS];
     int order[NFUNCS];
@@ -235,7 +255,9 @@ static void *worker(void *arg) {
             uint64_t f0, s0, f1, s1;
             usage_counts(&f0, &s0);
             uint64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), c0 = read_clock(fd);
+            uint64_t i0 = read_clock(ifd);
             for (long n = 0; n < batch[i]; n++) f->run();
+            uint64_t i1 = read_clock(ifd);
             uint64_t c1 = read_clock(fd), t1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             usage_counts(&f1, &s1);
             struct truth *m = &mine[i];
@@ -244,6 +266,7 @@ static void *worker(void *arg) {
             m->cpu_ns += t1 - t0;
             m->faults += f1 - f0;
             m->switches += s1 - s0;
+            m->instructions += i1 - i0;
             /* Toward BATCH_NS of CPU, at most 4x up or 2x down per batch. */
             long want = (long)((double)batch[i] * BATCH_NS / (double)(t1 - t0 + 1));
             if (want > 4 * batch[i]) want = 4 * batch[i];
@@ -252,6 +275,7 @@ static void *worker(void *arg) {
         }
     }
     if (fd >= 0) close(fd);
+    if (ifd >= 0) close(ifd);
     pthread_mutex_lock(&totals_lock);
     for (int i = 0; i < nchosen; i++) {
         totals[i].calls += mine[i].calls;
@@ -259,6 +283,7 @@ static void *worker(void *arg) {
         totals[i].cpu_ns += mine[i].cpu_ns;
         totals[i].faults += mine[i].faults;
         totals[i].switches += mine[i].switches;
+        totals[i].instructions += mine[i].instructions;
     }
     pthread_mutex_unlock(&totals_lock);
     return NULL;
@@ -306,11 +331,15 @@ int main(int argc, char **argv) {
         const struct truth *m = &totals[i];
         double ms = (double)(m->task_clock_ns ? m->task_clock_ns : m->cpu_ns) / 1e6;
         printf("fn=%s calls=%llu task_clock_ns=%llu cpu_ns=%llu faults=%llu switches=%llu "
-               "faults_per_ms=%.4f switches_per_ms=%.4f\n",
+               "faults_per_ms=%.4f switches_per_ms=%.4f",
                FUNCTIONS[chosen[i]].name, (unsigned long long)m->calls,
                (unsigned long long)m->task_clock_ns, (unsigned long long)m->cpu_ns,
                (unsigned long long)m->faults, (unsigned long long)m->switches,
                ms > 0 ? (double)m->faults / ms : 0.0, ms > 0 ? (double)m->switches / ms : 0.0);
+        if (has_instructions)
+            printf(" instructions=%llu instructions_per_call=%.1f", (unsigned long long)m->instructions,
+                   m->calls ? (double)m->instructions / (double)m->calls : 0.0);
+        printf("\n");
     }
     printf("done threads=%d process_cpu_ns=%llu\n", threads,
            (unsigned long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID));
