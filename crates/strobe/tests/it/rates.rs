@@ -215,3 +215,60 @@ fn fault_rates_hold_on_eight_threads() {
         &["page_faults_per_ms"],
     );
 }
+
+/// What a window carries in user space that is not the target's, on a machine whose
+/// hardware `instructions` leader counts it (this VM has no PMU, so it is counted here by
+/// single-stepping the agent's handler with ptrace, `tests/c/step_handler.c`): from the
+/// group read that starts a window to the handler's `rt_sigreturn`, and, before that
+/// read, from the `ioctl` that starts the window's timer (the window's lead). The
+/// figures are printed (docs/BENCHMARKS.md quotes them); a run whose handler could not
+/// be stepped fails.
+#[test]
+fn the_user_instructions_a_window_carries_are_counted() {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: step_handler decodes x86-64 system calls only");
+        return;
+    }
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-steps");
+    let prog = strobe_testprogs::path("step_handler");
+    let mut counts = Vec::new();
+    for i in 0..3 {
+        let file = dir.path(&format!("s{i}.strobe"));
+        let mut rec = record_to(&file)
+            .arg("--")
+            .arg(&prog)
+            .args(["spin", "30"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(rec.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid = line.trim().strip_prefix("pid=").unwrap_or_else(|| panic!("{line}")).to_string();
+        // A few windows first, so the handler's pages are the target's usual ones.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = run(std::process::Command::new(&prog).args(["trace", &pid]));
+        let _ = rec.wait();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{}", show(&out));
+        let kv: BTreeMap<&str, u64> = text
+            .split_whitespace()
+            .filter_map(|p| p.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect();
+        let (lead, tail) = (kv["lead"], kv["tail"]);
+        assert!(lead > 0 && tail > 0, "{text}");
+        counts.push((lead, tail));
+    }
+    eprintln!(
+        "user instructions a window carries that are not the target's: after its start read \
+         {:?}; lead (timer start to that read) {:?}",
+        counts.iter().map(|c| c.1).collect::<Vec<_>>(),
+        counts.iter().map(|c| c.0).collect::<Vec<_>>()
+    );
+}
