@@ -618,12 +618,20 @@ pub fn handle_overflow(
     // remainder is the target's work. After user code or a page fault the delay is the
     // sampler's own.
     let in_call = long && overflows.kernel && follows_syscall(r.ip);
-    // Where the call ended, as near as the handler can tell: its first act is a read.
-    // After an overflow in user code the same read measures the delivery itself (the
-    // interrupt's return and the signal's), which a call's tail is measured against.
-    let mut entry = [0u64; READ_HEAD + MAX_GROUP];
-    let entry_n = if long && overflows.n > 0 { read_group(local, &mut entry) } else { 0 };
-    let entry_leader = (entry_n > 0).then_some(entry[READ_HEAD]);
+    // A window start stops the group first: what it counts from here to the restart is
+    // nobody's, and the leader's value now is both where a call ended, as near as the
+    // handler can tell (after an overflow in user code the same value measures the
+    // delivery itself, the interrupt's return and the signal's, which a call's tail is
+    // measured against), and its value when the window's timer starts.
+    if long {
+        stop(local);
+    }
+    let mut words = [0u64; READ_HEAD + MAX_GROUP];
+    let n = read_group(local, &mut words);
+    let time = mono_ns();
+    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
+    let leader = counters.first().copied().unwrap_or(0);
+    let entry_leader = (long && n > 0 && overflows.n > 0).then_some(leader);
     let mut p = p;
     if let (Some(e), Some(o)) = (entry_leader, overflows.last()) {
         if !in_call {
@@ -635,22 +643,15 @@ pub fn handle_overflow(
     }
     let mut frames = [0u64; MAX_DEPTH];
     // Every sample walks, a window's end too: the report needs where a window ended to
-    // know which calls it stayed inside.
+    // know which calls it stayed inside. (At a window start the group is stopped: the
+    // walk is nobody's time.)
     let (depth, flags) = walk(a, local, &r, &mut frames);
     if long {
         // Room for this window start's samples (an overflow's values, the start, a tail
         // window's end; each a header, the counters and, for two, the stack).
         let per = strobe_sampler::custody::record::HEAD_WORDS + a.spec.events.len();
         reserve(3 * per + 2 * depth);
-        // Freeze the group: what it counts from here to the restart is nobody's, and the
-        // leader's value now is its value when the window's timer starts.
-        stop(local);
     }
-    let mut words = [0u64; READ_HEAD + MAX_GROUP];
-    let n = read_group(local, &mut words);
-    let time = mono_ns();
-    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
-    let leader = counters.first().copied().unwrap_or(0);
     let since = match (overflows.last(), entry_leader) {
         (Some(o), Some(e)) if in_call => Some(e.wrapping_sub(o[0])),
         _ => None,
@@ -752,7 +753,13 @@ pub fn handle_overflow(
     let mut out = Handled {
         kind: step.kind,
         counters: [0; MAX_GROUP],
-        entry: None,
+        entry: entry_leader.map(|_| {
+            let mut e = [0u64; MAX_GROUP];
+            if let Some(dst) = e.get_mut(..n) {
+                dst.copy_from_slice(counters);
+            }
+            e
+        }),
         n,
         overflow,
         late: (step.kind == Kind::WindowEnd && expiry <= at_interrupt)
@@ -760,12 +767,6 @@ pub fn handle_overflow(
     };
     if let Some(dst) = out.counters.get_mut(..start_counters.len()) {
         dst.copy_from_slice(start_counters);
-    }
-    if entry_n > 0 {
-        let mut e = [0u64; MAX_GROUP];
-        let k = entry_n.min(MAX_GROUP);
-        e[..k].copy_from_slice(&entry[READ_HEAD..READ_HEAD + k]);
-        out.entry = Some(e);
     }
     Some(out)
 }
