@@ -25,12 +25,13 @@
 //!
 //! A long period runs without stopping: its overflow also writes the group's values at
 //! that instant to the thread's one-page ring (`strobe_perf::overflow`), which the handler
-//! reads. With the ring a window runs on past its own overflow too (the values the ring
-//! took there end it), and the window's end handler programs the next long period on the
-//! running leader. Without a ring (the locked-memory allowance) the window is one-shot
-//! (`PERF_EVENT_IOC_REFRESH 1`): switching the period of a running task-clock event
-//! races with its hrtimer (a spurious extra overflow at the old period in a few % of
-//! windows), which only the ring's records make harmless.
+//! reads. A window is one-shot (`PERF_EVENT_IOC_REFRESH 1`): at its overflow the group
+//! stops, the timer is not re-armed, and the end handler takes the group's values from
+//! the ring (no read), programs the long period on the stopped leader and enables it.
+//! (A window that ran on past its overflow had its timer re-armed, which the end handler
+//! then cancelled: on this VM a cancelled or started timer that is the CPU's next one
+//! reprograms it, 5 us a time.) What the thread does between the window's overflow and
+//! the end handler goes uncounted; the report counted it only once a cycle anyway.
 //!
 //! The ring is what lets a window begin inside a system call: the signal is delivered at
 //! the call's return, so the handler's first act is a group read, and the leader's count
@@ -587,8 +588,7 @@ pub fn handle_overflow(
         // The overflow ended a long period (a time sample) or a window (not one: the
         // window is abandoned; the report counts it unpaired).
         let was_long = !st.in_window;
-        let ring = local.ring().is_some();
-        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0), ring);
+        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0));
         program(local, next, arm);
         slot.alt.store(st);
         if was_long {
@@ -598,9 +598,7 @@ pub fn handle_overflow(
         return None;
     }
     let long = p.window > 0 && !st.in_window;
-    let ring = local.ring();
-    let has_ring = ring.is_some();
-    let overflows = match ring {
+    let overflows = match local.ring() {
         Some(ring) => {
             let o = Overflows::take(ring, &st, &p);
             if p.window > 0 && o.n == 0 {
@@ -627,7 +625,19 @@ pub fn handle_overflow(
         stop(local);
     }
     let mut words = [0u64; READ_HEAD + MAX_GROUP];
-    let n = read_group(local, &mut words);
+    let ring_end = !long && st.in_window && overflows.n > 0;
+    let n = match overflows.first().filter(|_| ring_end) {
+        // The one-shot window stopped the group at its overflow: the ring's values are
+        // the group's now, and no read is needed.
+        Some(o) => {
+            let k = a.spec.events.len().min(MAX_GROUP);
+            if let (Some(dst), Some(src)) = (words.get_mut(READ_HEAD..READ_HEAD + k), o.get(..k)) {
+                dst.copy_from_slice(src);
+            }
+            k
+        }
+        None => read_group(local, &mut words),
+    };
     let time = mono_ns();
     let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
     let leader = counters.first().copied().unwrap_or(0);
@@ -665,8 +675,18 @@ pub fn handle_overflow(
         None => leader, // no ring: the one-shot window stopped itself
     };
     let expiry = st.armed_at.wrapping_add(st.armed_period);
-    let ended_at = if ending { st.window_end(&p, at_interrupt, leader, time) } else { expiry };
-    let step = st.on_overflow(&p, leader, since, has_ring);
+    let switches = switch_counter(a);
+    let ended_at = if ending {
+        let at = switches.and_then(|k| match overflows.first() {
+            Some(o) => o.get(k).copied(),
+            None => counters.get(k).copied(),
+        });
+        let switched = st.switched(at, at_interrupt, time, delivery(p.tail_dead));
+        st.window_end(&p, at_interrupt, switched)
+    } else {
+        expiry
+    };
+    let step = st.on_overflow(&p, leader, since);
     if !long {
         program(local, step.next_period, step.arm);
     }
@@ -721,7 +741,8 @@ pub fn handle_overflow(
             let now = started.get(READ_HEAD..READ_HEAD + m).unwrap_or(&[]);
             if let Some(&l) = now.first() {
                 st.note_lead(&p, l.wrapping_sub(leader));
-                st.note_start(l, mono_ns());
+                let sw = switches.and_then(|k| now.get(k).copied()).unwrap_or(0);
+                st.note_start(l, mono_ns(), sw);
                 slot.alt.store(st);
             }
             now
@@ -769,6 +790,15 @@ pub fn handle_overflow(
         dst.copy_from_slice(start_counters);
     }
     Some(out)
+}
+
+/// Where the group's count of context switches sits in its values, if it has one.
+#[inline]
+fn switch_counter(a: &Agent) -> Option<usize> {
+    a.spec.events.iter().position(|e| {
+        e.type_ == sys::PERF_TYPE_SOFTWARE
+            && e.config == u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES)
+    })
 }
 
 /// The group's values `o` at a window's overflow with the leader's replaced by its value

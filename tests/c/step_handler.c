@@ -11,7 +11,9 @@
  *                                 instructions after the read that starts the window up
  *                                 to and including the rt_sigreturn `syscall`, and lead
  *                                 those after the ioctl that enables the group up to and
- *                                 including that read's `syscall`; then kills PID
+ *                                 including that read's `syscall` (the ioctl is an
+ *                                 enable or, for a one-shot window, a refresh); then
+ *                                 kills PID
  *
  * One handler per process: a single-step trap taken while SIGTRAP is blocked (inside a
  * SIGTRAP handler) is forced on the task, and the kernel then resets SIGTRAP's
@@ -35,6 +37,7 @@
 
 #define TRAP_PERF_CODE 6
 #define IOC_ENABLE 0x2400
+#define IOC_REFRESH 0x2402
 #define NR_READ 0
 #define NR_IOCTL 16
 #define NR_RT_SIGRETURN 15
@@ -113,7 +116,7 @@ static int step_one(pid_t pid) {
         if (steps > MAX_STEPS) return -1;
         if (!at_syscall(pid, r.rip)) continue;
         /* The next step executes this system call. */
-        if (r.rax == NR_IOCTL && r.rsi == IOC_ENABLE) {
+        if (r.rax == NR_IOCTL && (r.rsi == IOC_ENABLE || r.rsi == IOC_REFRESH)) {
             enabled = 1;
             enable_at = steps;
         } else if (r.rax == NR_READ && enabled) {

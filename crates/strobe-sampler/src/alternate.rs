@@ -27,17 +27,14 @@
 //! The sampler's own interrupts are preemption points: a CPU-bound thread that the
 //! scheduler wants to switch out is switched out at the next return to user space, which
 //! the overflow's interrupt provides. So context switches cluster at the overflows that
-//! start and end windows, and a window measured from the handler's read to the next
-//! overflow (its *interior*) sees too few of them (measured: 0.08 switches/ms in windows
-//! against 0.19 in the program's own count). With the ring, the window's end is the
-//! overflow's own values, the leader runs on (no one-shot stop, so nothing the thread
-//! does after the overflow goes uncounted), and each window also carries what happened
-//! between each of its overflows and the handler's read (its *boundaries*, `Overflow`
-//! samples), which the report counts once per sampling cycle rather than per window.
-//! Without a ring (the locked-memory allowance), windows are one-shot as they were:
-//! re-programming a running timer races with its expiry, which the ring's records make
-//! harmless (a second record of the same timer is recognised and skipped) but nothing
-//! else does.
+//! start and end windows. A window's start carries what happened between its overflow
+//! and the handler (its start *boundary*, an `Overflow` sample), which the report counts
+//! once per sampling cycle rather than per window. A window is one-shot: at its own
+//! overflow the group stops (so its timer is not re-armed and need not be cancelled, a
+//! timer reprogramming on the VM strobe is developed on), and what follows it until the
+//! end handler restarts the group is not counted. Re-programming a running timer races
+//! with its expiry (a second overflow of the old period); the ring's records make that
+//! harmless (a second record of the same timer is recognised and skipped).
 //!
 //! # Where a window ends
 //!
@@ -169,6 +166,8 @@ pub struct Alternation {
     pub start_read: u64,
     /// `CLOCK_MONOTONIC` at that read.
     pub start_wall: u64,
+    /// The group's count of context switches at that read (0 when it has none).
+    pub start_switches: u64,
     /// What the leader counted from a window's expiry to its interrupt's read, in this
     /// thread's windows spent on its CPU (a running mean; 0: none yet, the calibrated
     /// [`Periods::lateness`] stands in).
@@ -187,22 +186,48 @@ impl Alternation {
             lead: 0,
             start_read: 0,
             start_wall: 0,
+            start_switches: 0,
             late: 0,
         }
     }
 
-    /// Notes the read that started the current window: the leader's value and the wall
-    /// time.
+    /// Notes the read that started the current window: the leader's value, the wall time
+    /// and the group's count of context switches (0 when it has none).
     #[inline]
-    pub fn note_start(&mut self, read: u64, wall: u64) {
+    pub fn note_start(&mut self, read: u64, wall: u64, switches: u64) {
         self.start_read = read;
         self.start_wall = wall;
+        self.start_switches = switches;
+    }
+
+    /// Whether the thread was switched out in the current window, given the group's count
+    /// of context switches at the window's overflow (`None`: the group has no such
+    /// counter), the leader's value there, the wall time now and the mean delay from an
+    /// overflow to the handler (`delivery`). Without a switch counter: when the wall time
+    /// since the window's start read exceeds what the leader counted, the delivery and
+    /// [`OFF_CPU_NS`] (a switch away and back takes longer).
+    #[inline]
+    pub fn switched(
+        &self,
+        switches: Option<u64>,
+        at_interrupt: u64,
+        wall: u64,
+        delivery: u64,
+    ) -> bool {
+        match switches {
+            Some(s) => s != self.start_switches,
+            None => {
+                let on_wall = wall.wrapping_sub(self.start_wall);
+                let counted = at_interrupt.wrapping_sub(self.start_read);
+                on_wall > counted.saturating_add(delivery).saturating_add(OFF_CPU_NS)
+            }
+        }
     }
 
     /// Where the window that an overflow ends ended, in leader units, given the leader's
-    /// value its interrupt read (`at_interrupt`), and the handler's read (`read`) and wall
-    /// time (`wall`) now. Call before [`on_overflow`](Self::on_overflow) (it needs the
-    /// window's arming).
+    /// value its interrupt read (`at_interrupt`) and whether the thread was switched out
+    /// in it ([`switched`](Self::switched)). Call before [`on_overflow`](Self::on_overflow)
+    /// (it needs the window's arming).
     ///
     /// The window's timer expired at `armed_at + armed_period` in leader units, and its
     /// interrupt reads the leader later, the target stopped in between (17 us here). That
@@ -214,14 +239,12 @@ impl Alternation {
     /// from its windows spent on the CPU (where the lateness is the interrupt's value
     /// less the expiry).
     #[inline]
-    pub fn window_end(&mut self, p: &Periods, at_interrupt: u64, read: u64, wall: u64) -> u64 {
+    pub fn window_end(&mut self, p: &Periods, at_interrupt: u64, switched: bool) -> u64 {
         let expiry = self.armed_at.wrapping_add(self.armed_period);
         if expiry > at_interrupt {
             return at_interrupt;
         }
-        let on_wall = wall.wrapping_sub(self.start_wall);
-        let counted = read.wrapping_sub(self.start_read);
-        if on_wall <= counted.saturating_add(OFF_CPU_NS) {
+        if !switched {
             let x = (at_interrupt - expiry).min(p.window) as i64;
             let late = if self.late == 0 { x } else { self.late as i64 };
             self.late = (late + (x - late) / 8).max(1) as u64;
@@ -286,13 +309,7 @@ impl Alternation {
     /// `ring`: the thread has its overflow ring (windows run on instead of stopping).
     /// What the sample is and how to continue.
     #[inline]
-    pub fn on_overflow(
-        &mut self,
-        p: &Periods,
-        leader: u64,
-        since: Option<u64>,
-        ring: bool,
-    ) -> Step {
+    pub fn on_overflow(&mut self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
         let step = |kind, next_period, arm| Step {
             kind,
             next_period,
@@ -309,8 +326,8 @@ impl Alternation {
             self.in_window = false;
             let delta = leader.wrapping_sub(self.window_start);
             let next = self.long(p, leader);
-            let arm = if ring { Arm::Running } else { Arm::Enable };
-            return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, arm) };
+            // The one-shot window stopped the leader at its overflow.
+            return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, Arm::Enable) };
         }
         let tail = since.and_then(|s| Self::tail_of(p, s));
         let shortest = (p.window / 5).max(p.min_period).max(1);
@@ -333,8 +350,7 @@ impl Alternation {
         let part = remainder as u64 + self.lead.min(p.window / 2);
         self.armed_at = leader;
         self.armed_period = part;
-        let arm = if ring { Arm::Running } else { Arm::OneShot };
-        Step { tail: tail.is_some(), ..step(Kind::WindowStart, part, arm) }
+        Step { tail: tail.is_some(), ..step(Kind::WindowStart, part, Arm::OneShot) }
     }
 
     /// A new long period programmed at leader value `leader`.
@@ -350,8 +366,8 @@ impl Alternation {
     /// at `leader`: abandon any open window; the long period to program and how to arm
     /// (`ring` as in [`on_overflow`](Self::on_overflow)).
     #[inline]
-    pub fn restart(&mut self, p: &Periods, leader: u64, ring: bool) -> (u64, Arm) {
-        let arm = if self.in_window && !ring { Arm::Enable } else { Arm::Running };
+    pub fn restart(&mut self, p: &Periods, leader: u64) -> (u64, Arm) {
+        let arm = if self.in_window { Arm::Enable } else { Arm::Running };
         self.in_window = false;
         (self.long(p, leader), arm)
     }
@@ -373,6 +389,7 @@ pub struct AltCell {
     lead: AtomicU64,
     start_read: AtomicU64,
     start_wall: AtomicU64,
+    start_switches: AtomicU64,
     late: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
@@ -392,6 +409,7 @@ impl AltCell {
                 lead: AtomicU64::new(0),
                 start_read: AtomicU64::new(0),
                 start_wall: AtomicU64::new(0),
+                start_switches: AtomicU64::new(0),
                 late: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
@@ -418,6 +436,7 @@ impl AltCell {
             lead: self.lead.load(Ordering::Relaxed),
             start_read: self.start_read.load(Ordering::Relaxed),
             start_wall: self.start_wall.load(Ordering::Relaxed),
+            start_switches: self.start_switches.load(Ordering::Relaxed),
             late: self.late.load(Ordering::Relaxed),
         }
     }
@@ -433,6 +452,7 @@ impl AltCell {
         self.lead.store(a.lead, Ordering::Relaxed);
         self.start_read.store(a.start_read, Ordering::Relaxed);
         self.start_wall.store(a.start_wall, Ordering::Relaxed);
+        self.start_switches.store(a.start_switches, Ordering::Relaxed);
         self.late.store(a.late, Ordering::Relaxed);
     }
 
@@ -446,9 +466,9 @@ impl AltCell {
 
     /// Runs one overflow through the state machine and counts a completed window.
     #[inline]
-    pub fn on_overflow(&self, p: &Periods, leader: u64, since: Option<u64>, ring: bool) -> Step {
+    pub fn on_overflow(&self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
         let mut a = self.load();
-        let step = a.on_overflow(p, leader, since, ring);
+        let step = a.on_overflow(p, leader, since);
         self.store(a);
         if let Some(d) = step.window_delta {
             self.count_window(d);
@@ -458,9 +478,9 @@ impl AltCell {
 
     /// [`Alternation::restart`] on the stored state.
     #[inline]
-    pub fn restart(&self, p: &Periods, leader: u64, ring: bool) -> (u64, Arm) {
+    pub fn restart(&self, p: &Periods, leader: u64) -> (u64, Arm) {
         let mut a = self.load();
-        let next = a.restart(p, leader, ring);
+        let next = a.restart(p, leader);
         self.store(a);
         next
     }
@@ -493,7 +513,7 @@ mod tests {
         for i in 0..6 {
             // The leader advances by the period just programmed (plus some handler noise).
             leader += if i % 2 == 0 { 1_000_000 } else { 20_000 + i };
-            let s = a.on_overflow(&P, leader, None, false);
+            let s = a.on_overflow(&P, leader, None);
             kinds.push((s.kind, s.next_period, s.arm, s.window_delta));
         }
         use Arm::*;
@@ -516,7 +536,7 @@ mod tests {
         let mut a = Alternation::new(1, 1_000_000);
         let p = Periods { window: 0, ..P };
         for v in 0..5 {
-            let s = a.on_overflow(&p, v, Some(v), false);
+            let s = a.on_overflow(&p, v, Some(v));
             assert_eq!((s.kind, s.next_period, s.arm), (Kind::Plain, 1_000_000, Arm::Running));
             assert!(!s.tail && !s.close_now);
         }
@@ -528,9 +548,9 @@ mod tests {
         let mut a = Alternation::new(0x1234_5678, 1_000);
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..2_000 {
-            let start = a.on_overflow(&p, 0, None, false);
+            let start = a.on_overflow(&p, 0, None);
             assert_eq!(start.next_period, 10, "the window is never jittered");
-            let end = a.on_overflow(&p, 10, None, false);
+            let end = a.on_overflow(&p, 10, None);
             assert!((1_000..=1_099).contains(&end.next_period), "{}", end.next_period);
             seen.insert(end.next_period);
         }
@@ -547,15 +567,15 @@ mod tests {
     #[test]
     fn a_late_signal_abandons_the_open_window() {
         let mut a = Alternation::new(3, 1_000_000);
-        assert_eq!(a.on_overflow(&P, 100, None, false).kind, Kind::WindowStart);
+        assert_eq!(a.on_overflow(&P, 100, None).kind, Kind::WindowStart);
         // The window's one-shot leader stopped: it must be enabled again.
-        assert_eq!(a.restart(&P, 150, false), (1_000_000, Arm::Enable));
-        assert_eq!(a.restart(&P, 160, false), (1_000_000, Arm::Running));
-        // With a ring the window never stopped the leader.
-        a.on_overflow(&P, 200, None, true);
-        assert_eq!(a.restart(&P, 250, true), (1_000_000, Arm::Running));
+        assert_eq!(a.restart(&P, 150), (1_000_000, Arm::Enable));
+        assert_eq!(a.restart(&P, 160), (1_000_000, Arm::Running));
+        // A window is always one-shot: abandoning one enables the leader again.
+        a.on_overflow(&P, 200, None);
+        assert_eq!(a.restart(&P, 250), (1_000_000, Arm::Enable));
         // The next overflow ends a long period again: a start, not an end.
-        let s = a.on_overflow(&P, 5_000, None, false);
+        let s = a.on_overflow(&P, 5_000, None);
         assert_eq!((s.kind, s.window_delta), (Kind::WindowStart, None));
     }
 
@@ -566,7 +586,7 @@ mod tests {
         let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
         let run = |since| {
             let mut a = Alternation::new(1, 1_000_000);
-            let s = a.on_overflow(&p, 2_000_000, Some(since), false);
+            let s = a.on_overflow(&p, 2_000_000, Some(since));
             (s.kind, s.next_period, s.arm, s.tail, s.close_now, a.in_window)
         };
         use Arm::*;
@@ -587,11 +607,11 @@ mod tests {
         // Unknown delay (no calibration): never a tail.
         let off = Periods { tail_dead: 0, ..p };
         let mut a = Alternation::new(1, 1_000_000);
-        let s = a.on_overflow(&off, 2_000_000, Some(900_000), false);
+        let s = a.on_overflow(&off, 2_000_000, Some(900_000));
         assert_eq!((s.next_period, s.tail), (50_000, false));
         // Without the overflow's values (no ring): never a tail.
         let mut a = Alternation::new(1, 1_000_000);
-        assert!(!a.on_overflow(&p, 2_000_000, None, false).tail);
+        assert!(!a.on_overflow(&p, 2_000_000, None).tail);
     }
 
     /// The lead (what the leader counts from a window's timer start to the read that
@@ -604,7 +624,7 @@ mod tests {
             a.note_lead(&P, 8_000);
         }
         assert!((7_900..=8_000).contains(&a.lead), "{}", a.lead);
-        let s = a.on_overflow(&P, 1_000_000, None, true);
+        let s = a.on_overflow(&P, 1_000_000, None);
         assert_eq!(s.next_period, 20_000 + a.lead);
         assert_eq!(a.armed_at + a.armed_period, 1_000_000 + 20_000 + a.lead, "the expiry");
         // A stall is taken as half a window.
@@ -617,7 +637,7 @@ mod tests {
         let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
         let mut c = Alternation::new(1, 1_000_000);
         c.lead = 5_000;
-        let s = c.on_overflow(&p, 2_000_000, Some(30_000), true);
+        let s = c.on_overflow(&p, 2_000_000, Some(30_000));
         assert_eq!((s.next_period, s.tail), (29_000 + 5_000, true));
     }
 
@@ -628,39 +648,47 @@ mod tests {
     fn a_window_ends_at_its_expiry_or_at_its_interrupt_less_the_lateness() {
         let p = Periods { lateness: 15_000, ..P };
         let mut a = Alternation::new(1, 1_000_000);
-        a.on_overflow(&p, 1_000_000, None, true);
-        a.note_start(1_004_000, 7_000_000);
+        a.on_overflow(&p, 1_000_000, None);
+        a.note_start(1_004_000, 7_000_000, 3);
         assert_eq!((a.armed_at, a.armed_period), (1_000_000, 20_000));
-        // Interrupt 17 us late; 40 us of wall time for 40 us counted: on the CPU.
-        assert_eq!(a.window_end(&p, 1_037_000, 1_044_000, 7_040_000), 1_020_000);
+        // Interrupt 17 us late, on the CPU: the expiry, and the thread learns its
+        // lateness.
+        assert!(!a.switched(Some(3), 1_037_000, 7_060_000, 20_000));
+        assert_eq!(a.window_end(&p, 1_037_000, false), 1_020_000);
         assert_eq!(a.late, 17_000, "the first on-CPU window sets the mean");
-        // Off the CPU (300 us of wall for 60 us counted), 25 us past the expiry: the
-        // interrupt less the thread's own lateness, never before the expiry.
-        assert_eq!(a.window_end(&p, 1_045_000, 1_064_000, 7_300_000), 1_028_000);
-        assert_eq!(a.window_end(&p, 1_030_000, 1_064_000, 7_300_000), 1_020_000);
+        // Switched out, 25 us past the expiry: the interrupt less the thread's own
+        // lateness, never before the expiry.
+        assert!(a.switched(Some(4), 1_045_000, 7_060_000, 20_000));
+        assert_eq!(a.window_end(&p, 1_045_000, true), 1_028_000);
+        assert_eq!(a.window_end(&p, 1_030_000, true), 1_020_000);
+        // Without a switch counter: wall time past what the leader counted, the delivery
+        // and a margin.
+        assert!(!a.switched(None, 1_037_000, 7_000_000 + 33_000 + 20_000 + 2_000, 20_000));
+        assert!(a.switched(None, 1_037_000, 7_000_000 + 33_000 + 20_000 + 4_000, 20_000));
         // Before any on-CPU window, the calibrated lateness stands in.
         let mut b = Alternation::new(1, 1_000_000);
-        b.on_overflow(&p, 1_000_000, None, true);
-        b.note_start(1_004_000, 7_000_000);
-        assert_eq!(b.window_end(&p, 1_060_000, 1_070_000, 7_900_000), 1_045_000);
+        b.on_overflow(&p, 1_000_000, None);
+        b.note_start(1_004_000, 7_000_000, 0);
+        assert_eq!(b.window_end(&p, 1_060_000, true), 1_045_000);
         // An interrupt "before" the expiry (a timer restarted short) ends the window.
-        assert_eq!(b.window_end(&p, 1_010_000, 1_012_000, 7_012_000), 1_010_000);
+        assert_eq!(b.window_end(&p, 1_010_000, false), 1_010_000);
     }
 
     /// Records of a timer that fired again before the handler re-programmed it are not
-    /// taken for the next period's overflow; with a ring both periods run on.
+    /// taken for the next period's overflow; the long period runs on, the window is
+    /// one-shot.
     #[test]
     fn stale_overflow_records_are_told_apart() {
         let mut a = Alternation::new(1, 1_000_000);
         assert!(a.is_due(1_000_000), "the first period's overflow");
         assert!(a.is_due(600_000), "late half of the first period");
         assert!(!a.is_due(400_000));
-        let s = a.on_overflow(&P, 1_000_000, None, true);
-        assert_eq!((s.next_period, s.arm), (20_000, Arm::Running));
+        let s = a.on_overflow(&P, 1_000_000, None);
+        assert_eq!((s.next_period, s.arm), (20_000, Arm::OneShot));
         assert!(!a.is_due(1_005_000), "the long period's timer again, in the window");
         assert!(a.is_due(1_020_000), "the window's own overflow");
-        let s = a.on_overflow(&P, 1_020_000, None, true);
-        assert_eq!((s.kind, s.arm), (Kind::WindowEnd, Arm::Running));
+        let s = a.on_overflow(&P, 1_020_000, None);
+        assert_eq!((s.kind, s.arm), (Kind::WindowEnd, Arm::Enable));
         assert!(!a.is_due(1_040_000), "the window's timer again");
         assert!(a.is_due(2_020_000));
     }
@@ -670,14 +698,14 @@ mod tests {
         let c = AltCell::new();
         c.reset(9, 1_000_000);
         for (i, v) in [10u64, 30, 100, 125, 200].into_iter().enumerate() {
-            let s = c.on_overflow(&P, v, None, false);
+            let s = c.on_overflow(&P, v, None);
             assert_eq!(s.kind, if i % 2 == 0 { Kind::WindowStart } else { Kind::WindowEnd });
         }
         assert_eq!(c.windows(), (2, 20 + 25));
         assert!(c.load().in_window, "the last window is still open");
         c.reset(9, 1_000_000);
         assert_eq!(c.windows(), (0, 0));
-        assert_eq!(c.on_overflow(&P, 1, None, false).kind, Kind::WindowStart);
+        assert_eq!(c.on_overflow(&P, 1, None).kind, Kind::WindowStart);
         assert_eq!(Kind::from_word(Kind::WindowEnd as u64), Kind::WindowEnd);
         assert_eq!(Kind::from_word(Kind::CallTail as u64), Kind::CallTail);
         assert_eq!(Kind::from_word(Kind::Overflow as u64), Kind::Overflow);
