@@ -573,6 +573,19 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         wl_runs.push(r);
     }
     let (inside, total) = coverage(&fam_runs);
+    let only = |needle: &str| -> Vec<Vec<Value>> {
+        fam_runs
+            .iter()
+            .map(|rows| {
+                rows.iter()
+                    .filter(|r| r["metric"].as_str().is_some_and(|m| m.contains(needle)))
+                    .cloned()
+                    .collect()
+            })
+            .collect()
+    };
+    let (faults_in, faults_total) = coverage(&only("fault"));
+    let (switch_in, switch_total) = coverage(&only("switch"));
     let (wl_inside, wl_total) = coverage(&wl_runs);
     let coverage = if total > 0 { inside as f64 / total as f64 } else { 0.0 };
 
@@ -609,6 +622,10 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     rep.extra.insert("interval_coverage".into(), json!(coverage));
     rep.extra.insert("interval_checks".into(), json!(total));
     rep.extra.insert("coverage_runs".into(), json!(plan.coverage_runs));
+    rep.extra
+        .insert("coverage_faults".into(), json!({"inside": faults_in, "checks": faults_total}));
+    rep.extra
+        .insert("coverage_switches".into(), json!({"inside": switch_in, "checks": switch_total}));
     rep.extra.insert("sampler_share_windows".into(), json!(windows.facts.dilution()));
     rep.extra.insert("sampler_share_short".into(), json!(short.facts.dilution()));
     rep.extra.insert("machine".into(), json!(machine_summary()));
@@ -721,6 +738,18 @@ fn render(rows: &[Value], extra: &Map<String, Value>, quick: bool) -> String {
         let _ = writeln!(t, "  {text}: {}", goal(ok));
     }
     let _ = writeln!(t, "  of which own_rates alone: {:.1}%", g("own_rates_max_error_pct"));
+    for (what, key) in
+        [("faults per ms", "coverage_faults"), ("switches per ms", "coverage_switches")]
+    {
+        if let Some(c) = extra.get(key) {
+            let _ = writeln!(
+                t,
+                "  own_rates coverage of {what}: {} of {}",
+                c["inside"].as_u64().unwrap_or(0),
+                c["checks"].as_u64().unwrap_or(0)
+            );
+        }
+    }
     if let Some(list) = extra.get("correction_pct").and_then(Value::as_array) {
         let _ = writeln!(
             t,
