@@ -583,8 +583,6 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
         tail,
         end,
         uncounted,
-        lateness: LATE_SUM.load(Ordering::Relaxed) as f64
-            / LATE_COUNT.load(Ordering::Relaxed).max(1) as f64,
     })
 }
 
@@ -603,7 +601,11 @@ pub fn run(a: &Agent) {
         c.notes.push("could not measure the per-sample cost; the period is a guess".into());
     }
     match baseline(a) {
-        Ok(b) => c.baseline = Some(b),
+        Ok(b) => {
+            c.baseline = Some(b);
+            c.lateness = LATE_SUM.load(Ordering::Relaxed) as f64
+                / LATE_COUNT.load(Ordering::Relaxed).max(1) as f64;
+        }
         Err(why) => c.notes.push(format!("no window baseline: {why}")),
     }
     if let Some(ar) = arena() {

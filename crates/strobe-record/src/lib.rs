@@ -440,7 +440,7 @@ pub fn record(opts: &RecordOptions) -> Result<Recorded, RecordError> {
         costs: calibration.as_ref().ok().and_then(|c| c.costs),
         tail_dead: baseline.map_or(0, tail_dead),
         cycle_extra: baseline.map_or(0, cycle_extra),
-        lateness: baseline.map_or(0, |b| b.lateness.max(0.0).round() as u64),
+        lateness: calibration.as_ref().map_or(0, |c| c.lateness.max(0.0).round() as u64),
         ..config
     };
 

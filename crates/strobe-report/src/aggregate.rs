@@ -139,6 +139,13 @@ impl Aggregator {
         self.t.spaces.set_kallsyms(table);
     }
 
+    /// Names kernel addresses no added symbol covers from the running kernel's table,
+    /// given as the text of `/proc/kallsyms` (only the symbols the report's addresses
+    /// need are parsed).
+    pub fn set_kallsyms_text(&mut self, text: String) {
+        self.t.spaces.set_kallsyms_text(text);
+    }
+
     /// Adds an interval thread `tid` of `pid` spent switched out (`ns` long), leaving at
     /// `ip` with callers `stack` (preempted: runnable, waiting for a CPU).
     pub fn add_off_cpu(&mut self, pid: u32, ip: u64, stack: u32, ns: u64, preempted: bool) {
@@ -401,7 +408,9 @@ impl Aggregator {
                 dst.copy_from_slice(src);
                 slot.start_values[n..].fill(0);
                 slot.start_overflow = pending.filter(|_| !slot.plain);
-                slot.start_overflow_values = slot.pending_values;
+                if slot.start_overflow.is_some() {
+                    slot.start_overflow_values = slot.pending_values;
+                }
                 let leader = s.values.first().copied().unwrap_or(0);
                 if slot.time_samples == 0 || slot.pid != s.pid {
                     slot.pid = s.pid;
@@ -424,7 +433,7 @@ impl Aggregator {
     /// `policy`.
     pub fn finish(mut self, policy: WindowPolicy) -> Report {
         self.t.unpaired += self.slots.iter().filter(|s| s.open && !s.plain).count() as u64;
-        Report::build(self.t, policy)
+        crate::build::build(self.t, policy)
     }
 }
 

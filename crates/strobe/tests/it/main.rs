@@ -4,6 +4,8 @@
 mod util;
 
 mod cli;
+mod fleet;
+mod golden;
 mod kernel;
 mod perfdata;
 mod probe;
