@@ -133,7 +133,8 @@ pub fn remove(local: &Local) {
         ss_size: a.size.load(Ordering::Relaxed),
     };
     if raw_sigaltstack(&theirs, std::ptr::null_mut()) != 0 {
-        let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        let off =
+            libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
         raw_sigaltstack(&off, std::ptr::null_mut());
     }
     // SAFETY: our mapping, installed no more.
@@ -162,7 +163,10 @@ pub fn forget_in_child(own: Option<usize>) {
 /// # Safety
 /// Same contract as libc's `sigaltstack`.
 #[no_mangle]
-pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::stack_t) -> libc::c_int {
+pub unsafe extern "C" fn sigaltstack(
+    ss: *const libc::stack_t,
+    old: *mut libc::stack_t,
+) -> libc::c_int {
     let local = own_agent().and_then(|_| own_slot()).and_then(|i| LOCAL.get(i));
     let Some(local) = local.filter(|l| l.alt.base.load(Ordering::Relaxed) != 0) else {
         return raw_sigaltstack(ss, old) as libc::c_int;

@@ -75,7 +75,9 @@ pub fn hide() {
         std::env::remove_var(env::LD_PRELOAD);
     } else {
         // SAFETY: the bytes came from the environment, so they are valid for an OsStr.
-        std::env::set_var(env::LD_PRELOAD, unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&rest) });
+        std::env::set_var(env::LD_PRELOAD, unsafe {
+            std::ffi::OsStr::from_encoded_bytes_unchecked(&rest)
+        });
     }
     if KEPT.set(Kept { agent, entries }).is_ok() {
         HIDDEN.store(true, Ordering::Release);
@@ -88,7 +90,10 @@ pub fn hide() {
 ///
 /// # Safety
 /// `envp` is null or a NULL-terminated array of NUL-terminated strings.
-pub unsafe fn with_env<R>(envp: *const *const c_char, f: impl FnOnce(*const *const c_char) -> R) -> R {
+pub unsafe fn with_env<R>(
+    envp: *const *const c_char,
+    f: impl FnOnce(*const *const c_char) -> R,
+) -> R {
     let kept = match KEPT.get() {
         Some(k) if HIDDEN.load(Ordering::Acquire) => k,
         _ => return f(envp),
@@ -108,8 +113,15 @@ pub unsafe fn with_env<R>(envp: *const *const c_char, f: impl FnOnce(*const *con
             }
             // SAFETY: a NUL-terminated entry.
             let bytes = unsafe { CStr::from_ptr(e) }.to_bytes();
-            let is = |name: &str| bytes.len() > name.len() && bytes.starts_with(name.as_bytes()) && bytes[name.len()] == b'=';
-            if bytes.len() > prefix.len() && bytes.starts_with(prefix) && bytes[prefix.len()] == b'=' {
+            let is = |name: &str| {
+                bytes.len() > name.len()
+                    && bytes.starts_with(name.as_bytes())
+                    && bytes[name.len()] == b'='
+            };
+            if bytes.len() > prefix.len()
+                && bytes.starts_with(prefix)
+                && bytes[prefix.len()] == b'='
+            {
                 theirs = &bytes[prefix.len() + 1..];
             } else if !env::ALL.iter().any(|name| is(name)) {
                 if n == MAX_ENTRIES {

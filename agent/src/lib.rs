@@ -869,7 +869,9 @@ unsafe fn spawn(
     // the environment, built from the caller's.
     unsafe {
         hidden_env::with_env(envp, |env| {
-            std::mem::transmute::<*mut libc::c_void, SpawnFn>(p)(pid, path, actions, attr, argv, env)
+            std::mem::transmute::<*mut libc::c_void, SpawnFn>(p)(
+                pid, path, actions, attr, argv, env,
+            )
         })
     }
 }

@@ -758,6 +758,7 @@ mod tests {
             calibrate: false,
             tail_dead: 0,
             cycle_extra: 0,
+            lateness: 0,
         }
     }
 

@@ -13,7 +13,7 @@
 use crate::wire::{DecodeError, Reader, Writer};
 
 /// The encoding's version.
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 
 /// Measured costs, in ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +43,11 @@ pub struct Calibration {
     pub baseline: Option<Baseline>,
     /// Why something could not be measured, one line each.
     pub notes: Vec<String>,
+    /// The leader's mean count from a window's expiry to its interrupt's read (leader
+    /// units), on the baseline's windows, which the calibration loop spent on its CPU (0:
+    /// not measured). A thread's windows switched out of end that much before their
+    /// interrupt until the thread has measured its own (`strobe_sampler::alternate`).
+    pub lateness: f64,
 }
 
 impl Calibration {
@@ -73,6 +78,7 @@ impl Calibration {
                 }
             }
         }
+        w.f64(self.lateness);
         w.u64(self.notes.len() as u64);
         for n in &self.notes {
             w.bytes(n.as_bytes());
@@ -134,12 +140,13 @@ impl Calibration {
         } else {
             None
         };
+        let lateness = r.f64("the windows' lateness")?;
         let n = r.u64("the note count")?;
         let mut notes = Vec::new();
         for _ in 0..n.min(64) {
             notes.push(r.str("a note")?);
         }
-        Ok(Calibration { costs, baseline, notes })
+        Ok(Calibration { costs, baseline, notes, lateness })
     }
 }
 
@@ -171,6 +178,7 @@ mod tests {
                 uncounted: 12_000.0,
             }),
             notes: vec!["a note".into()],
+            lateness: 17_000.0,
         };
         let bytes = c.encode();
         assert_eq!(Calibration::decode(&bytes).unwrap(), c);

@@ -189,6 +189,7 @@ mod tests {
             calibrate: false,
             tail_dead: 0,
             cycle_extra: 0,
+            lateness: 0,
         };
         let sizes = strobe_protocol::ArenaSizes {
             procs: 2,

@@ -526,6 +526,7 @@ fn close_window(
         t.paired += 1;
         t.leader_raw += raw[0];
         t.leader_net += net[0];
+        t.correction_sum += beta(&t.beta_plain, 0);
         return Some(net);
     }
     let start = &slot.start_values[..width];
@@ -543,6 +544,7 @@ fn close_window(
     } else {
         t.info.window as f64
     };
+    let mut correction = beta(&t.beta_window, 0) + if stopped { beta(&t.beta_end, 0) } else { 0.0 };
     let mut boundary = [0f64; MAX_COUNTERS];
     match slot.start_overflow {
         Some(SampleKind::CallTail) => {
@@ -550,11 +552,11 @@ fn close_window(
             let tail = delta(&slot.start_overflow_values[..width], start)?;
             let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
             let tail_time = tail_net.first().copied().unwrap_or(0.0);
-            if tail_time <= 0.0 {
-                return None;
-            }
             t.tail_windows += 1;
             if raw[0] == 0.0 {
+                if tail_time <= 0.0 {
+                    return None;
+                }
                 // The tail was a whole window: scaled to what a window covers on
                 // average, so it weighs as one window, not as the call's remainder.
                 let k = mean_net / tail_time;
@@ -564,9 +566,12 @@ fn close_window(
                 t.tail_only_windows += 1;
                 return Some(net);
             }
+            // Signed: the calibrated delay is a mean, so a short call's tail comes out
+            // below zero as often as above, and only the sum is right.
             for (x, v) in net.iter_mut().zip(&tail_net) {
                 *x += v;
             }
+            correction += beta(&t.beta_tail, 0);
         }
         Some(_) => {
             let b = delta(&slot.start_overflow_values[..width], start)?;
@@ -597,5 +602,6 @@ fn close_window(
     t.paired += 1;
     t.leader_raw += raw[0];
     t.leader_net += net[0];
+    t.correction_sum += correction;
     Some(net)
 }

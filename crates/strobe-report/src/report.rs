@@ -210,6 +210,9 @@ pub struct Report {
     pub mean_window: Option<f64>,
     /// The same net of the baseline: the target's own time per window.
     pub net_window: Option<f64>,
+    /// The mean leader correction per window (the baseline, and each call tail's delay
+    /// on windows that began in a call), over the same windows.
+    pub correction: Option<f64>,
     /// Windows that began inside a system call (at its overflow, not at the handler).
     pub tail_windows: u64,
     /// Of those, the ones whose tail alone was a window (scaled to the net window).

@@ -77,6 +77,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
         windows_unpaired: t.unpaired,
         mean_window: (paired > 0).then(|| t.leader_raw / paired as f64),
         net_window: (paired > 0).then(|| t.leader_net / paired as f64),
+        correction: (paired > 0).then(|| t.correction_sum / paired as f64),
         tail_windows: t.tail_windows,
         tail_only_windows: t.tail_only_windows,
         baseline,

@@ -62,7 +62,12 @@ pub(crate) fn add_unaccounted(
         let i = match existing {
             Some(i) => i,
             None => {
-                functions.push(FunctionStats::empty(&function, &module, &format!("[{module}]"), width));
+                functions.push(FunctionStats::empty(
+                    &function,
+                    &module,
+                    &format!("[{module}]"),
+                    width,
+                ));
                 functions.len() - 1
             }
         };
@@ -107,7 +112,8 @@ mod tests {
         let got: Vec<(&str, u64)> = fns.iter().map(|f| (f.function.as_str(), f.samples)).collect();
         assert_eq!(got, [(AGENT, 5), ("[not sampled] sh", 4)]);
         assert_eq!(fns[1].module_path, "[strobe]");
-        let p: Vec<(&[usize], u64)> = paths.iter().map(|p| (p.frames.as_slice(), p.samples)).collect();
+        let p: Vec<(&[usize], u64)> =
+            paths.iter().map(|p| (p.frames.as_slice(), p.samples)).collect();
         assert_eq!(p, [(&[1][..], 4), (&[0][..], 3)]);
     }
 }

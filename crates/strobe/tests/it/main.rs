@@ -10,6 +10,7 @@ mod golden;
 mod kernel;
 mod perfdata;
 mod probe;
+mod rates;
 mod record;
 mod report;
 mod stacks;
