@@ -17,6 +17,7 @@ mod drive;
 
 pub mod accuracy;
 pub mod breakpoint;
+pub mod coverage;
 pub mod kernel_mode;
 pub mod probe;
 pub mod probe_uprobe;
@@ -75,6 +76,10 @@ pub const BENCHES: &[(&str, &str)] = &[
         "kernel-ring recording vs perf record: cost and bytes per sample, wakeups, report speed",
     ),
     (
+        "coverage",
+        "the coverage zoo: each function's share at the defaults vs perf and samply, accounted CPU, fds",
+    ),
+    (
         "stacks",
         "--call-graph none vs fp vs dwarf: cost, bytes, complete stacks; report vs perf report -g",
     ),
@@ -92,6 +97,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "report" => views::run(opts),
         "kernel-mode" => kernel_mode::run(opts),
         "stacks" => stacks::run(opts),
+        "coverage" => coverage::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
             Err(BenchError::Other(format!(
