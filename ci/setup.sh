@@ -4,6 +4,7 @@
 # (benchmarks compare against it), binutils and xz (tests strip programs and add
 # MiniDebugInfo) and Chromium (the HTML report is tested in a headless browser). The test
 # programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
+# It also builds the OpenTelemetry Collector the OTLP tests use (ci/otelcol.sh, Go).
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
@@ -25,3 +26,5 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null 2>&1 || { echo "ci/setup.sh: cargo not found; install Rust with rustup" >&2; exit 1; }
+# The OpenTelemetry Collector the OTLP profiles tests send to (ci/otelcol.sh).
+bash "$(dirname "$0")/otelcol.sh"

@@ -11,28 +11,25 @@
 //!
 //! # The baseline, and why it is needed
 //!
-//! The leader is armed one-shot, so the group stops counting at each overflow and the
-//! handler's own work is not counted; but the group does not stop at the overflow
-//! itself. Measured on this machine's kernel (6.18, a VM) with a task-clock window of
-//! 20-400 us and a loop that time-stamps its own progress: every window's task-clock
-//! delta exceeds the loop's own running time by 28 us (median; p10-p90 spread about 1
-//! us), the same at every window length. About 14 us of it pass between the overflow and
-//! the group stopping (the kernel's overflow path: the sample a `PERF_SAMPLE_READ` ring
-//! records at the overflow reads 14 us less than `read(2)` in the handler), and about
-//! 7 us between the re-arming ioctl and the target running again (the ioctl's return,
-//! the handler's return, `sigreturn`). At the default 20 us window the target ran only
-//! about 10 us of a 38 us measured window, which is why every per-millisecond rate read
-//! 2-5 times too low.
+//! A window's start is the handler's last group read and its end is the window timer's
+//! expiry (see `sampler`, "Where a window begins and ends"); between the read and the
+//! target's next instruction the handler finishes (its last record), returns and calls
+//! `sigreturn`: time the leader counts that is not the target's. Measured here: 2.5-3.5
+//! us, with a spread of about 2.5 us between windows. (Before the window began at the
+//! timer's start with the group stopped, a window's sampler time was 30-38 us, 22-38 us
+//! from one run to the next, and depended on the timer queue: see `sampler`.)
 //!
 //! So the calibration runs the real handler over a loop that stores `CLOCK_MONOTONIC`
-//! on every iteration: at each window start the handler asks for the loop's first
-//! time-stamp after it returns, at each window end it reads the loop's last one. The
-//! loop's running time in the window is the difference; each counter's baseline is its
-//! mean delta per window minus what the loop itself makes of that counter in that time
-//! (its rate, measured over an unsampled stretch of the same loop). The loop makes no
-//! page faults or context switches, so those counters' baselines are their counts in an
-//! empty window; the leader's is the dead time. The report subtracts windows x baseline
-//! from every function's sums.
+//! on every iteration (from the vDSO, about 30 ns an iteration): at each window start
+//! the handler asks for the loop's first time-stamp after it returns, at each window end
+//! it reads the loop's last one. The loop's running time in the window is the difference
+//! (a window in which the thread was switched out, whose wall time exceeds what the
+//! leader counted, is dropped); each counter's baseline is its mean delta per window
+//! minus what the loop itself makes of that counter in that time (its rate, measured over
+//! an unsampled stretch of the same loop). The loop makes no page faults or context
+//! switches, so those counters' baselines are their counts in an empty window; the
+//! leader's is the dead time. The report subtracts windows x baseline from every
+//! function's sums.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -275,6 +272,9 @@ static TAIL_COUNT: AtomicUsize = AtomicUsize::new(0);
 static ENDS: [AtomicU64; MAX_INTERVALS * MAX_GROUP] =
     [const { AtomicU64::new(0) }; MAX_INTERVALS * MAX_GROUP];
 static END_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The windows' lateness (see `Handled::late`), summed, and how many.
+static LATE_SUM: AtomicU64 = AtomicU64::new(0);
+static LATE_COUNT: AtomicU64 = AtomicU64::new(0);
 /// Time samples (window starts, plain samples) the baseline's run took.
 static TIME_SAMPLES: AtomicU64 = AtomicU64::new(0);
 
@@ -299,7 +299,10 @@ fn baseline_sample(h: &sampler::Handled) {
             (Some(o), Kind::WindowEnd) => o.get(..n).unwrap_or(&[]),
             _ => counters,
         };
-        if i < MAX_INTERVALS && first != 0 && last >= first {
+        // The loop ran longer than the leader counted: the thread was switched out.
+        let away = last.saturating_sub(first)
+            > end.first().map_or(0, |&e| e.wrapping_sub(START[0].load(Ordering::Relaxed)));
+        if i < MAX_INTERVALS && first != 0 && last >= first && !away {
             INTERVALS[i * STRIDE].store(last - first, Ordering::Relaxed);
             for (k, &c) in end.iter().enumerate() {
                 let d = c.wrapping_sub(START[k].load(Ordering::Relaxed));
@@ -316,15 +319,20 @@ fn baseline_sample(h: &sampler::Handled) {
         OPEN.store(false, Ordering::Relaxed);
     }
     if h.kind == Kind::WindowStart {
-        if let Some(o) = &h.overflow {
+        if let (Some(o), Some(entry)) = (&h.overflow, &h.entry) {
             let i = TAIL_COUNT.load(Ordering::Relaxed);
             if i < MAX_INTERVALS {
-                for (k, &c) in counters.iter().enumerate() {
+                // To the handler's first read, where it measures a call's tail (`since`).
+                for (k, &c) in entry.get(..n).unwrap_or(&[]).iter().enumerate() {
                     TAILS[i * MAX_GROUP + k].store(c.wrapping_sub(o[k]), Ordering::Relaxed);
                 }
                 TAIL_COUNT.store(i + 1, Ordering::Relaxed);
             }
         }
+    }
+    if let Some(late) = h.late {
+        LATE_SUM.fetch_add(late, Ordering::Relaxed);
+        LATE_COUNT.fetch_add(1, Ordering::Relaxed);
     }
     if h.kind != Kind::WindowEnd {
         TIME_SAMPLES.fetch_add(1, Ordering::Relaxed);
@@ -341,22 +349,27 @@ fn baseline_sample(h: &sampler::Handled) {
 static ITERATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// The loop whose progress the handler reads, until `intervals` intervals are kept or
-/// `deadline` (thread CPU ns) passes. It time-stamps itself with the thread's CPU clock,
-/// the very clock task-clock counts: a window in which the thread was preempted still
-/// measures exactly what ran (a wall clock would count the time away as work).
+/// `deadline` (thread CPU ns) passes. It time-stamps itself with `CLOCK_MONOTONIC` from
+/// the vDSO (about 30 ns an iteration here, so a window's edges are known to a few tens
+/// of ns; the thread's CPU clock is a system call, 0.8 us an iteration, and an
+/// iteration's worth of doubt at each edge was a third of what the baseline measures).
+/// A wall clock counts time the thread spent switched out as work: the handler drops
+/// an interval whose loop time exceeds what the leader counted (only time away can do
+/// that).
 #[inline(never)]
 fn timestamp_loop(intervals: usize, deadline: u64) {
     let mut n = 0u64;
     loop {
         if WANT_FIRST.load(Ordering::Relaxed) {
             WANT_FIRST.store(false, Ordering::Relaxed);
-            FIRST.store(thread_cpu_ns(), Ordering::Relaxed);
+            FIRST.store(mono_ns(), Ordering::Relaxed);
         }
-        let now = thread_cpu_ns();
-        LAST.store(now, Ordering::Relaxed);
+        LAST.store(mono_ns(), Ordering::Relaxed);
         n += 1;
         ITERATIONS.store(n, Ordering::Relaxed);
-        if now > deadline || COUNT.load(Ordering::Relaxed) >= intervals {
+        if n % 4096 == 0
+            && (thread_cpu_ns() > deadline || COUNT.load(Ordering::Relaxed) >= intervals)
+        {
             return;
         }
     }
@@ -430,6 +443,8 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
     COUNT.store(0, Ordering::Relaxed);
     TAIL_COUNT.store(0, Ordering::Relaxed);
     END_COUNT.store(0, Ordering::Relaxed);
+    LATE_SUM.store(0, Ordering::Relaxed);
+    LATE_COUNT.store(0, Ordering::Relaxed);
     TIME_SAMPLES.store(0, Ordering::Relaxed);
     OPEN.store(false, Ordering::Relaxed);
     let result = (|| {
@@ -529,7 +544,15 @@ pub fn baseline(a: &Agent) -> Result<Baseline, String> {
                 let mut v: Vec<f64> = (0..count)
                     .map(|i| store[i * MAX_GROUP + k].load(Ordering::Relaxed) as f64)
                     .collect();
-                let (mean, sd) = trimmed(&mut v);
+                let (trimmed_mean, sd) = trimmed(&mut v);
+                // The leader's start delay is subtracted from every call's tail, signed:
+                // its whole distribution's mean, tail included, keeps tails right on
+                // average (a trimmed mean read 1-2 us low here).
+                let mean = if k == 0 && store.as_ptr() == TAILS.as_ptr() {
+                    v.iter().sum::<f64>() / v.len().max(1) as f64
+                } else {
+                    trimmed_mean
+                };
                 // As for windows: what the scheduler does is not the sampler's.
                 let mean = if scheduler_event(&a.spec.events[k]) { 0.0 } else { mean };
                 CounterBaseline { mean, sd }
@@ -565,7 +588,11 @@ pub fn run(a: &Agent) {
         c.notes.push("could not measure the per-sample cost; the period is a guess".into());
     }
     match baseline(a) {
-        Ok(b) => c.baseline = Some(b),
+        Ok(b) => {
+            c.baseline = Some(b);
+            c.lateness = LATE_SUM.load(Ordering::Relaxed) as f64
+                / LATE_COUNT.load(Ordering::Relaxed).max(1) as f64;
+        }
         Err(why) => c.notes.push(format!("no window baseline: {why}")),
     }
     if let Some(ar) = arena() {

@@ -56,9 +56,11 @@
 //! `sampling_never_cuts_a_blocking_call_short`). The handler uses SA_RESTART, which covers
 //! the other calls.
 
+mod altstack;
 mod calibrate;
 mod chunks;
 mod fds;
+mod hidden_env;
 mod sampler;
 mod session;
 mod sigmask;
@@ -190,6 +192,10 @@ extern "C" fn agent_init() {
     ARENA.store(Box::into_raw(Box::new(arena)), Ordering::Release);
     // The constructor runs before main, single-threaded: setenv is safe here.
     session::set_agent_pid(pid);
+    if !cfg.calibrate {
+        // Out of the program's sight from here on; the images it starts get them back.
+        hidden_env::hide();
+    }
     // SAFETY: registering plain extern "C" fns; they run in fork's context.
     unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
     let mut key: libc::pthread_key_t = 0;
@@ -502,6 +508,9 @@ pub unsafe extern "C" fn pthread_create(
 
 extern "C" fn atfork_child() {
     let cpu_from = sampler::thread_cpu_ns();
+    // The parent's threads' signal stacks came along: this thread's gives way to the
+    // program's own setting, the copies go.
+    altstack::forget_in_child(own_slot());
     // Only the forking thread exists here. The parent's events are the parent's: close
     // our copies of their fds. The arena is shared with the parent: its slots are the
     // parent's threads' and must not be touched.
@@ -575,30 +584,35 @@ fn after_failed_exec(idx: Option<usize>) {
     }
 }
 
+/// One of the exec family: ends this image's part of the recording, gives the new image
+/// strobe's variables back (`hidden_env`), calls libc's function `$real` with
+/// `$forward` (the environment as the last argument), and, if the exec failed, goes on.
 macro_rules! wrap_exec {
-    ($name:ident, $cname:expr, ($($arg:ident: $ty:ty),*)) => {
-        /// Interposed: ends this image's part of the recording, then calls libc's function.
+    ($name:ident, $real:expr, ($($arg:ident: $ty:ty),*), $envp:expr, ($($rty:ty),*), ($($fwd:ident),*)) => {
+        /// Interposed: ends this image's part of the recording, then calls libc's function
+        /// with strobe's variables given back to the new image.
         ///
         /// # Safety
         /// Same contract as libc's function of this name.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
-            type F = unsafe extern "C" fn($($ty),*) -> libc::c_int;
+            type F = unsafe extern "C" fn($($rty),*, *const *const libc::c_char) -> libc::c_int;
             static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-            let mut p = REAL.load(Ordering::Relaxed);
-            if p.is_null() {
-                // SAFETY: dlsym with a NUL-terminated name.
-                p = unsafe { libc::dlsym(libc::RTLD_NEXT, $cname.as_ptr()) };
-                REAL.store(p, Ordering::Relaxed);
-            }
+            let p = next_symbol(&REAL, $real);
             if p.is_null() {
                 // SAFETY: errno is thread-local.
                 unsafe { *libc::__errno_location() = libc::ENOSYS };
                 return -1;
             }
             let idx = before_exec();
-            // SAFETY: libc's function has this signature; arguments forwarded unchanged.
-            let rc = unsafe { std::mem::transmute::<*mut libc::c_void, F>(p)($($arg),*) };
+            // SAFETY: libc's function has this signature; the caller's arguments are
+            // forwarded unchanged but for the environment, which `with_env` builds from
+            // the caller's (a NULL-terminated array, the function's contract).
+            let rc = unsafe {
+                hidden_env::with_env($envp, |env| {
+                    std::mem::transmute::<*mut libc::c_void, F>(p)($($fwd),*, env)
+                })
+            };
             // SAFETY: errno is thread-local; kept across our re-arm.
             let errno = unsafe { *libc::__errno_location() };
             after_failed_exec(idx);
@@ -818,10 +832,85 @@ pub extern "C" fn _Exit(status: libc::c_int) -> ! {
 
 type CStrPtr = *const libc::c_char;
 type CStrArr = *const *const libc::c_char;
-wrap_exec!(execve, c"execve", (path: CStrPtr, argv: CStrArr, envp: CStrArr));
-wrap_exec!(execv, c"execv", (path: CStrPtr, argv: CStrArr));
-wrap_exec!(execvp, c"execvp", (file: CStrPtr, argv: CStrArr));
-wrap_exec!(execvpe, c"execvpe", (file: CStrPtr, argv: CStrArr, envp: CStrArr));
+wrap_exec!(execve, c"execve", (path: CStrPtr, argv: CStrArr, envp: CStrArr), envp, (CStrPtr, CStrArr), (path, argv));
+wrap_exec!(execv, c"execve", (path: CStrPtr, argv: CStrArr), hidden_env::current(), (CStrPtr, CStrArr), (path, argv));
+wrap_exec!(execvp, c"execvpe", (file: CStrPtr, argv: CStrArr), hidden_env::current(), (CStrPtr, CStrArr), (file, argv));
+wrap_exec!(execvpe, c"execvpe", (file: CStrPtr, argv: CStrArr, envp: CStrArr), envp, (CStrPtr, CStrArr), (file, argv));
+wrap_exec!(fexecve, c"fexecve", (fd: libc::c_int, argv: CStrArr, envp: CStrArr), envp, (libc::c_int, CStrArr), (fd, argv));
+
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    CStrPtr,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    CStrArr,
+    CStrArr,
+) -> libc::c_int;
+
+/// `posix_spawn`/`posix_spawnp`: the new image gets strobe's variables back.
+///
+/// # Safety
+/// As libc's function of that name.
+unsafe fn spawn(
+    real: &AtomicPtr<libc::c_void>,
+    name: &std::ffi::CStr,
+    pid: *mut libc::pid_t,
+    path: CStrPtr,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: CStrArr,
+    envp: CStrArr,
+) -> libc::c_int {
+    let p = next_symbol(real, name);
+    if p.is_null() {
+        return libc::ENOSYS;
+    }
+    // SAFETY: libc's function has this signature; arguments forwarded unchanged but for
+    // the environment, built from the caller's.
+    unsafe {
+        hidden_env::with_env(envp, |env| {
+            std::mem::transmute::<*mut libc::c_void, SpawnFn>(p)(
+                pid, path, actions, attr, argv, env,
+            )
+        })
+    }
+}
+
+/// Interposes `posix_spawn`: the new image gets strobe's variables back.
+///
+/// # Safety
+/// As libc's `posix_spawn`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: CStrPtr,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: CStrArr,
+    envp: CStrArr,
+) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { spawn(&REAL, c"posix_spawn", pid, path, actions, attr, argv, envp) }
+}
+
+/// Interposes `posix_spawnp`: the new image gets strobe's variables back.
+///
+/// # Safety
+/// As libc's `posix_spawnp`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: CStrPtr,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: CStrArr,
+    envp: CStrArr,
+) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // SAFETY: forwarded under the caller's contract.
+    unsafe { spawn(&REAL, c"posix_spawnp", pid, file, actions, attr, argv, envp) }
+}
 
 /// The variadic `execl`, `execlp` and `execle`: exported here as naked functions that
 /// jump, with every register and the stack untouched (so the variadic arguments stay

@@ -25,26 +25,51 @@
 //!
 //! A long period runs without stopping: its overflow also writes the group's values at
 //! that instant to the thread's one-page ring (`strobe_perf::overflow`), which the handler
-//! reads. The window is one-shot (`PERF_EVENT_IOC_REFRESH 1`): switching the period of a
-//! running task-clock event races with its hrtimer (a spurious extra overflow at the old
-//! period in a few % of windows), so at the window's overflow the leader stops itself and
-//! the window's end handler programs the next long period on the stopped event and
-//! enables it.
+//! reads. A window is one-shot (`PERF_EVENT_IOC_REFRESH 1`): at its overflow the group
+//! stops, the timer is not re-armed, and the end handler takes the group's values from
+//! the ring (no read), programs the long period on the stopped leader and enables it.
+//! (A window that ran on past its overflow had its timer re-armed, which the end handler
+//! then cancelled: on this VM a cancelled or started timer that is the CPU's next one
+//! reprograms it, 5 us a time.) What the thread does between the window's overflow and
+//! the end handler goes uncounted; the report counted it only once a cycle anyway.
 //!
 //! The ring is what lets a window begin inside a system call: the signal is delivered at
-//! the call's return, so the handler compares the ring's values with its own read, and
-//! when the delay is longer than the sampler's usual one (calibrated), the window begins
-//! at the overflow and its remainder is shortened by the call's tail (see
-//! `strobe_sampler::alternate`). A thread whose ring cannot be mapped (the locked-memory
-//! allowance) samples as before, its windows beginning at the handler; the recorder
-//! counts and reports such threads.
+//! the call's return, so the handler's first act is a group read, and the leader's count
+//! from the ring's values to it, less the delay of an overflow in user code (calibrated),
+//! is the call's tail: the window begins at the overflow, the tail (signed: the delay
+//! varies by several microseconds, calls can be shorter) is its first part, and its
+//! remainder is shortened by as much (see `strobe_sampler::alternate`). A thread whose ring cannot be mapped samples as before,
+//! its windows beginning at the handler; the recorder counts and reports such threads.
 //!
-//! What every window still counts that is not the target's: after the window's
-//! overflow, the kernel's path until the group stops (about 14 us of task-clock here);
-//! after the start handler's group read, the rest of the handler and its `sigreturn`.
-//! The calibration process measures that baseline for every counter before the target
-//! starts, `strobe record` stores it in the file and `strobe report` subtracts it from
-//! every window, and the tail's own baseline (the usual delay) from every tail.
+//! # Where a window begins and ends
+//!
+//! Measured on this machine (a 2-vCPU VM whose timer and exceptions exit to the host):
+//! setting the period of the running leader costs one or two timer reprogrammings (5-10
+//! us of task-clock each), and the window's timer starts in the middle of that call; the
+//! window's own timer interrupt reaches the thread about 17 us after its expiry, with
+//! the target stopped in between. Measured from the handler's read to the interrupt's
+//! values, a window therefore held 30-38 us of the sampler's time per 50 us asked for,
+//! and how much depended on whether the cancelled timer was the CPU's next one: always
+//! in the calibration's 1 ms periods, rarely at the target's 5-10 ms. Windows read page
+//! faults per ms 20-30% high.
+//!
+//! So a window start stops the group (`PERF_EVENT_IOC_DISABLE`), reads it, programs the
+//! window on the stopped leader and enables it, then reads the group again as the
+//! handler's last system call. The first read is the leader's value when the window's
+//! timer starts (nothing counts while the group is stopped), so the window expires at
+//! exactly that value plus the programmed period; the second read is the window's start.
+//! A window's end is its expiry: the leader's value there (the agent writes it in place
+//! of the interrupt's late one), the members' as the interrupt read them (the target
+//! does not run in between). Across a context switch the leader counts 4-6 us more than
+//! the timer consumes (the leader restarts before the timer does), so a window the thread
+//! was switched out of (its wall time exceeds what the leader counted) ends instead at
+//! the interrupt's value less the thread's mean lateness, learnt from its other windows
+//! (`Alternation::window_end`). What remains in a window that is not the target's is the
+//! end of the handler after its last read and its `sigreturn` (2.5-3.5 us here), which
+//! the calibration measures with the same handler and `strobe report` subtracts. The
+//! window is programmed longer by what the leader counted from the timer's start to that
+//! read (a running mean per thread, `Alternation::lead`), so the target gets about the
+//! window asked for.
 //!
 //! # A fair first period
 //!
@@ -192,11 +217,12 @@ pub fn install_handler() -> std::io::Result<()> {
         sa.sa_sigaction = on_sigtrap
             as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
             as usize;
-        // No SA_ONSTACK: a thread's alternate signal stack (Rust's std gives every thread
-        // one of a few KiB, for its overflow message) is too small for a DWARF walk, which
-        // overflowed it (SIGSEGV in gimli's row copies). The handler runs on the
-        // interrupted stack, and walks only with room to spare (`stack::walk`).
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // SA_ONSTACK: on the stack the agent maps for each thread it serves (`altstack`),
+        // never on the program's (a coroutine's small stack, or a small alternate stack
+        // of the program's own, such as Rust's few KiB for its overflow message, which a
+        // DWARF walk overflowed). A thread without one runs it on its own stack and
+        // walks only with room to spare (`stack::walk`).
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         // Every asynchronous signal waits while the handler runs: a target handler that
         // interrupted ours and jumped out (siglongjmp) would leave our walk's read
         // section open and the slot mid-update. The synchronous faults stay deliverable
@@ -322,6 +348,37 @@ pub fn periods(a: &Agent) -> Periods {
         min_period: a.min_period,
         tail_dead: a.cfg.tail_dead,
         cycle_extra: a.cfg.cycle_extra,
+        lateness: a.cfg.lateness,
+    }
+}
+
+/// The leader's count from an overflow in user code to the handler's first read, a
+/// running mean over this process's windows (0: none yet). It is what a call's tail is
+/// measured against. The calibration measures it too, but in a loop that keeps the
+/// handler's pages in the TLB: measured here, the delivery took 25 us at the
+/// calibration's 1 ms periods and 51-56 us at 10 ms, and a program's own work evicts
+/// the handler's pages as surely; against the calibrated figure, calls of a few
+/// microseconds (an `mmap`) read tails of 16-23 us. Relaxed: a statistic several threads
+/// may update at once (an update lost to a race is one sample fewer).
+static DELIVERY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Folds one measured delivery into [`DELIVERY`] (an eighth of the way; a delivery past
+/// a window, a stall of the host, is taken as a window).
+#[inline]
+fn note_delivery(d: u64, window: u64) {
+    let d = d.min(window.max(1)) as i64;
+    let old = DELIVERY.load(Ordering::Relaxed) as i64;
+    let new = if old == 0 { d } else { old + (d - old) / 8 };
+    DELIVERY.store(new.max(1) as u64, Ordering::Relaxed);
+}
+
+/// The delivery a call's tail is measured against: this process's measured mean, else
+/// the calibrated `fallback`.
+#[inline]
+fn delivery(fallback: u64) -> u64 {
+    match DELIVERY.load(Ordering::Relaxed) {
+        0 => fallback,
+        d => d,
     }
 }
 
@@ -337,6 +394,29 @@ fn program(local: &Local, period: u64, arm: Arm) {
         Arm::Running => Ok(()),
         Arm::OneShot => fd.refresh(1),
         Arm::Enable => fd.enable(),
+    };
+}
+
+/// Stops the group (leader and members stop counting; the leader's timer is cancelled).
+#[inline]
+fn stop(local: &Local) {
+    // The owner's live leader (the slot is ACTIVE, checked by the caller). An error leaves
+    // the group running, which the next program_stopped re-arms as usual.
+    let _ = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).disable();
+}
+
+/// Programs the period of a stopped leader and starts the group again: running, or
+/// one-shot. A period set on a stopped event costs a fraction of one set on a running
+/// one, whose timer is cancelled and started inside the call.
+#[inline]
+fn program_stopped(local: &Local, period: u64, arm: Arm) {
+    // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
+    // ignored as in `program`: the recorder's accounting shows a leader that stopped.
+    let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
+    let _ = fd.set_period(period);
+    let _ = match arm {
+        Arm::OneShot => fd.refresh(1),
+        Arm::Running | Arm::Enable => fd.enable(),
     };
 }
 
@@ -441,9 +521,15 @@ pub struct Handled {
     pub counters: [u64; MAX_GROUP],
     /// Counters read.
     pub n: usize,
+    /// The group as the handler's first act read it, when it did (a window start in a
+    /// call; every window start in calibration).
+    pub entry: Option<[u64; MAX_GROUP]>,
     /// The group at the overflow itself (from the ring): where the window began, or
-    /// ended.
+    /// ended (the leader's value where the window ended).
     pub overflow: Option<[u64; MAX_GROUP]>,
+    /// For a window end: what the leader counted from the window's expiry to its
+    /// interrupt's read.
+    pub late: Option<u64>,
 }
 
 /// One sample record of the handler's.
@@ -496,6 +582,12 @@ pub fn take_sample(
 /// and hand the samples to `put`. Async-signal-safe. `None` when nothing was recorded:
 /// stopping, or a signal whose overflow an earlier handler already took.
 ///
+/// A window begins with the group stopped (see the module note, "Where a window begins
+/// and ends"): stop, read, program the window and restart, read again. The first read is
+/// the leader's value when the window's timer starts, so the window's end in leader units
+/// is known exactly; the second, the last system call before the handler returns, is the
+/// window's start.
+///
 /// A `late` signal (the thread had SIGTRAP blocked) is still a time sample, near where
 /// the time went (the blocked stretch is the code that blocked it), but no window: its
 /// counters describe the unblocking, not the overflow. In windows mode it is recorded as
@@ -536,8 +628,7 @@ pub fn handle_overflow(
         // The overflow ended a long period (a time sample) or a window (not one: the
         // window is abandoned; the report counts it unpaired).
         let was_long = !st.in_window;
-        let ring = local.ring().is_some();
-        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0), ring);
+        let (next, arm) = st.restart(&p, counters.first().copied().unwrap_or(0));
         program(local, next, arm);
         slot.alt.store(st);
         if was_long {
@@ -547,9 +638,7 @@ pub fn handle_overflow(
         return None;
     }
     let long = p.window > 0 && !st.in_window;
-    let ring = local.ring();
-    let has_ring = ring.is_some();
-    let overflows = match ring {
+    let overflows = match local.ring() {
         Some(ring) => {
             let o = Overflows::take(ring, &st, &p);
             if p.window > 0 && o.n == 0 {
@@ -563,9 +652,49 @@ pub fn handle_overflow(
         None => Overflows::EMPTY,
     };
     let r = stack::regs(uc);
+    // The window begins at the overflow only if it interrupted a system call: its
+    // remainder is the target's work. After user code or a page fault the delay is the
+    // sampler's own.
+    let in_call = long && overflows.kernel && follows_syscall(r.ip);
+    // A window start stops the group first: what it counts from here to the restart is
+    // nobody's, and the leader's value now is both where a call ended, as near as the
+    // handler can tell (after an overflow in user code the same value measures the
+    // delivery itself, the interrupt's return and the signal's, which a call's tail is
+    // measured against), and its value when the window's timer starts.
+    if long {
+        stop(local);
+    }
+    let mut words = [0u64; READ_HEAD + MAX_GROUP];
+    let ring_end = !long && st.in_window && overflows.n > 0;
+    let n = match overflows.first().filter(|_| ring_end) {
+        // The one-shot window stopped the group at its overflow: the ring's values are
+        // the group's now, and no read is needed.
+        Some(o) => {
+            let k = a.spec.events.len().min(MAX_GROUP);
+            if let (Some(dst), Some(src)) = (words.get_mut(READ_HEAD..READ_HEAD + k), o.get(..k)) {
+                dst.copy_from_slice(src);
+            }
+            k
+        }
+        None => read_group(local, &mut words),
+    };
+    let time = mono_ns();
+    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
+    let leader = counters.first().copied().unwrap_or(0);
+    let entry_leader = (long && n > 0 && overflows.n > 0).then_some(leader);
+    let mut p = p;
+    if let (Some(e), Some(o)) = (entry_leader, overflows.last()) {
+        if !in_call {
+            note_delivery(e.wrapping_sub(o[0]), p.window);
+        }
+        if p.tail_dead > 0 {
+            p.tail_dead = delivery(p.tail_dead);
+        }
+    }
     let mut frames = [0u64; MAX_DEPTH];
     // Every sample walks, a window's end too: the report needs where a window ended to
-    // know which calls it stayed inside.
+    // know which calls it stayed inside. (At a window start the group is stopped: the
+    // walk is nobody's time.)
     let (depth, flags) = walk(a, local, &r, &mut frames);
     if long {
         // Room for this window start's samples (an overflow's values, the start, a tail
@@ -573,20 +702,34 @@ pub fn handle_overflow(
         let per = strobe_sampler::custody::record::HEAD_WORDS + a.spec.events.len();
         reserve(3 * per + 2 * depth);
     }
-    // The group read is as late as possible: a window begins here, so the handler's
-    // work before it (the walk, the room) is not in the window.
-    let mut words = [0u64; READ_HEAD + MAX_GROUP];
-    let n = read_group(local, &mut words);
-    let time = mono_ns();
-    let counters = words.get(READ_HEAD..READ_HEAD + n).unwrap_or(&[]);
-    let leader = counters.first().copied().unwrap_or(0);
-    // The window begins at the overflow only if it interrupted a system call: its
-    // remainder is the target's work. After user code or a page fault the delay is the
-    // sampler's own.
-    let in_call = long && overflows.kernel && follows_syscall(r.ip);
-    let since = overflows.last().filter(|_| in_call).map(|o| leader.wrapping_sub(o[0]));
-    let step = st.on_overflow(&p, leader, since, has_ring);
-    program(local, step.next_period, step.arm);
+    let since = match (overflows.last(), entry_leader) {
+        (Some(o), Some(e)) if in_call => Some(e.wrapping_sub(o[0])),
+        _ => None,
+    };
+    // Where the window this sample ends ended, in leader units (see
+    // `Alternation::window_end`): its timer started with the leader at `armed_at` (the
+    // group was stopped until then) and ran `armed_period` of the timer's time.
+    let ending = st.in_window && !long;
+    let at_interrupt = match overflows.first() {
+        Some(o) => o[0],
+        None => leader, // no ring: the one-shot window stopped itself
+    };
+    let expiry = st.armed_at.wrapping_add(st.armed_period);
+    let switches = switch_counter(a);
+    let ended_at = if ending {
+        let at = switches.and_then(|k| match overflows.first() {
+            Some(o) => o.get(k).copied(),
+            None => counters.get(k).copied(),
+        });
+        let switched = st.switched(at, at_interrupt, time, delivery(p.tail_dead));
+        st.window_end(&p, at_interrupt, switched)
+    } else {
+        expiry
+    };
+    let step = st.on_overflow(&p, leader, since);
+    if !long {
+        program(local, step.next_period, step.arm);
+    }
     slot.alt.store(st);
     if let Some(d) = step.window_delta {
         slot.alt.count_window(d);
@@ -600,6 +743,9 @@ pub fn handle_overflow(
             else {
                 break;
             };
+            // No handler ran between the two: the tail's baseline is added back.
+            let mut from = *from;
+            from[0] = from[0].wrapping_sub(a.cfg.tail_dead);
             let (from, to) = (from.get(..n).unwrap_or(&[]), to.get(..n).unwrap_or(&[]));
             put(&rec(Kind::CallTail, time, r.ip, from, &[], 0));
             put(&rec(Kind::WindowStart, time, r.ip, to, frames, flags));
@@ -607,22 +753,104 @@ pub fn handle_overflow(
         }
     }
     // The overflow this sample handled: where a window began (the last of a long
-    // period's) or ended (a window's first).
-    let overflow = if long { overflows.last() } else { overflows.first() };
-    if let Some(o) = overflow.filter(|_| p.window > 0) {
+    // period's) or ended (a window's first). A window's end is its expiry: the values
+    // the interrupt read, but the leader's at the expiry itself, which the interrupt
+    // reads late by its delivery (the target does not run in between).
+    let overflow = match (step.kind, overflows.first(), overflows.last()) {
+        (Kind::WindowEnd, Some(o), _) => Some(expired(o, ended_at)),
+        (Kind::WindowEnd, None, _) => {
+            // No ring: the one-shot window stopped itself; its end is the read above.
+            let mut o = [0u64; MAX_GROUP];
+            if let Some(dst) = o.get_mut(..n) {
+                dst.copy_from_slice(counters);
+            }
+            Some(expired(&o, ended_at))
+        }
+        (_, _, Some(o)) if long => Some(*o),
+        _ => None,
+    };
+    // A window starts: restart the group, then read it as the handler's last system
+    // call (what follows it to the target's first instruction is the baseline).
+    let mut started = [0u64; READ_HEAD + MAX_GROUP];
+    let start_counters = if long {
+        program_stopped(local, step.next_period, step.arm);
+        if step.close_now {
+            counters
+        } else {
+            let m = read_group(local, &mut started).min(n);
+            let now = started.get(READ_HEAD..READ_HEAD + m).unwrap_or(&[]);
+            if let Some(&l) = now.first() {
+                st.note_lead(&p, l.wrapping_sub(leader));
+                let sw = switches.and_then(|k| now.get(k).copied()).unwrap_or(0);
+                st.note_start(l, mono_ns(), sw);
+                slot.alt.store(st);
+            }
+            now
+        }
+    } else {
+        counters
+    };
+    if let Some(o) = overflow.as_ref().filter(|_| p.window > 0) {
+        let mut v = *o;
+        if step.tail {
+            // A call's tail is measured to the handler's first read, not to the window's
+            // start: the leader's count between the two is the sampler's, so the
+            // record's leader is moved on by it (the start minus this record, less the
+            // baseline's tail, is the call's remainder).
+            let start = start_counters.first().copied().unwrap_or(0);
+            // Also by the difference between this process's measured delivery and the
+            // calibrated one the report subtracts, so the report's tail is this one.
+            let at = entry_leader.unwrap_or(start);
+            v[0] = v[0].wrapping_add(start.wrapping_sub(at));
+            v[0] = v[0].wrapping_add(p.tail_dead).wrapping_sub(a.cfg.tail_dead);
+        }
         let kind = if step.tail { Kind::CallTail } else { Kind::Overflow };
-        put(&rec(kind, time, r.ip, o.get(..n).unwrap_or(&[]), &[], 0));
+        put(&rec(kind, time, r.ip, v.get(..n).unwrap_or(&[]), &[], 0));
     }
-    put(&rec(step.kind, time, r.ip, counters, frames, flags));
+    put(&rec(step.kind, time, r.ip, start_counters, frames, flags));
     if step.close_now {
-        put(&rec(Kind::WindowEnd, time, r.ip, counters, frames, flags));
+        put(&rec(Kind::WindowEnd, time, r.ip, start_counters, frames, flags));
     }
-    let mut out =
-        Handled { kind: step.kind, counters: [0; MAX_GROUP], n, overflow: overflow.copied() };
-    if let Some(dst) = out.counters.get_mut(..n) {
-        dst.copy_from_slice(counters);
+    let mut out = Handled {
+        kind: step.kind,
+        counters: [0; MAX_GROUP],
+        entry: entry_leader.map(|_| {
+            let mut e = [0u64; MAX_GROUP];
+            if let Some(dst) = e.get_mut(..n) {
+                dst.copy_from_slice(counters);
+            }
+            e
+        }),
+        n,
+        overflow,
+        late: (step.kind == Kind::WindowEnd && expiry <= at_interrupt)
+            .then(|| at_interrupt - expiry),
+    };
+    if let Some(dst) = out.counters.get_mut(..start_counters.len()) {
+        dst.copy_from_slice(start_counters);
     }
     Some(out)
+}
+
+/// Where the group's count of context switches sits in its values, if it has one.
+#[inline]
+fn switch_counter(a: &Agent) -> Option<usize> {
+    a.spec.events.iter().position(|e| {
+        e.type_ == sys::PERF_TYPE_SOFTWARE
+            && e.config == u64::from(sys::PERF_COUNT_SW_CONTEXT_SWITCHES)
+    })
+}
+
+/// The group's values `o` at a window's overflow with the leader's replaced by its value
+/// where the window ended (`Alternation::window_end`), when that is earlier (it always
+/// is, by the interrupt's delivery).
+#[inline]
+fn expired(o: &[u64; MAX_GROUP], expiry: u64) -> [u64; MAX_GROUP] {
+    let mut v = *o;
+    if expiry <= v[0] {
+        v[0] = expiry;
+    }
+    v
 }
 
 /// Walks the interrupted thread's stack into `frames` (when stacks are recorded): the
@@ -749,8 +977,10 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
         slot.ctl.abandon();
         return Err(SetupError::Budget);
     }
+    // The handler's own stack (SA_ONSTACK): before the walker, which learns its range.
+    crate::altstack::install(local);
     if local.walker.load(Ordering::Relaxed).is_null() {
-        let w = Box::new(stack::thread_walker(a.call_graph));
+        let w = Box::new(stack::thread_walker(a.call_graph, local.alt.range()));
         local.walker.store(Box::into_raw(w), Ordering::Relaxed);
     }
     if a.window > 0 && local.ring.load(Ordering::Relaxed).is_null() {
@@ -844,6 +1074,8 @@ pub fn close_slot(index: usize, discard: bool) {
     local.close_group();
     local.drop_ring();
     local.drop_walker();
+    // No SIGTRAP of ours comes any more: the program's own signal stack, if it set one.
+    crate::altstack::remove(local);
     slot.set_comm(&thread_name());
     let spent = thread_cpu_ns().saturating_sub(cpu0);
     slot.setup_ns

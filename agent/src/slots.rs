@@ -37,6 +37,8 @@ pub struct Local {
     pub masked: AtomicBool,
     /// The owner was counted among the threads that block the sampler's signal.
     pub counted_blocked: AtomicBool,
+    /// The owner's alternate signal stack (`altstack`).
+    pub alt: crate::altstack::AltState,
 }
 
 impl Local {
@@ -48,6 +50,7 @@ impl Local {
         ring: AtomicPtr::new(std::ptr::null_mut()),
         masked: AtomicBool::new(false),
         counted_blocked: AtomicBool::new(false),
+        alt: crate::altstack::AltState::EMPTY,
     };
 
     /// The overflow ring, if any (the owner's handler, on the owner's thread).

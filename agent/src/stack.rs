@@ -33,6 +33,9 @@ static DWARF: AtomicBool = AtomicBool::new(false);
 pub struct ThreadWalker {
     bounds: StackBounds,
     cache: Option<ThreadCache>,
+    /// The usable range of the thread's signal stack (`altstack`; 0, 0 when none): where
+    /// the handler runs, so where its headroom is measured.
+    handler_stack: (u64, u64),
 }
 
 /// Prepares DWARF walks for this process: scans the loaded modules and fills the rule
@@ -68,11 +71,11 @@ pub fn after_fork_in_child() {
 }
 
 /// The calling thread's walker state (normal context, at thread start).
-pub fn thread_walker(call_graph: CallGraph) -> ThreadWalker {
+pub fn thread_walker(call_graph: CallGraph, handler_stack: (u64, u64)) -> ThreadWalker {
     let bounds = StackBounds::of_current_thread().unwrap_or(StackBounds { lo: 0, hi: 0 });
     let cache = (call_graph == CallGraph::Dwarf && DWARF.load(Ordering::Acquire))
         .then(ThreadCache::without_rules);
-    ThreadWalker { bounds, cache }
+    ThreadWalker { bounds, cache, handler_stack }
 }
 
 /// Walks from `regs` into `out` (callers' return addresses, innermost first): DWARF when
@@ -85,10 +88,15 @@ pub fn walk(
     w: &mut ThreadWalker,
     out: &mut [u64],
 ) -> (usize, WalkEnd) {
-    // The handler runs on the interrupted stack: walk only with room to spare below
-    // our own frame (a DWARF walk takes a few KiB), else record no stack.
+    // Walk only with room to spare below our own frame (a DWARF walk takes a few KiB),
+    // on the agent's signal stack or, without one, the interrupted thread's; else record
+    // no stack.
     let here = std::ptr::addr_of!(w) as u64;
-    if w.bounds.hi != 0 && (here < w.bounds.lo || here - w.bounds.lo < STACK_HEADROOM) {
+    let (lo, hi) = match w.handler_stack {
+        (lo, hi) if (lo..hi).contains(&here) => (lo, hi),
+        _ => (w.bounds.lo, w.bounds.hi),
+    };
+    if hi != 0 && (here < lo || here - lo < STACK_HEADROOM) {
         return (0, WalkEnd::OutOfBounds);
     }
     if call_graph == CallGraph::Dwarf && DWARF.load(Ordering::Acquire) {

@@ -226,9 +226,15 @@ pub fn protocol(data: &[u8]) {
 }
 
 /// The perf.data decoder (strobe-perfdata): a file as Linux perf writes it (or its pipe
-/// form), every record in file order and in the order `perf report` reads them, every
-/// sample field a report uses.
+/// form, or either with zstd-compressed records, read through their uncompressed image),
+/// every record in file order and in the order `perf report` reads them, every sample
+/// field a report uses.
 pub fn perf_data(data: &[u8]) {
+    let Ok(expanded) = strobe_perfdata::decompress(data) else { return };
+    if let Some(e) = &expanded {
+        assert!(e.len() <= data.len() * strobe_perfdata::MAX_RATIO + data.len());
+    }
+    let data = expanded.as_deref().unwrap_or(data);
     let Ok(file) = strobe_perfdata::PerfData::parse(data) else { return };
     let _ = (file.attrs().len(), file.info(), file.truncated_at());
     let mut n = 0usize;
@@ -253,6 +259,48 @@ pub fn perf_data(data: &[u8]) {
     for rec in file.ordered() {
         if rec.is_err() {
             break;
+        }
+    }
+}
+
+/// strobe-otlp's parsers of outside input: a collector's answer (an
+/// `ExportProfilesServiceResponse`, or the `google.rpc.Status` of an error), a request as
+/// `--otlp` writes it (decoded, then encoded and decoded again to the same bytes), the
+/// `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_RESOURCE_ATTRIBUTES` values, and a
+/// `/proc/PID/cgroup` file's container id. The first byte picks which.
+pub fn otlp(data: &[u8]) {
+    use prost::Message;
+    use strobe_otlp::proto::{ExportProfilesServiceRequest, ExportProfilesServiceResponse, Status};
+    let Some((&mode, rest)) = data.split_first() else { return };
+    match mode % 4 {
+        0 => {
+            let _ = ExportProfilesServiceResponse::decode(rest);
+            let _ = Status::decode(rest);
+        }
+        1 => {
+            if let Ok(r) = ExportProfilesServiceRequest::decode(rest) {
+                let bytes = r.encode_to_vec();
+                assert_eq!(bytes.len(), r.encoded_len());
+                let again = ExportProfilesServiceRequest::decode(bytes.as_slice())
+                    .expect("an encoded request decodes");
+                // Bytes, not values: a NaN double is not equal to itself.
+                assert_eq!(again.encode_to_vec(), bytes);
+            }
+        }
+        2 => {
+            let Ok(s) = std::str::from_utf8(rest) else { return };
+            if let Ok(h) = strobe_otlp::config::parse_headers(s, "OTEL_EXPORTER_OTLP_HEADERS") {
+                assert!(h.iter().all(|(k, _)| !k.is_empty()));
+            }
+            for (k, _) in strobe_otlp::resource::parse_attributes(s) {
+                assert!(!k.is_empty() && !k.contains(','));
+            }
+        }
+        _ => {
+            let Ok(s) = std::str::from_utf8(rest) else { return };
+            if let Some(id) = strobe_otlp::resource::container_id_in_cgroup(s) {
+                assert!(id.len() == 64 && id.bytes().all(|c| c.is_ascii_hexdigit()));
+            }
         }
     }
 }
@@ -283,13 +331,14 @@ mod tests {
     fn every_seed_runs_clean() {
         let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/seeds");
         type Body = fn(&[u8]);
-        let targets: [(&str, Body); 6] = [
+        let targets: [(&str, Body); 7] = [
             ("record_reader", record_reader),
             ("protocol", protocol),
             ("event_spec", event_spec),
             ("watch_spec", watch_spec),
             ("probe_spec", probe_spec),
             ("usdt_notes", usdt_notes),
+            ("otlp", otlp),
         ];
         for (name, body) in targets {
             let dir = std::fs::read_dir(format!("{seeds}/{name}")).unwrap();

@@ -5,11 +5,16 @@
 //!
 //! | case | program | what is compared |
 //! |---|---|---|
-//! | `workload-windows` | the bundled workload, alternating windows | each function's time share and window metrics with its own counts around every call |
-//! | `workload-short` | the same, fixed-period sampling at 200 us (short-only) | the same, and each metric with the windows run's (`modes`) |
+//! | `workload-windows` | the bundled workload at the default options | each function's time share and window metrics with its own counts around every call |
+//! | `workload-short` | the same, fixed-period sampling at the default window's length (short-only) | the same, and each metric with the windows run's (`modes`) |
+//! | `own-rates-2t`, `-1t`, `-8t` | `own_rates` (tests/c), the second family: page touching (1-256 pages, anonymous and file), sleeps (5 us-1 ms), pipe calls, computation, mixed code, on 2, 1 and 8 threads, at the default options | each function's faults and switches per ms with its own counts around batches of calls |
 //! | `short-threads-1ms`, `short-threads-300us` | `short_threads` (tests/c): 2000 threads of 1 ms, 3000 of 0.3 ms two at a time | the worker's and main's total shares with the CPU time the program measured |
 //! | `crash` | `crash_end` (tests/c) ended by exit, SIGKILL, abort() and SIGSEGV after 0.5 s | the samples kept against an exit's |
-//! | `coverage` | the workload, 20 short runs | how often the 95% intervals hold the truth |
+//! | `coverage` | `own_rates` on two threads, 20 short runs (and the workload, 20) | how often the 95% intervals hold the truth |
+//!
+//! Every row names its `family` (`workload` or `own_rates`) and carries its case's
+//! `correction_pct`: the share of the net window the report took out as the sampler's
+//! (the baseline, and the signal's delivery from call tails).
 //!
 //! A program's own clocks count the sampler's time where it lands (inside the functions
 //! it measures around); strobe's per-ms metrics are per ms of the program's own work. So
@@ -52,10 +57,36 @@ pub const MIN_EVENTS: f64 = 400.0;
 /// error is a fraction of a point anyway).
 const MIN_SHARE_PCT: f64 = 2.0;
 
-/// The windows run: alternation at a 1 ms period (about 1,000 windows per CPU-second).
-const WINDOWS_SPEC: &str = "{task-clock/period=1ms/,page-faults,context-switches}";
-/// Short-only: every sample ends one interval and starts the next.
-const SHORT_SPEC: &str = "{task-clock/period=200us,window=0/,page-faults,context-switches}";
+/// Short-only at the default window's length: every sample ends one interval and starts
+/// the next. (The windows runs take the default options: no `-e`.)
+const SHORT_SPEC: &str = "{task-clock/period=50us,window=0/,page-faults,context-switches}";
+
+/// The second family's cases: (case, threads, CPU seconds per thread, functions).
+const FAMILY: [(&str, u32, f64, &[&str]); 3] = [
+    (
+        "own-rates-2t",
+        2,
+        4.0,
+        &[
+            "touch_anon_1",
+            "touch_anon_16",
+            "touch_anon_256",
+            "touch_file_16",
+            "touch_file_256",
+            "mixed",
+            "compute",
+        ],
+    ),
+    ("own-rates-1t", 1, 5.0, &["nap_5us", "nap_100us", "pipe_rw", "compute"]),
+    (
+        "own-rates-8t",
+        8,
+        1.0,
+        &["touch_anon_1", "touch_anon_256", "nap_100us", "nap_1ms", "compute"],
+    ),
+];
+/// The coverage runs of the second family: two threads, one of each kind.
+const COVERAGE_FUNCS: &[&str] = &["touch_anon_16", "touch_file_256", "mixed", "nap_5us", "compute"];
 /// The short-threads programs' period (the trust tests'): at 500 us each 0.3 ms thread
 /// has a 55% chance of a sample, which keeps the worker's share within about a point.
 const THREADS_SPEC: &str = "{task-clock/period=500us/,page-faults}";
@@ -67,14 +98,30 @@ struct Plan {
     coverage_runs: usize,
     coverage_seconds: f64,
     crash_ms: u32,
+    /// The second family's CPU seconds, as a fraction of [`FAMILY`]'s.
+    family_scale: f64,
 }
 
 impl Plan {
     fn new(opts: &BenchOpts) -> Plan {
         if opts.quick {
-            Plan { seconds: 0.6, coverage_runs: 2, coverage_seconds: 0.5, crash_ms: 200 }
+            Plan {
+                seconds: 0.6,
+                coverage_runs: 2,
+                coverage_seconds: 0.5,
+                crash_ms: 200,
+                family_scale: 0.25,
+            }
         } else {
-            Plan { seconds: 3.0, coverage_runs: 20, coverage_seconds: 1.5, crash_ms: 500 }
+            Plan {
+                // At the default period a window per 7-10 ms of CPU: 12 s on two threads
+                // give the page-faulting function (a fifth of the time) some 500 windows.
+                seconds: 12.0,
+                coverage_runs: 20,
+                coverage_seconds: 3.0,
+                crash_ms: 500,
+                family_scale: 1.0,
+            }
         }
     }
 }
@@ -208,7 +255,7 @@ struct WorkloadRun {
 fn record_workload(
     exe: &Path,
     dir: &Path,
-    spec: &str,
+    spec: Option<&str>,
     seconds: f64,
     tag: &str,
 ) -> Result<WorkloadRun, BenchError> {
@@ -222,7 +269,8 @@ fn record_workload(
         "--truth".into(),
         truth_path.clone().into(),
     ];
-    let (status, _) = record(exe, &file, &["-e", spec], &command, &format!("workload ({tag})"))?;
+    let args: Vec<&str> = spec.map_or(Vec::new(), |s| vec!["-e", s]);
+    let (status, _) = record(exe, &file, &args, &command, &format!("workload ({tag})"))?;
     if !status.success() {
         return Err(BenchError::Other(format!("the workload ({tag}) failed: {status}")));
     }
@@ -262,6 +310,8 @@ const METRICS: [(&str, &str); 2] = [
 fn workload_rows(case: &str, run: &WorkloadRun, rows: &mut Vec<Value>) {
     let keep = 1.0 - run.facts.dilution();
     let net_window_ms = run.report["net_window"].as_f64().unwrap_or(0.0) / 1e6;
+    let correction = run.report["correction_pct"].as_f64();
+    let first = rows.len();
     for (name, cpu_pct, t) in truth_functions(&run.truth) {
         let f = function(&run.report, &name);
         let share = f.and_then(|f| f["time_pct"].as_f64()).unwrap_or(0.0);
@@ -288,6 +338,83 @@ fn workload_rows(case: &str, run: &WorkloadRun, rows: &mut Vec<Value>) {
                 "low": f[format!("{key}_low")].as_f64(), "high": f[format!("{key}_high")].as_f64(),
                 "error": 100.0 * (got - truth) / truth, "windows": windows,
                 "expected_events": expected, "judged": windows >= 100 && expected >= MIN_EVENTS,
+            }));
+        }
+    }
+    for r in &mut rows[first..] {
+        r["family"] = json!("workload");
+        r["correction_pct"] = json!(correction);
+    }
+}
+
+/// One run of the second family: its report, each function's truth line and the file's
+/// facts.
+struct FamilyRun {
+    report: Value,
+    truth: Vec<Map<String, Value>>,
+    facts: FileFacts,
+}
+
+fn record_family(
+    exe: &Path,
+    dir: &Path,
+    tag: &str,
+    threads: u32,
+    cpu_s: f64,
+    funcs: &[&str],
+) -> Result<FamilyRun, BenchError> {
+    let file = dir.join(format!("{tag}.strobe"));
+    let mut command: Vec<OsString> = vec![
+        strobe_testprogs::path("own_rates").into(),
+        threads.to_string().into(),
+        format!("{cpu_s:.2}").into(),
+    ];
+    command.extend(funcs.iter().map(OsString::from));
+    let (status, stdout) = record(exe, &file, &[], &command, &format!("own_rates ({tag})"))?;
+    if !status.success() {
+        return Err(BenchError::Other(format!("own_rates ({tag}) failed: {status}")));
+    }
+    let truth: Vec<Map<String, Value>> = stdout
+        .lines()
+        .filter(|l| l.starts_with("fn="))
+        .map(|l| {
+            let mut m = fields(l);
+            if let Some(name) = l.split_whitespace().next().and_then(|kv| kv.strip_prefix("fn=")) {
+                m.insert("fn".into(), json!(name));
+            }
+            m
+        })
+        .collect();
+    Ok(FamilyRun { report: report(exe, &file)?, truth, facts: read_facts(&file)? })
+}
+
+/// Rows of one run of the second family: each function's faults and switches per ms.
+fn family_rows(case: &str, run: &FamilyRun, rows: &mut Vec<Value>) {
+    let keep = 1.0 - run.facts.dilution();
+    let net_window_ms = run.report["net_window"].as_f64().unwrap_or(0.0) / 1e6;
+    let correction = run.report["correction_pct"].as_f64();
+    for t in &run.truth {
+        let name = t.get("fn").and_then(Value::as_str).unwrap_or("");
+        let Some(f) = function(&run.report, name) else { continue };
+        let windows = f["total_windows"].as_u64().unwrap_or(0);
+        for (key, truth_key) in [
+            ("total_page_faults_per_ms", "faults_per_ms"),
+            ("total_context_switches_per_ms", "switches_per_ms"),
+        ] {
+            let raw = t.get(truth_key).and_then(Value::as_f64).unwrap_or(0.0);
+            let Some(got) = f[key].as_f64() else { continue };
+            if raw <= 0.0 || windows == 0 {
+                continue;
+            }
+            let truth = raw / keep.max(0.1);
+            let expected = truth * windows as f64 * net_window_ms;
+            rows.push(json!({
+                "family": "own_rates", "case": case, "function": name, "metric": key,
+                "unit": "%", "truth": truth, "truth_raw": raw, "strobe": got,
+                "low": f[format!("{key}_low")].as_f64(), "high": f[format!("{key}_high")].as_f64(),
+                "error": 100.0 * (got - truth) / truth, "windows": windows,
+                "expected_events": expected, "judged": windows >= 100 && expected >= MIN_EVENTS,
+                "correction_pct": correction,
             }));
         }
     }
@@ -374,12 +501,10 @@ fn crash(exe: &Path, dir: &Path, ms: u32, rows: &mut Vec<Value>) -> Result<f64, 
     Ok(least)
 }
 
-/// Whether each judged quantity's interval holds its truth, over the runs.
-fn coverage(runs: &[WorkloadRun]) -> (u64, u64) {
+/// Whether each judged quantity's interval holds its truth, over the runs' rows.
+fn coverage(runs: &[Vec<Value>]) -> (u64, u64) {
     let (mut inside, mut total) = (0, 0);
-    for run in runs {
-        let mut rows = Vec::new();
-        workload_rows("coverage", run, &mut rows);
+    for rows in runs {
         for r in rows.iter().filter(|r| r["judged"] == true) {
             let (Some(lo), Some(hi), Some(t)) =
                 (r["low"].as_f64(), r["high"].as_f64(), r["truth"].as_f64())
@@ -409,12 +534,19 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let dir = scratch.path();
     let mut rows = Vec::new();
 
-    eprintln!("strobe bench accuracy: the workload, windows and short-only");
-    let windows = record_workload(&exe, dir, WINDOWS_SPEC, plan.seconds, "windows")?;
+    eprintln!("strobe bench accuracy: the workload, windows (default options) and short-only");
+    let windows = record_workload(&exe, dir, None, plan.seconds, "windows")?;
     workload_rows("workload-windows", &windows, &mut rows);
-    let short = record_workload(&exe, dir, SHORT_SPEC, plan.seconds, "short")?;
+    // Short-only samples every 50 us: a third of the time is enough.
+    let short = record_workload(&exe, dir, Some(SHORT_SPEC), plan.seconds / 3.0, "short")?;
     workload_rows("workload-short", &short, &mut rows);
     modes_rows(&windows, &short, &mut rows);
+
+    eprintln!("strobe bench accuracy: the second family (own_rates), default options");
+    for (case, threads, cpu_s, funcs) in FAMILY {
+        let run = record_family(&exe, dir, case, threads, cpu_s * plan.family_scale, funcs)?;
+        family_rows(case, &run, &mut rows);
+    }
 
     eprintln!("strobe bench accuracy: short threads");
     let (n1, n3) = if opts.quick { ("400", "600") } else { ("2000", "3000") };
@@ -424,18 +556,37 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     eprintln!("strobe bench accuracy: ends of the target");
     let kept = crash(&exe, dir, plan.crash_ms, &mut rows)?;
 
-    eprintln!("strobe bench accuracy: {} runs for interval coverage", plan.coverage_runs);
-    let mut runs = Vec::new();
+    eprintln!(
+        "strobe bench accuracy: {} runs of each family for interval coverage",
+        plan.coverage_runs
+    );
+    let (mut fam_runs, mut wl_runs) = (Vec::new(), Vec::new());
     for i in 0..plan.coverage_runs {
-        runs.push(record_workload(
-            &exe,
-            dir,
-            WINDOWS_SPEC,
-            plan.coverage_seconds,
-            &format!("c{i}"),
-        )?);
+        let tag = format!("cf{i}");
+        let run = record_family(&exe, dir, &tag, 2, plan.coverage_seconds, COVERAGE_FUNCS)?;
+        let mut r = Vec::new();
+        family_rows("coverage", &run, &mut r);
+        fam_runs.push(r);
+        let run = record_workload(&exe, dir, None, plan.coverage_seconds, &format!("cw{i}"))?;
+        let mut r = Vec::new();
+        workload_rows("coverage", &run, &mut r);
+        wl_runs.push(r);
     }
-    let (inside, total) = coverage(&runs);
+    let (inside, total) = coverage(&fam_runs);
+    let only = |needle: &str| -> Vec<Vec<Value>> {
+        fam_runs
+            .iter()
+            .map(|rows| {
+                rows.iter()
+                    .filter(|r| r["metric"].as_str().is_some_and(|m| m.contains(needle)))
+                    .cloned()
+                    .collect()
+            })
+            .collect()
+    };
+    let (faults_in, faults_total) = coverage(&only("fault"));
+    let (switch_in, switch_total) = coverage(&only("switch"));
+    let (wl_inside, wl_total) = coverage(&wl_runs);
     let coverage = if total > 0 { inside as f64 / total as f64 } else { 0.0 };
 
     let judged = |case: &str, unit: &str| {
@@ -445,19 +596,36 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             .filter_map(|r| r["error"].as_f64())
             .fold(0.0f64, |m, e| m.max(e.abs()))
     };
-    let max_metric = judged("workload", "%");
+    let max_metric = judged("workload", "%").max(judged("own-rates", "%"));
+    let max_own = judged("own-rates", "%");
     let max_modes = judged("modes", "%");
     let max_share = judged("workload", "points");
     let short_pts = s1.max(s3);
 
     let mut rep = BenchReport::new("accuracy");
     rep.extra.insert("max_metric_error_pct".into(), json!(max_metric));
+    rep.extra.insert("own_rates_max_error_pct".into(), json!(max_own));
+    rep.extra.insert("workload_coverage".into(), json!(wl_inside as f64 / wl_total.max(1) as f64));
+    rep.extra.insert("workload_coverage_checks".into(), json!(wl_total));
+    let corrections: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| Some((r["case"].as_str()?.to_string(), r["correction_pct"].as_f64()?)))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .map(|(case, pct)| json!({"case": case, "correction_pct": pct}))
+        .collect();
+    rep.extra.insert("correction_pct".into(), json!(corrections));
     rep.extra.insert("modes_max_difference_pct".into(), json!(max_modes));
     rep.extra.insert("max_share_error_points".into(), json!(max_share));
     rep.extra.insert("short_threads_error_points".into(), json!(short_pts));
     rep.extra.insert("crash_kept_fraction".into(), json!(kept));
     rep.extra.insert("interval_coverage".into(), json!(coverage));
     rep.extra.insert("interval_checks".into(), json!(total));
+    rep.extra.insert("coverage_runs".into(), json!(plan.coverage_runs));
+    rep.extra
+        .insert("coverage_faults".into(), json!({"inside": faults_in, "checks": faults_total}));
+    rep.extra
+        .insert("coverage_switches".into(), json!({"inside": switch_in, "checks": switch_total}));
     rep.extra.insert("sampler_share_windows".into(), json!(windows.facts.dilution()));
     rep.extra.insert("sampler_share_short".into(), json!(short.facts.dilution()));
     rep.extra.insert("machine".into(), json!(machine_summary()));
@@ -515,7 +683,7 @@ fn render(rows: &[Value], extra: &Map<String, Value>, quick: bool) -> String {
     let lines = [
         (
             format!(
-                "window metric error (metrics with >= {MIN_EVENTS} events in windows) {:.1}% (goal <= {GOAL_METRIC_PCT}%)",
+                "window metric error, both families (metrics with >= {MIN_EVENTS} events in windows) {:.1}% (goal <= {GOAL_METRIC_PCT}%)",
                 g("max_metric_error_pct")
             ),
             g("max_metric_error_pct") <= GOAL_METRIC_PCT,
@@ -550,15 +718,51 @@ fn render(rows: &[Value], extra: &Map<String, Value>, quick: bool) -> String {
         ),
         (
             format!(
-                "interval coverage {:.3} over {} checks (goal >= {GOAL_COVERAGE})",
+                "interval coverage (own_rates, {} runs) {:.3} over {} checks (goal >= {GOAL_COVERAGE})",
+                g("coverage_runs"),
                 g("interval_coverage"),
                 g("interval_checks")
             ),
             g("interval_coverage") >= GOAL_COVERAGE,
         ),
+        (
+            format!(
+                "interval coverage (workload) {:.3} over {} checks (goal >= {GOAL_COVERAGE})",
+                g("workload_coverage"),
+                g("workload_coverage_checks")
+            ),
+            g("workload_coverage") >= GOAL_COVERAGE,
+        ),
     ];
     for (text, ok) in lines {
         let _ = writeln!(t, "  {text}: {}", goal(ok));
+    }
+    let _ = writeln!(t, "  of which own_rates alone: {:.1}%", g("own_rates_max_error_pct"));
+    for (what, key) in
+        [("faults per ms", "coverage_faults"), ("switches per ms", "coverage_switches")]
+    {
+        if let Some(c) = extra.get(key) {
+            let _ = writeln!(
+                t,
+                "  own_rates coverage of {what}: {} of {}",
+                c["inside"].as_u64().unwrap_or(0),
+                c["checks"].as_u64().unwrap_or(0)
+            );
+        }
+    }
+    if let Some(list) = extra.get("correction_pct").and_then(Value::as_array) {
+        let _ = writeln!(
+            t,
+            "\ncorrection (share of the net window the report took out as the sampler's):"
+        );
+        for c in list {
+            let _ = writeln!(
+                t,
+                "  {:<20} {:.1}%",
+                c["case"].as_str().unwrap_or(""),
+                c["correction_pct"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
     }
     let _ = writeln!(
         t,

@@ -361,6 +361,9 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let perf_rate = n / perf_s;
     report.extra.insert("report_perf_data_samples_per_s".into(), json!(strobe_rate.round()));
     report.extra.insert("perf_report_samples_per_s".into(), json!(perf_rate.round()));
+    report
+        .extra
+        .insert("report_perf_data_vs_perf_report".into(), json!(r3(strobe_rate / perf_rate)));
     report.extra.insert("report_perf_data_samples".into(), json!(recorded.samples));
     report.extra.insert("machine".into(), json!(machine_summary()));
 

@@ -18,6 +18,7 @@ mod drive;
 pub mod accuracy;
 pub mod breakpoint;
 pub mod coverage;
+pub mod export;
 pub mod kernel_mode;
 pub mod probe;
 pub mod probe_uprobe;
@@ -80,6 +81,10 @@ pub const BENCHES: &[(&str, &str)] = &[
         "the coverage zoo: each function's share at the defaults vs perf and samply, accounted CPU, fds",
     ),
     (
+        "export",
+        "a recording as OTLP profiles vs pprof vs strobe's file: bytes/sample, CPU to encode and send",
+    ),
+    (
         "stacks",
         "--call-graph none vs fp vs dwarf: cost, bytes, complete stacks; report vs perf report -g",
     ),
@@ -98,6 +103,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "kernel-mode" => kernel_mode::run(opts),
         "stacks" => stacks::run(opts),
         "coverage" => coverage::run(opts),
+        "export" => export::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();
             Err(BenchError::Other(format!(

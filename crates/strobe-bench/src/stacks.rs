@@ -757,9 +757,12 @@ fn summarize(m: &Measured) -> BenchReport {
                 ours_sps / 1e6
             );
             report.extra.insert("perf_report_samples_per_s".into(), json!(perf_sps.round()));
-            report
-                .extra
-                .insert("strobe_report_perf_data_samples_per_s".into(), json!(ours_sps.round()));
+            // The same names as strobe bench kernel-mode's for the same figures.
+            report.extra.insert("report_perf_data_samples_per_s".into(), json!(ours_sps.round()));
+            report.extra.insert(
+                "report_perf_data_vs_perf_report".into(),
+                json!(r3(ours_sps / perf_sps.max(1e-12))),
+            );
             let ratio = sps / perf_sps.max(1e-12);
             goals.push((
                 format!("strobe report >= {GOAL_REPORT_VS_PERF}x perf report's samples/s"),

@@ -135,7 +135,7 @@ pub struct BaselineCounter {
 pub struct Baseline {
     /// Measured on windows (true) or on fixed-period intervals (false).
     pub windows: bool,
-    /// The interval asked for, leader units.
+    /// The interval asked for, leader units (the window, or the period).
     pub requested: u64,
     /// Intervals measured.
     pub intervals: u64,

@@ -46,19 +46,44 @@ impl EventGroup {
         kernel_allowed: bool,
         overflow_read: bool,
     ) -> Result<EventGroup, OpenError> {
+        let attrs = Self::sampling_attrs(spec, period, sig_data, kernel_allowed, overflow_read);
+        let Some((lattr, rest)) = attrs.split_first() else {
+            // A group spec has its leader (the parser makes sure).
+            let err = std::io::Error::from_raw_os_error(libc::EINVAL);
+            return Err(OpenError::diagnose(err, &crate::sys::new_attr(0, 0), 0, "an empty group"));
+        };
+        let leader = PerfEvent::open(lattr, target, None, &spec.leader().name)?;
+        let mut members = Vec::with_capacity(rest.len());
+        for (attr, e) in rest.iter().zip(spec.events.iter().skip(1)) {
+            members.push(PerfEvent::open(attr, target, Some(&leader), &e.name)?);
+        }
+        Ok(EventGroup { leader, members })
+    }
+
+    /// The attrs [`open_sampling`](Self::open_sampling) opens, leader first: the leader
+    /// samples (see [`GroupSpec::leader_attr`]; with `overflow_read` it also writes the
+    /// group's values at each overflow to its ring), the members count and follow the
+    /// leader's enable state.
+    pub fn sampling_attrs(
+        spec: &GroupSpec,
+        period: u64,
+        sig_data: u64,
+        kernel_allowed: bool,
+        overflow_read: bool,
+    ) -> Vec<crate::sys::perf_event_attr> {
+        let mut attrs = Vec::with_capacity(spec.events.len());
         let mut lattr = spec.leader_attr(period, sig_data, kernel_allowed);
         if overflow_read {
             lattr.sample_type = u64::from(crate::sys::PERF_SAMPLE_READ);
         }
-        let leader = PerfEvent::open(&lattr, target, None, &spec.leader().name)?;
-        let mut members = Vec::with_capacity(spec.events.len().saturating_sub(1));
-        for (i, e) in spec.events.iter().enumerate().skip(1) {
+        attrs.push(lattr);
+        for i in 1..spec.events.len() {
             let mut attr = spec.counting_attr(i, kernel_allowed);
             // Members follow the leader's enable state.
             attr.set_disabled(0);
-            members.push(PerfEvent::open(&attr, target, Some(&leader), &e.name)?);
+            attrs.push(attr);
         }
-        Ok(EventGroup { leader, members })
+        attrs
     }
 
     /// The sampling leader (read it for the whole group).

@@ -835,6 +835,56 @@ mod tests {
         assert!(g.to_spec_string().starts_with("{task-clock,page-faults"));
     }
 
+    /// The group a machine with a hardware PMU samples windows on (this VM has none, so
+    /// it cannot open it): instructions as the leader with a window in instructions,
+    /// cycles and branch misses counted beside it. Every field the kernel reads for it.
+    #[test]
+    fn the_instructions_window_group_has_the_attrs_a_pmu_needs() {
+        let g = parse("{instructions/window=20000/,cycles,branch-misses}", true).unwrap();
+        assert_eq!(names(&g), ["instructions", "cycles", "branch-misses"]);
+        assert_eq!((g.period, g.window), (None, Some(20_000)));
+        assert!(!g.leader().is_time, "windows are counted in instructions, not ns");
+        let attrs = crate::EventGroup::sampling_attrs(&g, 1_000_000, 0x7_0005, false, true);
+        assert_eq!(attrs.len(), 3);
+        let want = [
+            (sys::PERF_COUNT_HW_INSTRUCTIONS, 1_000_000),
+            (sys::PERF_COUNT_HW_CPU_CYCLES, 0),
+            (sys::PERF_COUNT_HW_BRANCH_MISSES, 0),
+        ];
+        for (i, (a, (config, period))) in attrs.iter().zip(want).enumerate() {
+            assert_eq!(a.type_, sys::PERF_TYPE_HARDWARE, "event {i}");
+            assert_eq!(a.config, u64::from(config), "event {i}");
+            assert_eq!(a.size as usize, std::mem::size_of::<sys::perf_event_attr>());
+            // SAFETY: reading the period member of the period/freq union the attr's
+            // constructor wrote (0 for a counting event).
+            assert_eq!(unsafe { a.__bindgen_anon_1.sample_period }, period, "event {i}");
+            assert_eq!(a.freq(), 0, "event {i}");
+            // At perf_event_paranoid 2 (kernel counting not allowed): user space only.
+            assert_eq!((a.exclude_user(), a.exclude_kernel()), (0, 1), "event {i}");
+        }
+        let (l, m) = (&attrs[0], &attrs[1..]);
+        assert_eq!(l.disabled(), 1, "the leader waits to be armed");
+        assert_eq!((l.sigtrap(), l.remove_on_exec(), l.sig_data), (1, 1, 0x7_0005));
+        assert_eq!(
+            l.read_format,
+            u64::from(
+                sys::PERF_FORMAT_GROUP
+                    | sys::PERF_FORMAT_TOTAL_TIME_ENABLED
+                    | sys::PERF_FORMAT_TOTAL_TIME_RUNNING
+            )
+        );
+        assert_eq!(l.sample_type, u64::from(sys::PERF_SAMPLE_READ), "the overflow ring's values");
+        for a in m {
+            assert_eq!((a.disabled(), a.sigtrap(), a.sample_type), (0, 0, 0));
+        }
+        // With kernel counting allowed, user and kernel.
+        let k = crate::EventGroup::sampling_attrs(&g, 1_000_000, 0, true, false);
+        assert!(k.iter().all(|a| a.exclude_kernel() == 0 && a.exclude_user() == 0));
+        assert_eq!(k[0].sample_type, 0, "no ring without windows' overflow reads");
+        // Without a PMU the same spec is refused before anything is opened.
+        assert!(g.check_pmu(false).is_err());
+    }
+
     #[test]
     fn short_windows_warn() {
         let g = p("task-clock/window=5us/").unwrap();

@@ -27,7 +27,7 @@ pub enum Error {
     #[error("this perf.data was written on a big-endian machine (magic \"2ELIFREP\"); strobe reads little-endian perf.data only: run `perf report` there")]
     BigEndian,
     /// The records are zstd-compressed (`perf record -z`).
-    #[error("byte {offset}: the records are zstd-compressed (perf record -z), which strobe does not read; record again without -z")]
+    #[error("byte {offset}: a zstd-compressed record (perf record -z) met by a reader of raw bytes; read the file through its uncompressed image (strobe_perfdata::decompress)")]
     Compressed {
         /// Where the compressed data (or the header announcing it) is.
         offset: u64,

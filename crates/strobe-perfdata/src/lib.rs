@@ -17,8 +17,9 @@
 //! - Bad input is a typed [`Error`] with the byte offset: nothing here panics, indexes
 //!   unchecked or sizes an allocation from a count the file claims.
 //! - Only little-endian files are read (perf's own cross-endian support is not
-//!   reproduced); zstd-compressed files (`perf record -z`) are refused with a clear
-//!   error.
+//!   reproduced). Files whose records are zstd-compressed (`perf record -z`:
+//!   COMPRESSED and COMPRESSED2 records, file and pipe mode) are read through their
+//!   uncompressed image ([`decompress`], which [`PerfFile`] applies).
 //!
 //! This crate must never know about reports, symbols or strobe's own record format: it
 //! turns bytes into perf's records and stops there.
@@ -26,6 +27,7 @@
 pub mod abi;
 mod attr;
 mod bytes;
+mod decompress;
 mod error;
 pub mod header;
 mod reader;
@@ -35,6 +37,7 @@ pub mod sample;
 use std::path::Path;
 
 pub use attr::Attr;
+pub use decompress::{decompress, MAX_RATIO};
 pub use error::Error;
 pub use header::{BuildId, EventAttr, FileInfo, GroupDesc};
 pub use reader::{Ordered, PerfData, Records};
@@ -52,10 +55,12 @@ pub fn is_perf_data(bytes: &[u8]) -> bool {
 }
 
 /// A perf.data file's bytes: memory-mapped for a regular file, read into memory for
-/// anything else (a pipe, `/dev/stdin`).
+/// anything else (a pipe, `/dev/stdin`); with compressed records, their uncompressed
+/// image.
 #[derive(Debug)]
 pub struct PerfFile {
     bytes: Bytes,
+    expanded: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -83,7 +88,9 @@ impl PerfFile {
             (&file).read_to_end(&mut v).map_err(io)?;
             Bytes::Read(v)
         };
-        Ok(PerfFile { bytes })
+        let mut me = PerfFile { bytes, expanded: None };
+        me.expanded = decompress(me.bytes())?;
+        Ok(me)
     }
 
     /// The file's bytes.
@@ -94,8 +101,13 @@ impl PerfFile {
         }
     }
 
-    /// Parses the file.
+    /// Parses the file (the uncompressed image of compressed records).
     pub fn parse(&self) -> Result<PerfData<'_>, Error> {
-        PerfData::parse(self.bytes())
+        PerfData::parse(self.expanded.as_deref().unwrap_or(self.bytes()))
+    }
+
+    /// True when the file's records were zstd-compressed.
+    pub fn was_compressed(&self) -> bool {
+        self.expanded.is_some()
     }
 }

@@ -107,9 +107,6 @@ impl<'a> PerfData<'a> {
 
     fn parse_file(bytes: &'a [u8]) -> Result<PerfData<'a>, Error> {
         let h = header::file_header(bytes)?;
-        if let Some(offset) = h.features.compressed_at {
-            return Err(Error::Compressed { offset });
-        }
         let len = bytes.len();
         let start =
             usize::try_from(h.data.offset).ok().filter(|&s| s <= len).ok_or(Error::Truncated {

@@ -90,6 +90,10 @@ pub struct ProcEntry {
     pub jitter: AtomicU64,
     /// The window (0: fixed-period sampling).
     pub window: AtomicU64,
+    /// Its claim's number (1, 2, ...: the order agents started in): an entry the
+    /// recorder freed is claimed again under a new number, so the number, not the
+    /// index, names one agent instance.
+    pub seq: AtomicU64,
 }
 
 impl ProcEntry {
@@ -179,6 +183,12 @@ pub struct ArenaHeader {
     high_water: AtomicU32,
     /// Agents that attached.
     attached: AtomicU32,
+    /// One past the highest process entry ever claimed.
+    proc_high_water: AtomicU32,
+    /// Process entries claimed so far (the last claim's number).
+    proc_claims: AtomicU64,
+    /// Agents that found every process entry taken.
+    no_proc: AtomicU32,
     /// Threads that could not get a slot (all taken).
     no_slot: AtomicU32,
     /// Threads whose events could not be opened (EMFILE: the open-file limit, ...).
@@ -595,8 +605,10 @@ impl Arena {
 
     /// Claims a process entry (an agent at start).
     pub fn claim_proc(&self, pid: u32, ppid: u32, stream: u32) -> Option<&ProcEntry> {
-        for p in self.procs() {
-            // Acquire on success: nothing to see; the entry is ours.
+        let h = self.header();
+        for (i, p) in self.procs().iter().enumerate() {
+            // Acquire on success: the recorder's Release store of Free ordered its last
+            // reads of the entry before our writes.
             if p.state.compare_exchange(0, u32::MAX, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 p.pid.store(pid, Ordering::Relaxed);
                 p.ppid.store(ppid, Ordering::Relaxed);
@@ -604,11 +616,44 @@ impl Arena {
                 p.period.store(0, Ordering::Relaxed);
                 p.jitter.store(0, Ordering::Relaxed);
                 p.window.store(0, Ordering::Relaxed);
+                // Relaxed: a unique number is all it needs; it is published with the
+                // entry by the Release store of Running below.
+                p.seq.store(h.proc_claims.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
+                // Relaxed: only bounds the recorder's scans; an entry above a stale bound
+                // is seen at its next scan.
+                h.proc_high_water.fetch_max(i as u32 + 1, Ordering::Relaxed);
                 p.set_state(ProcState::Running);
                 return Some(p);
             }
         }
+        h.no_proc.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// Frees process entry `index` for a later agent, if it still holds claim `seq` (the
+    /// recorder, once the process can no longer write: dead, or its image replaced).
+    /// Returns whether it did.
+    pub fn free_proc(&self, index: usize, seq: u64) -> bool {
+        let Some(p) = self.procs().get(index) else { return false };
+        // Only the recorder frees, and only a claim it saw published, so nothing can
+        // change the entry between this check and the store.
+        if p.state() == ProcState::Free || p.seq.load(Ordering::Relaxed) != seq {
+            return false;
+        }
+        // Release: the recorder's reads of the entry come before an agent's new claim
+        // (its Acquire compare-exchange) can write it.
+        p.state.store(0, Ordering::Release);
+        true
+    }
+
+    /// One past the highest process entry ever claimed.
+    pub fn proc_high_water(&self) -> usize {
+        self.header().proc_high_water.load(Ordering::Relaxed) as usize
+    }
+
+    /// Agents that found every process entry taken (they ran with the floor only).
+    pub fn processes_without_entry(&self) -> u32 {
+        self.header().no_proc.load(Ordering::Relaxed)
     }
 
     /// Wakes the recorder waiting on the pool's futex word (after `append` said so).
@@ -713,6 +758,7 @@ mod tests {
             calibrate: false,
             tail_dead: 0,
             cycle_extra: 0,
+            lateness: 0,
         }
     }
 
@@ -799,6 +845,29 @@ mod tests {
         let e = Arena::attach(&dir.join("missing")).unwrap_err().to_string();
         assert!(e.contains("cannot map the shared buffer"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Entries freed by the recorder serve later agents under new claim numbers; a free
+    /// of a claim the entry no longer holds does nothing; a full table is counted.
+    #[test]
+    fn process_entries_are_given_back_and_claimed_again() {
+        let sizes = ArenaSizes { procs: 3, ..ArenaSizes::for_pool(1 << 16, 4096, 1) };
+        let arena = Arena::create(sizes, &config()).unwrap();
+        let seqs: Vec<u64> = (0..3)
+            .map(|i| arena.claim_proc(100 + i, 1, 7 + i).unwrap().seq.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(arena.proc_high_water(), 3);
+        assert!(arena.claim_proc(200, 1, 20).is_none());
+        assert_eq!(arena.processes_without_entry(), 1);
+        assert!(!arena.free_proc(1, 1), "entry 1 holds claim 2");
+        assert!(arena.free_proc(1, 2));
+        assert!(!arena.free_proc(1, 2), "already free");
+        let p = arena.claim_proc(300, 1, 30).unwrap();
+        assert_eq!((p.pid.load(Ordering::Relaxed), p.seq.load(Ordering::Relaxed)), (300, 4));
+        assert_eq!(p.state(), ProcState::Running);
+        assert!(std::ptr::eq(p, &arena.procs()[1]), "the freed entry");
+        assert!(!arena.free_proc(1, 2), "an old claim cannot free the new one");
     }
 
     #[test]

@@ -7,12 +7,13 @@
 //!   kernel's overflow path before the counters stop, and the re-arming and `sigreturn`
 //!   after they start again. `strobe report` subtracts it from every interval's deltas.
 //!
-//! Owns: these values and their encoding. Must never decide how they are used.
+//! Owns: these values and their encoding (the baseline's type is the record file's, crate
+//! strobe-format, as the recorder writes it unchanged). Must never decide how they are used.
 
 use crate::wire::{DecodeError, Reader, Writer};
 
 /// The encoding's version.
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 
 /// Measured costs, in ns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,40 +26,13 @@ pub struct Costs {
     pub leader_per_ns: f64,
 }
 
-/// One counter's baseline: its mean delta per interval over the calibration's intervals,
-/// net of the calibration loop's own work, and the spread of that delta.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CounterBaseline {
-    /// Mean count per interval that is not the target's (leader units for the leader).
-    pub mean: f64,
-    /// Standard deviation of that count over the intervals.
-    pub sd: f64,
-}
+/// The empty-interval deltas of every counter of the group, leader first, and one
+/// counter's: the record file's types (crate strobe-format owns them), which the recorder
+/// writes as the calibration hands them over.
+pub use strobe_format::{Baseline, BaselineCounter};
 
-/// The empty-interval deltas of every counter of the group, leader first.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Baseline {
-    /// Measured on windows (true) or on the intervals of fixed-period sampling (false).
-    pub windows: bool,
-    /// The interval asked for, in leader units (the window, or the period).
-    pub requested: u64,
-    /// Intervals measured.
-    pub intervals: u64,
-    /// Mean time the calibration loop itself ran per interval, ns.
-    pub work_ns: f64,
-    /// Per counter, leader first.
-    pub counters: Vec<CounterBaseline>,
-    /// Per counter, leader first: what each counts between an overflow in user code and
-    /// the handler's group read (the delay a window's tail is measured against); empty
-    /// when the overflows' own values could not be read (no ring).
-    pub tail: Vec<CounterBaseline>,
-    /// Per counter, leader first: what each counts between a window's ending overflow
-    /// and the end handler's group read (empty: no ring).
-    pub end: Vec<CounterBaseline>,
-    /// What the leader does not count per time sample (leader units): the thread's CPU
-    /// time while the group is stopped (a window's end handler).
-    pub uncounted: f64,
-}
+/// The agent's name for [`BaselineCounter`].
+pub use strobe_format::BaselineCounter as CounterBaseline;
 
 /// What the calibration process reports.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -69,6 +43,11 @@ pub struct Calibration {
     pub baseline: Option<Baseline>,
     /// Why something could not be measured, one line each.
     pub notes: Vec<String>,
+    /// The leader's mean count from a window's expiry to its interrupt's read (leader
+    /// units), on the baseline's windows, which the calibration loop spent on its CPU (0:
+    /// not measured). A thread's windows switched out of end that much before their
+    /// interrupt until the thread has measured its own (`strobe_sampler::alternate`).
+    pub lateness: f64,
 }
 
 impl Calibration {
@@ -99,6 +78,7 @@ impl Calibration {
                 }
             }
         }
+        w.f64(self.lateness);
         w.u64(self.notes.len() as u64);
         for n in &self.notes {
             w.bytes(n.as_bytes());
@@ -127,7 +107,7 @@ impl Calibration {
             let intervals = r.u64("the baseline's interval count")?;
             let work_ns = r.f64("the baseline's work")?;
             let uncounted = r.f64("the baseline's uncounted time")?;
-            let mut list = || -> Result<Vec<CounterBaseline>, DecodeError> {
+            let mut list = || -> Result<Vec<BaselineCounter>, DecodeError> {
                 let n = r.u64("the baseline's counter count")?;
                 if n > 64 {
                     return Err(DecodeError {
@@ -137,7 +117,7 @@ impl Calibration {
                 }
                 let mut v = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    v.push(CounterBaseline {
+                    v.push(BaselineCounter {
                         mean: r.f64("a counter's baseline")?,
                         sd: r.f64("its spread")?,
                     });
@@ -160,12 +140,13 @@ impl Calibration {
         } else {
             None
         };
+        let lateness = r.f64("the windows' lateness")?;
         let n = r.u64("the note count")?;
         let mut notes = Vec::new();
         for _ in 0..n.min(64) {
             notes.push(r.str("a note")?);
         }
-        Ok(Calibration { costs, baseline, notes })
+        Ok(Calibration { costs, baseline, notes, lateness })
     }
 }
 
@@ -183,20 +164,21 @@ mod tests {
                 intervals: 180,
                 work_ns: 11_500.5,
                 counters: vec![
-                    CounterBaseline { mean: 27_900.0, sd: 800.0 },
-                    CounterBaseline { mean: 0.01, sd: 0.1 },
+                    BaselineCounter { mean: 27_900.0, sd: 800.0 },
+                    BaselineCounter { mean: 0.01, sd: 0.1 },
                 ],
                 tail: vec![
-                    CounterBaseline { mean: 9_300.0, sd: 1_500.0 },
-                    CounterBaseline { mean: 0.0, sd: 0.0 },
+                    BaselineCounter { mean: 9_300.0, sd: 1_500.0 },
+                    BaselineCounter { mean: 0.0, sd: 0.0 },
                 ],
                 end: vec![
-                    CounterBaseline { mean: 13_000.0, sd: 900.0 },
-                    CounterBaseline { mean: 0.0, sd: 0.0 },
+                    BaselineCounter { mean: 13_000.0, sd: 900.0 },
+                    BaselineCounter { mean: 0.0, sd: 0.0 },
                 ],
                 uncounted: 12_000.0,
             }),
             notes: vec!["a note".into()],
+            lateness: 17_000.0,
         };
         let bytes = c.encode();
         assert_eq!(Calibration::decode(&bytes).unwrap(), c);

@@ -99,6 +99,9 @@ pub struct RecordConfig {
     /// What the leader counts per sampling cycle beyond the long period and the window
     /// (the sampler's own counted time), as the calibration measured it (0: unknown).
     pub cycle_extra: u64,
+    /// The leader's count from a window's expiry to its interrupt's read, as the
+    /// calibration measured it (0: unknown; see `strobe_sampler::alternate`).
+    pub lateness: u64,
 }
 
 impl RecordConfig {
@@ -116,7 +119,8 @@ impl RecordConfig {
             .u64(u64::from(self.max_depth))
             .bool(self.calibrate)
             .u64(self.tail_dead)
-            .u64(self.cycle_extra);
+            .u64(self.cycle_extra)
+            .u64(self.lateness);
         match &self.costs {
             None => {
                 w.bool(false);
@@ -150,6 +154,7 @@ impl RecordConfig {
         let calibrate = r.bool("the calibration flag")?;
         let tail_dead = r.u64("the tail's dead count")?;
         let cycle_extra = r.u64("the cycle's extra count")?;
+        let lateness = r.u64("the windows' lateness")?;
         let costs = if r.bool("the costs flag")? {
             Some(Costs {
                 sample_ns: r.u64("the cost per sample")?,
@@ -172,6 +177,7 @@ impl RecordConfig {
             calibrate,
             tail_dead,
             cycle_extra,
+            lateness,
         })
     }
 }
@@ -194,6 +200,7 @@ mod tests {
             calibrate: false,
             tail_dead: 9_300,
             cycle_extra: 61_000,
+            lateness: 17_000,
         }
     }
 

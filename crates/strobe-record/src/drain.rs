@@ -332,6 +332,9 @@ impl<'a> Drainer<'a> {
             self.served.freed(index, tid, from, to, now);
             self.add_served_cpu(pid, tid, cpu);
         }
+        // The gone processes' data was read in this pass: their table entries can serve
+        // later agents.
+        self.procs.free_gone(self.arena, &gone);
         self.totals.passes += 1;
         self.totals.malformed += stats.malformed;
         if self.maps_at.elapsed() >= MAPS_EVERY {
@@ -468,7 +471,7 @@ impl<'a> Drainer<'a> {
         let procs: Vec<_> = self.procs.all().cloned().collect();
         for p in &procs {
             let st = self.streams.entry(p.stream).or_default();
-            let last_image = !procs.iter().any(|q| q.pid == p.pid && q.index > p.index);
+            let last_image = !self.procs.replaced(p);
             let this = launched.filter(|l| l.pid == p.pid && last_image);
             let (cpu_ns, tree_cpu_ns) =
                 (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));

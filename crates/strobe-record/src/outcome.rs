@@ -61,6 +61,13 @@ fn agent_warnings(arena: &Arena, w: &mut Vec<String>) {
             arena.slots().len()
         ));
     }
+    let no_proc = arena.processes_without_entry();
+    if no_proc > 0 {
+        w.push(format!(
+            "{no_proc} processes found every agent process entry taken (more than {} alive              at once): the kernel floor sampled them, without window metrics",
+            arena.procs().len()
+        ));
+    }
     let no_events = arena.threads_without_events();
     if no_events > 0 {
         w.push(format!(

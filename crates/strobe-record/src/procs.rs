@@ -2,10 +2,12 @@
 //! from outside, each process's liveness, and which streams can no longer write (so
 //! their threads' last blocks can be drained and freed).
 //!
-//! Owns: that bookkeeping. Must never call a stream gone while a thread of it may still
-//! append to the arena (its blocks would be reused under it): a stream is gone only when
-//! its process is dead (reaped, a zombie, or no longer in /proc) or its image was
-//! replaced (exec: the new image's agent registered with the same pid).
+//! Owns: that bookkeeping, and giving a gone process's table entry back for a later
+//! agent (a build's thousands of short processes pass through a table of 4096).
+//! Must never call a stream gone while a thread of it may still append to the arena
+//! (its blocks would be reused under it): a stream is gone only when its process is dead
+//! (reaped, a zombie, or no longer in /proc) or its image was replaced (exec: the new
+//! image's agent registered with the same pid).
 
 use std::collections::BTreeMap;
 
@@ -15,9 +17,12 @@ use strobe_protocol::{Arena, ProcState};
 /// One process (one agent instance: a process, or one image of it).
 #[derive(Debug, Clone)]
 pub struct Proc {
-    /// Its index in the process table (claims only grow, so later images have higher
-    /// indices).
+    /// Its index in the process table.
     pub index: usize,
+    /// Its claim's number (later images of a process have higher numbers).
+    pub seq: u64,
+    /// Its table entry was given back (the process can no longer write).
+    pub freed: bool,
     /// Process id.
     pub pid: u32,
     /// Record stream.
@@ -31,7 +36,8 @@ pub struct Proc {
 /// The processes seen so far.
 #[derive(Debug, Default)]
 pub struct Procs {
-    procs: BTreeMap<usize, Proc>,
+    /// By claim number.
+    procs: BTreeMap<u64, Proc>,
     /// Pids the recorder reaped itself (the launched command).
     reaped: FxHashSet<u32>,
 }
@@ -75,21 +81,27 @@ impl Procs {
     /// Reads the process table again and checks the liveness of every process that
     /// could still write.
     pub fn refresh(&mut self, arena: &Arena) {
-        for (index, e) in arena.procs().iter().enumerate() {
+        let high = arena.proc_high_water();
+        for (index, e) in arena.procs().iter().enumerate().take(high) {
             let state = e.state();
             if state == ProcState::Free {
-                // Entries are claimed in index order and never freed: the rest are free
-                // too, except one being claimed right now, which the next refresh sees.
-                if !self.procs.contains_key(&index) {
-                    break;
-                }
+                // Never claimed, given back, or being claimed right now (the next refresh
+                // sees it).
                 continue;
             }
             // Relaxed: set before the agent published Running (Release, read above).
+            let seq = e.seq.load(std::sync::atomic::Ordering::Relaxed);
             let pid = e.pid.load(std::sync::atomic::Ordering::Relaxed);
             let stream = e.stream.load(std::sync::atomic::Ordering::Relaxed);
-            let p =
-                self.procs.entry(index).or_insert(Proc { index, pid, stream, state, dead: false });
+            let p = self.procs.entry(seq).or_insert(Proc {
+                index,
+                seq,
+                pid,
+                stream,
+                state,
+                dead: false,
+                freed: false,
+            });
             p.state = state;
             if !p.dead {
                 p.dead = self.reaped.contains(&pid) || pid_dead(pid);
@@ -110,12 +122,26 @@ impl Procs {
         let mut gone = FxHashSet::default();
         for p in self.procs.values() {
             let replaced = p.state == ProcState::Execed
-                && self.procs.values().any(|q| q.pid == p.pid && q.index > p.index);
+                && self.procs.values().any(|q| q.pid == p.pid && q.seq > p.seq);
             if p.dead || replaced {
                 gone.insert(p.stream);
             }
         }
         gone
+    }
+
+    /// Gives back the table entries of processes in `gone` (streams whose data the
+    /// caller has drained: nothing will write or read the entries again).
+    pub fn free_gone(&mut self, arena: &Arena, gone: &FxHashSet<u32>) {
+        for p in self.procs.values_mut().filter(|p| !p.freed && gone.contains(&p.stream)) {
+            arena.free_proc(p.index, p.seq);
+            p.freed = true;
+        }
+    }
+
+    /// Whether a later image of `p`'s process registered.
+    pub fn replaced(&self, p: &Proc) -> bool {
+        self.procs.values().any(|q| q.pid == p.pid && q.seq > p.seq)
     }
 
     /// Processes that may still run (not dead; an Execed entry whose new image has not
@@ -144,6 +170,53 @@ impl Procs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dead process's entry is given back once its stream is gone, and the next
+    /// agent's claim of it is a new process, not the old one come back; an exec'd image
+    /// is replaced by its successor whichever entry that got.
+    #[test]
+    fn gone_processes_give_their_entries_back() {
+        let cfg = strobe_protocol::RecordConfig {
+            output: "/tmp/x.strobe".into(),
+            events: "task-clock".into(),
+            hardware: false,
+            kernel: false,
+            overhead_ppm: 20_000,
+            follow_fork: true,
+            call_graph: strobe_protocol::CallGraph::None,
+            max_depth: 1,
+            costs: None,
+            calibrate: false,
+            tail_dead: 0,
+            cycle_extra: 0,
+            lateness: 0,
+        };
+        let sizes = strobe_protocol::ArenaSizes {
+            procs: 2,
+            ..strobe_protocol::ArenaSizes::for_pool(1 << 16, 4096, 1)
+        };
+        let arena = Arena::create(sizes, &cfg).unwrap();
+        let me = std::process::id();
+        // An image of this (live) process that exec'd, and a process already reaped.
+        arena.claim_proc(me, 1, 10).unwrap().set_state(ProcState::Execed);
+        arena.claim_proc(4_000_000, 1, 11).unwrap();
+        let mut procs = Procs::default();
+        procs.reaped(4_000_000);
+        procs.refresh(&arena);
+        let gone = procs.gone_streams();
+        assert_eq!(gone.iter().copied().collect::<Vec<_>>(), [11], "the image is not replaced yet");
+        procs.free_gone(&arena, &gone);
+        // The exec'd image's successor takes the freed entry (index 1).
+        let e = arena.claim_proc(me, 1, 12).unwrap();
+        assert!(std::ptr::eq(e, &arena.procs()[1]));
+        procs.refresh(&arena);
+        assert_eq!(procs.len(), 3, "three agent instances, two entries");
+        let mut gone: Vec<u32> = procs.gone_streams().into_iter().collect();
+        gone.sort_unstable();
+        assert_eq!(gone, [10, 11], "replaced by a later claim in a lower index");
+        let running: Vec<u32> = procs.running().map(|p| p.stream).collect();
+        assert_eq!(running, [12]);
+    }
 
     #[test]
     fn a_process_cpu_time_is_read_from_proc() {

@@ -102,6 +102,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         calibrate: false,
         tail_dead: 0,
         cycle_extra: 0,
+        lateness: 0,
     };
     let calibration = crate::calibrate::run(&opts.calibration_command, &opts.agent, &config);
     let baseline = calibration.as_ref().ok().and_then(|c| c.baseline.as_ref());
@@ -110,6 +111,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         costs,
         tail_dead: baseline.map_or(0, tail_dead),
         cycle_extra: baseline.map_or(0, cycle_extra),
+        lateness: calibration.as_ref().map_or(0, |c| c.lateness.max(0.0).round() as u64),
         ..config
     };
     let window = spec.window_or_default();

@@ -142,6 +142,13 @@ impl Aggregator {
         self.t.spaces.set_kallsyms(table);
     }
 
+    /// Names kernel addresses no added symbol covers from the running kernel's table,
+    /// given as the text of `/proc/kallsyms` (only the symbols the report's addresses
+    /// need are parsed).
+    pub fn set_kallsyms_text(&mut self, text: String) {
+        self.t.spaces.set_kallsyms_text(text);
+    }
+
     /// Adds an interval thread `tid` of `pid` spent switched out (`ns` long), leaving at
     /// `ip` with callers `stack` (preempted: runnable, waiting for a CPU).
     pub fn add_off_cpu(&mut self, pid: u32, ip: u64, stack: u32, ns: u64, preempted: bool) {
@@ -455,7 +462,9 @@ impl Aggregator {
                 dst.copy_from_slice(src);
                 slot.start_values[n..].fill(0);
                 slot.start_overflow = pending.filter(|_| !slot.plain);
-                slot.start_overflow_values = slot.pending_values;
+                if slot.start_overflow.is_some() {
+                    slot.start_overflow_values = slot.pending_values;
+                }
                 let leader = s.values.first().copied().unwrap_or(0);
                 if slot.time_samples == 0 || slot.pid != s.pid {
                     slot.pid = s.pid;
@@ -478,7 +487,7 @@ impl Aggregator {
     /// `policy`.
     pub fn finish(mut self, policy: WindowPolicy) -> Report {
         self.t.unpaired += self.slots.iter().filter(|s| s.open && !s.plain).count() as u64;
-        Report::build(self.t, policy)
+        crate::build::build(self.t, policy)
     }
 }
 
@@ -517,6 +526,7 @@ fn close_window(
         t.paired += 1;
         t.leader_raw += raw[0];
         t.leader_net += net[0];
+        t.correction_sum += beta(&t.beta_plain, 0);
         return Some(net);
     }
     let start = &slot.start_values[..width];
@@ -534,6 +544,7 @@ fn close_window(
     } else {
         t.info.window as f64
     };
+    let mut correction = beta(&t.beta_window, 0) + if stopped { beta(&t.beta_end, 0) } else { 0.0 };
     let mut boundary = [0f64; MAX_COUNTERS];
     match slot.start_overflow {
         Some(SampleKind::CallTail) => {
@@ -541,11 +552,11 @@ fn close_window(
             let tail = delta(&slot.start_overflow_values[..width], start)?;
             let tail_net: Vec<f64> = (0..width).map(|i| tail[i] - beta(&t.beta_tail, i)).collect();
             let tail_time = tail_net.first().copied().unwrap_or(0.0);
-            if tail_time <= 0.0 {
-                return None;
-            }
             t.tail_windows += 1;
             if raw[0] == 0.0 {
+                if tail_time <= 0.0 {
+                    return None;
+                }
                 // The tail was a whole window: scaled to what a window covers on
                 // average, so it weighs as one window, not as the call's remainder.
                 let k = mean_net / tail_time;
@@ -555,9 +566,12 @@ fn close_window(
                 t.tail_only_windows += 1;
                 return Some(net);
             }
+            // Signed: the calibrated delay is a mean, so a short call's tail comes out
+            // below zero as often as above, and only the sum is right.
             for (x, v) in net.iter_mut().zip(&tail_net) {
                 *x += v;
             }
+            correction += beta(&t.beta_tail, 0);
         }
         Some(_) => {
             let b = delta(&slot.start_overflow_values[..width], start)?;
@@ -588,5 +602,6 @@ fn close_window(
     t.paired += 1;
     t.leader_raw += raw[0];
     t.leader_net += net[0];
+    t.correction_sum += correction;
     Some(net)
 }

@@ -87,48 +87,11 @@ pub struct Sample<'a> {
     pub values: &'a [u64],
 }
 
-/// One node of a process's stack table: a caller frame (a return address) under the
-/// node one frame further out. Node ids start at 1; 0 is the root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StackNode {
-    /// The node one frame further out (0: this frame is the outermost).
-    pub parent: u32,
-    /// The return address.
-    pub addr: u64,
-}
-
-/// One counter's empty-window baseline.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BaselineCounter {
-    /// Mean count per window that is not the target's own.
-    pub mean: f64,
-    /// Its standard deviation over the calibration's windows.
-    pub sd: f64,
-}
-
-/// What every counter counts in a window that is not the target's own work, measured
-/// before the target started; subtracted from every window.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Baseline {
-    /// Measured on alternation windows (true) or fixed-period intervals (false).
-    pub windows: bool,
-    /// Windows the calibration measured.
-    pub intervals: u64,
-    /// Mean time the calibration's own loop ran per window, ns.
-    pub work_ns: f64,
-    /// Per counter, in the order of [`RecordInfo::events`].
-    pub counters: Vec<BaselineCounter>,
-    /// Per counter: what the delay from a window's starting overflow to the handler's
-    /// read counts that is the sampler's (from a `CallTail` or `Overflow` to its
-    /// `WindowStart`; empty: none measured).
-    pub tail: Vec<BaselineCounter>,
-    /// Per counter: the same from a window's ending overflow to the end handler's read
-    /// (an `Overflow` to its `WindowEnd`; empty: none measured).
-    pub end: Vec<BaselineCounter>,
-    /// What the leader does not count per time sample (leader units): the thread's CPU
-    /// time while the group is stopped (0: unknown).
-    pub uncounted: f64,
-}
+/// A stack-table node, a counter's baseline and the baseline (what every counter counts
+/// in a window that is not the target's own work, subtracted from every window): the
+/// record file's types (crate strobe-format owns them), plain data the engine takes as
+/// they are, whatever the source.
+pub use strobe_format::{Baseline, BaselineCounter, StackNode};
 
 /// A kernel function: where it starts, how long it is, its name and module (empty for the
 /// kernel image). Kernel-mode recordings carry the ones they hit; a perf.data report

@@ -40,18 +40,27 @@ pub struct JitSymbols {
 
 impl JitSymbols {
     /// Loads the JIT symbol files of process `pid`: `/tmp/perf-PID.map` and the jitdump
-    /// file among `mapped` (paths the process had mapped), or in the usual places.
-    pub fn load<'a>(pid: u32, mapped: impl IntoIterator<Item = &'a str>) -> JitSymbols {
+    /// file among `mapped` (paths the process had mapped), or in the usual places; under
+    /// `symfs` instead of `/` when given (then not in the home directory).
+    pub fn load<'a>(
+        pid: u32,
+        mapped: impl IntoIterator<Item = &'a str>,
+        symfs: Option<&Path>,
+    ) -> JitSymbols {
+        let under = |p: &str| match symfs {
+            Some(root) => root.join(p.trim_start_matches('/')),
+            None => PathBuf::from(p),
+        };
         let mut out = JitSymbols::default();
         let dump_name = format!("jit-{pid}.dump");
         let mut dumps: Vec<PathBuf> = mapped
             .into_iter()
             .filter(|p| Path::new(p).file_name().is_some_and(|n| n == dump_name.as_str()))
-            .map(PathBuf::from)
+            .map(under)
             .collect();
         if dumps.is_empty() {
-            dumps.push(Path::new("/tmp").join(&dump_name));
-            if let Some(home) = std::env::var_os("HOME") {
+            dumps.push(under("/tmp").join(&dump_name));
+            if let Some(home) = std::env::var_os("HOME").filter(|_| symfs.is_none()) {
                 let jit = Path::new(&home).join(".debug/jit");
                 if let Ok(dirs) = std::fs::read_dir(jit) {
                     dumps.extend(dirs.flatten().map(|d| d.path().join(&dump_name)));
@@ -67,7 +76,7 @@ impl JitSymbols {
             }
         }
         // The map file last: for the same range, its later entries win.
-        let map = format!("/tmp/perf-{pid}.map");
+        let map = under(&format!("/tmp/perf-{pid}.map"));
         if let Ok(text) = std::fs::read_to_string(&map) {
             out.add(&format!("perf-{pid}.map"), parse_perf_map(&text));
         }

@@ -8,8 +8,9 @@
 //!    counted by IP. No allocation per sample, no symbolization.
 //! 3. `symbolize`: each unique IP normalized with the recorded mappings to (file, file
 //!    offset) and symbolized once with blazesym.
-//! 4. [`Report`] (`report`): addresses folded to functions; window deltas attributed
-//!    under a [`WindowPolicy`].
+//! 4. [`Report`] (`report`), built by the phases of `build` (address interning, function
+//!    folding, call paths, samples, off-CPU time, windows under a [`WindowPolicy`],
+//!    inclusive windows, the unsampled rows, pruning).
 //! 5. [`metrics`]: the table of derived metrics and their formulas.
 //! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
 //!
@@ -29,6 +30,7 @@
 
 mod accounting;
 mod aggregate;
+mod build;
 pub mod calltree;
 pub mod diff;
 mod error;

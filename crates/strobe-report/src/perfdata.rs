@@ -50,6 +50,8 @@ pub struct PerfDataOptions {
     /// The event whose samples make the report (`task-clock:u`, or `task-clock`); the
     /// first sampling event when `None`.
     pub event: Option<String>,
+    /// How addresses are named.
+    pub symbols: crate::SymbolOptions,
 }
 
 /// The process key under which the kernel's pseudo mapping is added (perf's pid -1).
@@ -92,7 +94,15 @@ pub fn load(
         command: data.info().command.clone(),
         source: Some(source_line(data, chosen, group)),
     };
-    let mut feed = Feed::new(Aggregator::new(info)?, group);
+    let mut agg = Aggregator::new(info)?;
+    agg.set_symbol_options(opts.symbols.clone());
+    let mut feed = Feed::new(agg, group);
+    // The kernel formats /proc/kallsyms on each read, which takes longer than the rest of
+    // a report of a few hundred thousand samples: read it meanwhile, on another thread,
+    // when the event can sample the kernel and the file was recorded here.
+    let kallsyms =
+        (opts.symbols.kallsyms.is_none() && !attr.exclude_kernel() && recorded_here(data).is_ok())
+            .then(|| std::thread::spawn(strobe_target::kallsyms::read_text));
     if let Some(bytes) = cached_vdso(data) {
         feed.agg.add_image("[vdso]".into(), bytes);
     }
@@ -145,8 +155,9 @@ pub fn load(
         }
     }
     if feed.kernel_samples > 0 || feed.kernel_frames {
-        match this_kernels_symbols(data) {
-            Ok(table) => feed.agg.set_kallsyms(table),
+        match kernel_symbols(data, opts.symbols.kallsyms.as_deref(), kallsyms) {
+            Ok(KernelTable::Parsed(table)) => feed.agg.set_kallsyms(table),
+            Ok(KernelTable::Text(text)) => feed.agg.set_kallsyms_text(text),
             Err(why) if feed.kernel_samples > 0 => notes.push(format!(
                 "{} kernel samples are reported as one row, [unknown in {KERNEL_MODULE}] ({why})",
                 feed.kernel_samples
@@ -296,12 +307,44 @@ impl Feed {
     }
 }
 
-/// The running kernel's symbols, if the file was recorded on this kernel (the build id
-/// perf saved for `[kernel.kallsyms]` is the running kernel's) and `/proc/kallsyms`
-/// shows addresses; otherwise why not.
-fn this_kernels_symbols(
+/// Where kernel names come from.
+enum KernelTable {
+    /// A table given by the user (`--kallsyms`), parsed whole.
+    Parsed(strobe_target::kallsyms::Kallsyms),
+    /// The running kernel's `/proc/kallsyms` text, parsed for the addresses needed.
+    Text(String),
+}
+
+/// The kernel's symbols: from `kallsyms` when given (a copy the user vouches for), else
+/// the running kernel's (read by `reading`, when it was started), if the file was recorded
+/// on this kernel and `/proc/kallsyms` shows addresses; otherwise why not.
+fn kernel_symbols(
     data: &PerfData<'_>,
-) -> Result<strobe_target::kallsyms::Kallsyms, &'static str> {
+    kallsyms: Option<&Path>,
+    reading: Option<std::thread::JoinHandle<Option<String>>>,
+) -> Result<KernelTable, &'static str> {
+    if let Some(file) = kallsyms {
+        let text =
+            std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
+        return strobe_target::kallsyms::Kallsyms::parse(&text)
+            .map(KernelTable::Parsed)
+            .ok_or("the --kallsyms file lists no text symbol with an address");
+    }
+    recorded_here(data)?;
+    let text = match reading {
+        Some(thread) => thread.join().ok().flatten(),
+        None => strobe_target::kallsyms::read_text(),
+    };
+    let hidden = "/proc/kallsyms hides addresses here (kernel.kptr_restrict)";
+    let text = text.ok_or(hidden)?;
+    // Hidden addresses read as zeros.
+    let shows = text.lines().next().is_some_and(|l| !l.starts_with("0000000000000000"));
+    shows.then_some(KernelTable::Text(text)).ok_or(hidden)
+}
+
+/// Whether the file was recorded on the running kernel: the build id perf saved for
+/// `[kernel.kallsyms]` is the running kernel's.
+fn recorded_here(data: &PerfData<'_>) -> Result<(), &'static str> {
     let recorded = data
         .info()
         .build_ids
@@ -315,8 +358,7 @@ fn this_kernels_symbols(
     if recorded.id.get(..n) != running.get(..n) {
         return Err("it was recorded on another kernel");
     }
-    strobe_target::kallsyms::Kallsyms::load()
-        .ok_or("/proc/kallsyms hides addresses here (kernel.kptr_restrict)")
+    Ok(())
 }
 
 /// The vDSO image perf cached for this recording, if its build-id cache has it.
@@ -605,7 +647,8 @@ mod tests {
     fn report(bytes: &[u8], event: Option<&str>) -> Result<Loaded, ReportError> {
         let data = PerfData::parse(bytes)
             .map_err(|e| ReportError::PerfData { file: String::new(), error: e })?;
-        load(&data, WindowPolicy::Discard, &PerfDataOptions { event: event.map(str::to_string) })
+        let opts = PerfDataOptions { event: event.map(str::to_string), ..Default::default() };
+        load(&data, WindowPolicy::Discard, &opts)
     }
 
     fn samples(l: &Loaded, f: &str) -> u64 {

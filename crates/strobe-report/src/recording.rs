@@ -14,11 +14,11 @@
 
 use std::path::Path;
 
+use rustc_hash::FxHashMap;
 use strobe_format::{NoteLevel, ProcessOrigin, Reader, Record};
 
 use crate::accounting::Accounting;
-
-use crate::input::{Baseline, BaselineCounter, Mapping, RecordInfo, Sample, SampleKind, StackNode};
+use crate::input::{Mapping, RecordInfo, Sample, SampleKind};
 use crate::{Aggregator, Report, ReportError, WindowPolicy};
 
 /// A report built from a record file, with what the user must be told about the file.
@@ -71,68 +71,95 @@ pub fn read_with(
     opts: &ReadOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Loaded, ReportError> {
-    let policy = opts.policy;
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
     let mut next_progress = 0u64;
     let mut reader = Reader::open(path)?;
     let header = reader.header().clone();
-    let info = RecordInfo {
-        events: header.events.iter().map(|e| e.name.clone()).collect(),
-        period: header.period.unwrap_or(0),
-        window: header.window.unwrap_or(0),
-        jitter: header.jitter.unwrap_or(0),
-        command: header.command.clone(),
-        // A kernel-mode recording says so, and why, in the report's header.
-        source: (header.mode == strobe_format::RecordMode::Kernel)
-            .then(|| format!("kernel mode (perf ring buffers): {}", header.mode_reason)),
-    };
-    let leader_is_time = header.events.first().is_some_and(|e| e.is_time);
-    let clock =
-        crate::firefox::ClockStart { unix_ns: header.start_unix_ns, mono_ns: header.start_mono_ns };
-    let mut agg = Aggregator::new(info)?;
-    agg.set_symbol_options(opts.symbols.clone());
-    if opts.timeline {
-        agg.keep_timeline();
-    }
-    // Each stream's mean sampling cycle (ns), to turn unsampled time into samples' worth,
-    // and its time samples.
-    let mut cycle: Vec<(u32, f64)> = Vec::new();
-    let mut per_stream: rustc_hash::FxHashMap<u32, u64> = rustc_hash::FxHashMap::default();
-    let mut params_from: Option<ProcessOrigin> = None;
-    let mut truncated_at = None;
-    let mut notes = Vec::new();
-    let mut samples_read = 0u64;
-    let mut uncounted = 0.0f64;
-    let mut acct = Accounting::default();
-    let mut floor_streams: Vec<u32> = Vec::new();
+    let mut feed = Feed::new(&header, opts)?;
     while let Some(record) = reader.next() {
         let at = reader.offset();
         if at >= next_progress {
             progress(at, size);
             next_progress = at + (4 << 20);
         }
-        match record? {
-            Record::Process { stream, info } => {
-                agg.set_process_id(stream, info.pid);
-                if info.floor {
-                    agg.set_floor(stream);
-                    floor_streams.push(stream);
-                }
-                acct.process(stream, &info);
-                cycle.push((
-                    stream,
-                    info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64,
-                ));
-                // The launched command's parameters; a child's only if it has none.
-                let take = match params_from {
-                    None => true,
-                    Some(o) => o != ProcessOrigin::Start && info.origin == ProcessOrigin::Start,
-                };
-                if take {
-                    agg.set_sampling(info.period, info.window, info.jitter);
-                    params_from = Some(info.origin);
-                }
-            }
+        feed.record(record?)?;
+    }
+    feed.acct.finish(&mut feed.agg);
+    progress(size, size);
+    let clock =
+        crate::firefox::ClockStart { unix_ns: header.start_unix_ns, mono_ns: header.start_mono_ns };
+    Ok(Loaded {
+        report: feed.agg.finish(opts.policy),
+        truncated_at: feed.truncated_at,
+        notes: feed.notes,
+        samples_read: feed.samples_read,
+        clock,
+    })
+}
+
+/// The engine side of the pass: the aggregator and what the records tell about the
+/// processes that it needs later.
+struct Feed {
+    agg: Aggregator,
+    leader_is_time: bool,
+    /// Each stream's mean sampling cycle (ns), to turn unsampled time into samples'
+    /// worth.
+    cycle: Vec<(u32, f64)>,
+    /// Each stream's time samples.
+    per_stream: FxHashMap<u32, u64>,
+    /// Whose sampling parameters the report shows.
+    params_from: Option<ProcessOrigin>,
+    truncated_at: Option<u64>,
+    notes: Vec<String>,
+    samples_read: u64,
+    /// What the leader does not count per time sample (the baseline's).
+    uncounted: f64,
+    /// Who ran how much CPU time, and how much of it the samples stand for.
+    acct: Accounting,
+    /// Streams the kernel floor sampled (their samples stand for its period exactly).
+    floor_streams: Vec<u32>,
+    /// The whole recording was kernel-sampled (kernel mode).
+    kernel_mode: bool,
+}
+
+impl Feed {
+    fn new(header: &strobe_format::Header, opts: &ReadOptions) -> Result<Feed, ReportError> {
+        let info = RecordInfo {
+            events: header.events.iter().map(|e| e.name.clone()).collect(),
+            period: header.period.unwrap_or(0),
+            window: header.window.unwrap_or(0),
+            jitter: header.jitter.unwrap_or(0),
+            command: header.command.clone(),
+            // A kernel-mode recording says so, and why, in the report's header.
+            source: (header.mode == strobe_format::RecordMode::Kernel)
+                .then(|| format!("kernel mode (perf ring buffers): {}", header.mode_reason)),
+        };
+        let mut agg = Aggregator::new(info)?;
+        agg.set_symbol_options(opts.symbols.clone());
+        if opts.timeline {
+            agg.keep_timeline();
+        }
+        Ok(Feed {
+            agg,
+            leader_is_time: header.events.first().is_some_and(|e| e.is_time),
+            cycle: Vec::new(),
+            per_stream: FxHashMap::default(),
+            params_from: None,
+            truncated_at: None,
+            notes: Vec::new(),
+            samples_read: 0,
+            uncounted: 0.0,
+            acct: Accounting::default(),
+            floor_streams: Vec::new(),
+            kernel_mode: header.mode == strobe_format::RecordMode::Kernel,
+        })
+    }
+
+    /// Feeds one record.
+    fn record(&mut self, record: Record) -> Result<(), ReportError> {
+        let agg = &mut self.agg;
+        match record {
+            Record::Process { stream, info } => self.process(stream, &info),
             Record::Maps { stream, maps } => {
                 for m in maps.maps {
                     agg.add_mapping(
@@ -150,7 +177,7 @@ pub fn read_with(
                 let mut time_samples = 0u64;
                 for s in batch.iter() {
                     let s = s?;
-                    samples_read += 1;
+                    self.samples_read += 1;
                     if s.kind.is_time_sample() {
                         time_samples += 1;
                     }
@@ -164,76 +191,35 @@ pub fn read_with(
                         values: s.counters.as_slice(),
                     });
                 }
-                *per_stream.entry(batch.stream).or_insert(0) += time_samples;
-                acct.samples(batch.stream, batch.tid, time_samples);
+                *self.per_stream.entry(batch.stream).or_insert(0) += time_samples;
+                self.acct.samples(batch.stream, batch.tid, time_samples);
             }
             Record::Lost { stream, lost } => {
                 for l in lost {
                     agg.add_lost(stream, l.tid, l.lost);
                     // Samples lost were taken, not missed: they are no unsampled time.
-                    *per_stream.entry(stream).or_insert(0) += l.lost;
-                    acct.samples(stream, l.tid, l.lost);
+                    *self.per_stream.entry(stream).or_insert(0) += l.lost;
+                    self.acct.samples(stream, l.tid, l.lost);
                 }
             }
             Record::Note { note, .. } => {
                 let level = match note.level {
-                    NoteLevel::Info => continue,
+                    NoteLevel::Info => return Ok(()),
                     NoteLevel::Warning => "warning",
                     NoteLevel::Error => "error in the profiled program",
                 };
-                notes.push(format!("{level}: {}", note.message));
+                self.notes.push(format!("{level}: {}", note.message));
             }
             Record::Image { image, .. } => agg.add_image(image.name, image.bytes),
-            Record::Truncated { offset } => truncated_at = Some(offset),
+            Record::Truncated { offset } => self.truncated_at = Some(offset),
             Record::Stacks { stream, first_id, nodes } => {
-                let nodes: Vec<StackNode> =
-                    nodes.iter().map(|n| StackNode { parent: n.parent, addr: n.addr }).collect();
-                agg.add_stack_nodes(stream, first_id, &nodes);
+                agg.add_stack_nodes(stream, first_id, &nodes)
             }
             Record::Baseline(b) => {
-                uncounted = b.uncounted;
-                let list = |v: &[strobe_format::BaselineCounter]| -> Vec<BaselineCounter> {
-                    v.iter().map(|c| BaselineCounter { mean: c.mean, sd: c.sd }).collect()
-                };
-                agg.set_baseline(Baseline {
-                    windows: b.windows,
-                    intervals: b.intervals,
-                    work_ns: b.work_ns,
-                    counters: list(&b.counters),
-                    tail: list(&b.tail),
-                    end: list(&b.end),
-                    uncounted: b.uncounted,
-                })
+                self.uncounted = b.uncounted;
+                agg.set_baseline(b)
             }
-            Record::End { stream, end } => {
-                if let Some(t) = end.tree_cpu_ns {
-                    acct.tree_cpu(t);
-                }
-                // The sampling cycle as the samples measured it (the leader's count per
-                // time sample), else as configured.
-                let nominal = cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
-                let c = nominal.map(|n| agg.measured_cycle(stream, n));
-                if let (true, Some(c)) = (leader_is_time, c.filter(|c| *c > 0.0)) {
-                    // What the threads ran before sampling was armed; and, when the
-                    // process's own CPU time is known, everything the samples do not
-                    // account for (a thread's last stretch after its last sample, ended
-                    // before its period came) less what the sampler itself ran with the
-                    // leader stopped.
-                    let n = per_stream.get(&stream).copied().unwrap_or(0) as f64;
-                    let before = end.unsampled_ns as f64 / c;
-                    let residual =
-                        end.cpu_ns.map_or(0.0, |cpu| (cpu as f64 - n * uncounted) / c - n);
-                    // Used only if the file has no per-thread CPU times (older files).
-                    acct.old_unsampled += before.max(residual);
-                }
-                // A kernel-sampled stream's samples (the floor's, kernel mode's) stand for
-                // its period exactly.
-                let kernel = floor_streams.contains(&stream)
-                    || header.mode == strobe_format::RecordMode::Kernel;
-                if let Some(c) = c.filter(|_| !kernel) {
-                    acct.cycle(stream, c);
-                }
-            }
+            Record::End { stream, end } => self.end(stream, &end),
             Record::KernelSymbols(syms) => {
                 agg.add_kernel_symbols(syms.into_iter().map(|k| crate::input::KernelSymbol {
                     start: k.start,
@@ -250,13 +236,61 @@ pub fn read_with(
             Record::Threads { stream, threads } => {
                 for t in threads {
                     agg.set_thread_name(stream, t.tid, &t.name);
-                    acct.thread_name(stream, t.tid, &t.name);
+                    self.acct.thread_name(stream, t.tid, &t.name);
                 }
             }
-            Record::ThreadCpu { stream, threads } => acct.thread_cpu(stream, &threads),
+            Record::ThreadCpu { stream, threads } => self.acct.thread_cpu(stream, &threads),
+        }
+        Ok(())
+    }
+
+    /// A profiled process: its OS pid, its sampling cycle, and (for the launched command,
+    /// or a child when the command has none) the sampling parameters the report shows.
+    fn process(&mut self, stream: u32, info: &strobe_format::ProcessInfo) {
+        self.agg.set_process_id(stream, info.pid);
+        if info.floor {
+            self.agg.set_floor(stream);
+            self.floor_streams.push(stream);
+        }
+        self.acct.process(stream, info);
+        self.cycle
+            .push((stream, info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64));
+        let take = match self.params_from {
+            None => true,
+            Some(o) => o != ProcessOrigin::Start && info.origin == ProcessOrigin::Start,
+        };
+        if take {
+            self.agg.set_sampling(info.period, info.window, info.jitter);
+            self.params_from = Some(info.origin);
         }
     }
-    acct.finish(&mut agg);
-    progress(size, size);
-    Ok(Loaded { report: agg.finish(policy), truncated_at, notes, samples_read, clock })
+
+    /// A stream's end: the CPU time its samples do not account for, in samples' worth,
+    /// and the cycle that turns a thread's CPU time into samples' worth.
+    fn end(&mut self, stream: u32, end: &strobe_format::ProcessEnd) {
+        if let Some(t) = end.tree_cpu_ns {
+            self.acct.tree_cpu(t);
+        }
+        // The sampling cycle as the samples measured it (the leader's count per time
+        // sample), else as configured.
+        let nominal = self.cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
+        let c = nominal.map(|n| self.agg.measured_cycle(stream, n));
+        if let (true, Some(c)) = (self.leader_is_time, c.filter(|c| *c > 0.0)) {
+            // What the threads ran before sampling was armed; and, when the process's own
+            // CPU time is known, everything the samples do not account for (a thread's
+            // last stretch after its last sample, ended before its period came) less what
+            // the sampler itself ran with the leader stopped.
+            let n = self.per_stream.get(&stream).copied().unwrap_or(0) as f64;
+            let before = end.unsampled_ns as f64 / c;
+            let residual = end.cpu_ns.map_or(0.0, |cpu| (cpu as f64 - n * self.uncounted) / c - n);
+            // Used only if the file has no per-thread CPU times (older files).
+            self.acct.old_unsampled += before.max(residual);
+        }
+        // A kernel-sampled stream's samples (the floor's, kernel mode's) stand for its
+        // period exactly.
+        let kernel = self.kernel_mode || self.floor_streams.contains(&stream);
+        if let Some(c) = c.filter(|_| !kernel) {
+            self.acct.cycle(stream, c);
+        }
+    }
 }

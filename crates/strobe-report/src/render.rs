@@ -240,6 +240,9 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     }
     lines.push(period);
     lines.push(baseline_line(report));
+    if let Some(c) = correction_line(report) {
+        lines.push(c);
+    }
     if let Some(o) = &report.off_cpu {
         lines.push(format!(
             "off-cpu:  {} intervals, {:.3} s switched out ({:.3} s of it preempted, waiting for \
@@ -277,6 +280,30 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
         lines.push(format!("commands: {}", parts.join(", ")));
     }
     lines
+}
+
+/// The correction's share of the net window: how much of what a window measured the
+/// report took out as the sampler's (the baseline, and the signal's delivery from each
+/// call tail), against the target's time that remains.
+pub fn correction_pct(report: &Report) -> Option<f64> {
+    let (c, net) = (report.correction?, report.net_window?);
+    (net > 0.0 && matches!(report.baseline, BaselineUse::Applied { .. })).then(|| 100.0 * c / net)
+}
+
+fn correction_line(report: &Report) -> Option<String> {
+    let pct = correction_pct(report)?;
+    let mut line =
+        format!("correction: {pct:.1}% of the net window (mean of what is taken out of a window)");
+    let windows = report.windows_used + report.windows_discarded;
+    if report.tail_windows > 0 && windows > 0 {
+        let _ = write!(
+            line,
+            "; {:.0}% of windows began inside a system call and lose the signal's delivery \
+             from its tail",
+            100.0 * report.tail_windows as f64 / windows.max(report.tail_windows) as f64
+        );
+    }
+    Some(line)
 }
 
 /// What was subtracted from every window, and the net window that remains.
@@ -630,6 +657,7 @@ struct JsonReport<'r> {
     jitter: u64,
     mean_window: Option<f64>,
     net_window: Option<f64>,
+    correction_pct: Option<f64>,
     baseline: Option<Vec<f64>>,
     samples: u64,
     lost_samples: u64,
@@ -675,6 +703,7 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
         jitter: report.info.jitter,
         mean_window: report.mean_window.map(round4),
         net_window: report.net_window.map(round4),
+        correction_pct: correction_pct(report).map(round4),
         baseline: match &report.baseline {
             BaselineUse::Applied { counters, .. } => {
                 Some(counters.iter().map(|c| round4(c.mean)).collect())

@@ -25,31 +25,22 @@
 //! samples), not of window time: each time sample stands for one long period of the
 //! thread's CPU time.
 //!
+//! The build itself, from the aggregation's tallies to these results, is a pipeline of
+//! phases in `build`.
+//!
 //! This module must never read input or format output.
-
-use rustc_hash::FxHashMap;
 
 use crate::input::{BaselineCounter, RecordInfo};
 use crate::metrics::{Counter, CounterSet, Formula, MetricDef};
 use crate::stats::{wilson, Estimate, WindowSums, FEW_WINDOWS};
-use crate::symbolize::{symbolize_with, Frame};
-use crate::tally::{LostThread, Tally};
+use crate::tally::LostThread;
 
-/// The row of CPU time no sample could land in: threads before their sampling was armed
-/// (thread start-up, the agent's per-thread set-up) and, when the process's own CPU time
-/// is known, after it stopped (thread exit) and in the sampler's own handler. With it,
-/// every share is of the process's whole CPU time, as a program measuring itself sees it.
-pub const UNSAMPLED: &str = "[not sampled]";
+pub use crate::build::unsampled::UNSAMPLED;
 
 /// The row of strobe's agent's own work in the target (setting threads up, reading
 /// mappings): every frame in the agent's library is named so, and no agent frame stays
 /// inside a call path.
 pub const AGENT: &str = "[strobe agent]";
-
-/// Whether a module is strobe's agent library.
-fn is_agent_module(module: &str) -> bool {
-    module.starts_with("libstrobe_agent")
-}
 
 /// What to do with a window whose start and end samples fall in different functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +107,30 @@ pub struct FunctionStats {
     pub off_cpu_intervals: u64,
 }
 
+impl FunctionStats {
+    /// A function with nothing counted yet, its sums of `width` counters.
+    pub(crate) fn empty(function: &str, module: &str, module_path: &str, width: usize) -> Self {
+        FunctionStats {
+            function: function.to_string(),
+            module: module.to_string(),
+            source: None,
+            module_path: module_path.to_string(),
+            lines: Vec::new(),
+            samples: 0,
+            total_samples: 0,
+            windows: 0,
+            sums: WindowSums::new(width),
+            total_windows: 0,
+            total_sums: WindowSums::new(width),
+            edge_sums: WindowSums::new(width),
+            total_edge_sums: WindowSums::new(width),
+            off_cpu_ns: 0,
+            total_off_cpu_ns: 0,
+            off_cpu_intervals: 0,
+        }
+    }
+}
+
 /// One call path (functions from the outermost caller to the sampled function) and what
 /// was counted on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +144,13 @@ pub struct PathStats {
     pub sums: WindowSums,
     /// Off-CPU time (ns) of intervals that left the CPU on exactly this path.
     pub off_cpu_ns: u64,
+}
+
+impl PathStats {
+    /// The path `frames` with nothing counted yet, its sums of `width` counters.
+    pub(crate) fn empty(frames: Vec<usize>, width: usize) -> Self {
+        PathStats { frames, samples: 0, sums: WindowSums::new(width), off_cpu_ns: 0 }
+    }
 }
 
 /// The off-CPU intervals of a recording (`strobe record --off-cpu`).
@@ -188,6 +210,9 @@ pub struct Report {
     pub mean_window: Option<f64>,
     /// The same net of the baseline: the target's own time per window.
     pub net_window: Option<f64>,
+    /// The mean leader correction per window (the baseline, and each call tail's delay
+    /// on windows that began in a call), over the same windows.
+    pub correction: Option<f64>,
     /// Windows that began inside a system call (at its overflow, not at the handler).
     pub tail_windows: u64,
     /// Of those, the ones whose tail alone was a window (scaled to the net window).
@@ -209,486 +234,6 @@ pub struct Report {
 }
 
 impl Report {
-    pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
-        let width = t.width();
-        let counters = CounterSet::from_events(&t.info.events);
-
-        // The baseline: the pass subtracted it from every window already.
-        let baseline = match (t.baseline.take(), t.baseline_unused.take()) {
-            (None, _) => BaselineUse::Absent,
-            (Some(_), Some(why)) => BaselineUse::NotApplied(why),
-            (Some(b), None) => {
-                BaselineUse::Applied { counters: b.counters.clone(), intervals: b.intervals }
-            }
-        };
-
-        // Every unique address once: sampled IPs, both ends of every window bucket, and
-        // the frames of every stack used (return addresses, symbolized one byte back so
-        // they land in the call instruction).
-        let mut addr_index: FxHashMap<(u32, u64), usize> = FxHashMap::default();
-        let mut addrs: Vec<(u32, u64)> = Vec::new();
-        let mut intern = |a: (u32, u64)| {
-            *addr_index.entry(a).or_insert_with(|| {
-                addrs.push(a);
-                addrs.len() - 1
-            })
-        };
-        let sample_keys: Vec<((u32, u64, u32), u64)> =
-            t.samples.iter().map(|(&k, &c)| (k, c)).collect();
-        let sample_addrs: Vec<usize> =
-            sample_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
-        let off_keys: Vec<((u32, u64, u32), crate::tally::OffCpuSums)> =
-            t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
-        let off_addrs: Vec<usize> =
-            off_keys.iter().map(|&((sp, ip, _), _)| intern((sp, ip))).collect();
-        let window_addrs: Vec<(usize, usize)> = t
-            .windows
-            .iter()
-            .map(|(k, _)| (intern((k.space, k.start_ip)), intern((k.space, k.end_ip))))
-            .collect();
-        // Stacks: each used (space, stack) -> its frames' address indices, innermost first.
-        let mut stack_frames: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
-        let used_stacks = sample_keys
-            .iter()
-            .map(|&((sp, _, st), _)| (sp, st))
-            .chain(t.windows.iter().map(|(k, _)| (k.space, k.start_stack)))
-            .chain(t.windows.iter().map(|(k, _)| (k.space, k.end_stack)))
-            .chain(off_keys.iter().map(|&((sp, _, st), _)| (sp, st)));
-        for (sp, st) in used_stacks {
-            if st == 0 || stack_frames.contains_key(&(sp, st)) {
-                continue;
-            }
-            let mut v = Vec::new();
-            t.stacks.for_each_frame(sp, st, |addr| v.push(intern((sp, addr.saturating_sub(1)))));
-            stack_frames.insert((sp, st), v);
-        }
-        let mut frames = symbolize_with(&mut t.spaces, &addrs, &t.symbols);
-        // The agent's frames are strobe's: one name, and no place in a caller chain
-        // (its thread trampoline sits between libc's thread start and the user's routine).
-        let is_agent: Vec<bool> = frames.iter().map(|f| is_agent_module(&f.module)).collect();
-        for (f, _) in frames.iter_mut().zip(&is_agent).filter(|(_, &a)| a) {
-            f.function = AGENT.to_string();
-            f.inlined.clear();
-            f.source = None;
-        }
-
-        // Fold addresses to functions: same function = same name in the same file.
-        let mut func_index: FxHashMap<(String, String), usize> = FxHashMap::default();
-        let mut functions: Vec<FunctionStats> = Vec::new();
-        let mut hottest: Vec<u64> = Vec::new();
-        let mut function_of = |f: &Frame, name: &str| -> usize {
-            *func_index.entry((f.module_path.clone(), name.to_string())).or_insert_with(|| {
-                functions.push(FunctionStats {
-                    function: name.to_string(),
-                    module: f.module.clone(),
-                    source: None,
-                    module_path: f.module_path.clone(),
-                    lines: Vec::new(),
-                    samples: 0,
-                    total_samples: 0,
-                    windows: 0,
-                    sums: WindowSums::new(width),
-                    total_windows: 0,
-                    total_sums: WindowSums::new(width),
-                    edge_sums: WindowSums::new(width),
-                    total_edge_sums: WindowSums::new(width),
-                    off_cpu_ns: 0,
-                    total_off_cpu_ns: 0,
-                    off_cpu_intervals: 0,
-                });
-                hottest.push(0);
-                functions.len() - 1
-            })
-        };
-        // Each address's function: with inlined frames, the innermost inlined function
-        // (where self samples and windows go), and the functions it is inlined into,
-        // outermost first (callers on every path through the address).
-        let mut inline_callers: Vec<Vec<usize>> = Vec::new();
-        let func_of: Vec<usize> = frames
-            .iter()
-            .map(|f: &Frame| {
-                let outer = function_of(f, &f.function);
-                let mut chain = vec![outer];
-                for g in &f.inlined {
-                    chain.push(function_of(f, &g.function));
-                }
-                let leaf = chain.pop().unwrap_or(outer);
-                inline_callers.push(chain);
-                leaf
-            })
-            .collect();
-        // The source line of each address in its innermost function.
-        let line_of = |a: usize| -> Option<&String> {
-            let f = frames.get(a)?;
-            match f.inlined.last() {
-                Some(g) => g.source.as_ref(),
-                None => f.source.as_ref(),
-            }
-        };
-
-        // Call paths: the callers of each stack, outermost first, then the function.
-        let mut path_index: FxHashMap<Vec<usize>, usize> = FxHashMap::default();
-        let mut paths: Vec<PathStats> = Vec::new();
-        // The same (stack, leaf) comes back for most samples and windows: its path is
-        // looked up once, not rebuilt and hashed each time.
-        let mut path_memo: FxHashMap<(u32, u32, Option<usize>, usize), usize> =
-            FxHashMap::default();
-        let path_of = |paths: &mut Vec<PathStats>,
-                       path_index: &mut FxHashMap<Vec<usize>, usize>,
-                       path_memo: &mut FxHashMap<(u32, u32, Option<usize>, usize), usize>,
-                       space: u32,
-                       stack: u32,
-                       leaf_addr: Option<usize>,
-                       leaf: usize|
-         -> usize {
-            if let Some(&i) = path_memo.get(&(space, stack, leaf_addr, leaf)) {
-                return i;
-            }
-            let mut fr: Vec<usize> = Vec::new();
-            let push_addr = |fr: &mut Vec<usize>, a: usize| {
-                if let Some(chain) = inline_callers.get(a) {
-                    fr.extend_from_slice(chain);
-                }
-            };
-            if let Some(v) = stack_frames.get(&(space, stack)) {
-                for &a in v.iter().rev() {
-                    if is_agent.get(a).copied().unwrap_or(false) {
-                        continue;
-                    }
-                    push_addr(&mut fr, a);
-                    fr.extend(func_of.get(a).copied());
-                }
-            }
-            if let Some(a) = leaf_addr {
-                push_addr(&mut fr, a);
-            }
-            fr.push(leaf);
-            let i = match path_index.get(&fr) {
-                Some(&i) => i,
-                None => {
-                    paths.push(PathStats {
-                        frames: fr.clone(),
-                        samples: 0,
-                        sums: WindowSums::new(width),
-                        off_cpu_ns: 0,
-                    });
-                    path_index.insert(fr, paths.len() - 1);
-                    paths.len() - 1
-                }
-            };
-            path_memo.insert((space, stack, leaf_addr, leaf), i);
-            i
-        };
-
-        let mut seen = Vec::new();
-        let mut line_counts: FxHashMap<(usize, &String), u64> = FxHashMap::default();
-        // Each sample key's path, for the time line.
-        let mut key_path: FxHashMap<(u32, u64, u32), usize> = FxHashMap::default();
-        for (&((space, ip, stack), count), &a) in sample_keys.iter().zip(&sample_addrs) {
-            let Some(&fi) = func_of.get(a) else { continue };
-            let line = line_of(a);
-            if let (Some(f), Some(h)) = (functions.get_mut(fi), hottest.get_mut(fi)) {
-                f.samples += count;
-                if count > *h || (count == *h && f.source.is_none()) {
-                    *h = count;
-                    f.source = line.cloned();
-                }
-            }
-            if let Some(l) = line {
-                *line_counts.entry((fi, l)).or_insert(0) += count;
-            }
-            let p = path_of(&mut paths, &mut path_index, &mut path_memo, space, stack, Some(a), fi);
-            if t.timeline.is_some() {
-                key_path.insert((space, ip, stack), p);
-            }
-            if let Some(ps) = paths.get_mut(p) {
-                ps.samples += count;
-                // Total: once per function on the path, however often it recurs.
-                seen.clear();
-                for &g in &ps.frames {
-                    if !seen.contains(&g) {
-                        seen.push(g);
-                        if let Some(f) = functions.get_mut(g) {
-                            f.total_samples += count;
-                        }
-                    }
-                }
-            }
-        }
-
-        // Off-CPU intervals: to the function the thread left in, and its call path.
-        let mut off_cpu: Option<OffCpuTotals> = None;
-        for (&((space, _, stack), sums), &a) in off_keys.iter().zip(&off_addrs) {
-            let totals = off_cpu.get_or_insert_with(OffCpuTotals::default);
-            totals.intervals += sums.intervals;
-            totals.ns = totals.ns.saturating_add(sums.ns);
-            totals.preempted_ns = totals.preempted_ns.saturating_add(sums.preempted_ns);
-            let Some(&fi) = func_of.get(a) else { continue };
-            if let Some(f) = functions.get_mut(fi) {
-                f.off_cpu_ns = f.off_cpu_ns.saturating_add(sums.ns);
-                f.off_cpu_intervals += sums.intervals;
-            }
-            let p = path_of(&mut paths, &mut path_index, &mut path_memo, space, stack, Some(a), fi);
-            if let Some(ps) = paths.get_mut(p) {
-                ps.off_cpu_ns = ps.off_cpu_ns.saturating_add(sums.ns);
-                seen.clear();
-                for &g in &ps.frames {
-                    if !seen.contains(&g) {
-                        seen.push(g);
-                        if let Some(f) = functions.get_mut(g) {
-                            f.total_off_cpu_ns = f.total_off_cpu_ns.saturating_add(sums.ns);
-                        }
-                    }
-                }
-            }
-        }
-
-        let mut all = WindowSums::new(width);
-        let (mut used, mut discarded) = (0u64, 0u64);
-        // Windows' sums are net already (the pass subtracted the baseline).
-        for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
-            let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
-            if fs != fe {
-                if let Some(f) = functions.get_mut(fs) {
-                    f.edge_sums.merge(net);
-                }
-            }
-            if policy == WindowPolicy::Discard && fs != fe {
-                discarded += net.n;
-                continue;
-            }
-            used += net.n;
-            all.merge(net);
-            if let Some(f) = functions.get_mut(fe) {
-                f.windows += net.n;
-                f.sums.merge(net);
-            }
-            let p = path_of(
-                &mut paths,
-                &mut path_index,
-                &mut path_memo,
-                key.space,
-                key.start_stack,
-                None,
-                fe,
-            );
-            if let Some(ps) = paths.get_mut(p) {
-                ps.sums.merge(net);
-            }
-        }
-        // Inclusive: a window counts for every call it stayed inside: the functions its
-        // start and end call paths share from the outermost frame down (the calls active
-        // at both ends). Without an end stack (none recorded), the functions on the start
-        // path down to the one the window ended in.
-        // Each stack's functions, outermost first, computed once per stack.
-        let mut stack_funcs: FxHashMap<(u32, u32), Vec<usize>> = FxHashMap::default();
-        let mut funcs_of = |space: u32, stack: u32, leaf: usize, out: &mut Vec<usize>| {
-            let fr = stack_funcs.entry((space, stack)).or_insert_with(|| {
-                stack_frames
-                    .get(&(space, stack))
-                    .map(|v| v.iter().rev().filter_map(|&a| func_of.get(a).copied()).collect())
-                    .unwrap_or_default()
-            });
-            out.clear();
-            out.extend_from_slice(fr);
-            out.push(leaf);
-        };
-        let (mut start, mut end) = (Vec::new(), Vec::new());
-        for ((key, net), &(s, e)) in t.windows.iter().zip(&window_addrs) {
-            let (Some(&fs), Some(&fe)) = (func_of.get(s), func_of.get(e)) else { continue };
-            funcs_of(key.space, key.start_stack, fs, &mut start);
-            let inside: &[usize] = if key.end_stack != 0 || key.start_stack == 0 {
-                funcs_of(key.space, key.end_stack, fe, &mut end);
-                let k = start.iter().zip(&end).take_while(|(a, b)| a == b).count();
-                &start[..k]
-            } else {
-                match start.iter().rposition(|&g| g == fe) {
-                    Some(k) => &start[..=k],
-                    None => &[],
-                }
-            };
-            seen.clear();
-            for &g in inside {
-                if !seen.contains(&g) {
-                    seen.push(g);
-                    if let Some(f) = functions.get_mut(g) {
-                        f.total_windows += net.n;
-                        f.total_sums.merge(net);
-                    }
-                }
-            }
-            // The calls the window left: it began inside them and ended outside.
-            for &g in &start {
-                if !seen.contains(&g) {
-                    seen.push(g);
-                    if let Some(f) = functions.get_mut(g) {
-                        f.total_edge_sums.merge(net);
-                    }
-                }
-            }
-        }
-
-        // CPU time before sampling was armed: its own row, so shares are of all CPU time.
-        let unsampled = t.unsampled.round() as u64;
-        let mut unsampled_total = unsampled;
-        if unsampled > 0 {
-            functions.push(FunctionStats {
-                function: UNSAMPLED.to_string(),
-                module: "[strobe]".to_string(),
-                source: None,
-                module_path: "[strobe]".to_string(),
-                lines: Vec::new(),
-                samples: unsampled,
-                total_samples: unsampled,
-                windows: 0,
-                sums: WindowSums::new(width),
-                total_windows: 0,
-                total_sums: WindowSums::new(width),
-                edge_sums: WindowSums::new(width),
-                total_edge_sums: WindowSums::new(width),
-                off_cpu_ns: 0,
-                total_off_cpu_ns: 0,
-                off_cpu_intervals: 0,
-            });
-            paths.push(PathStats {
-                frames: vec![functions.len() - 1],
-                samples: unsampled,
-                sums: WindowSums::new(width),
-                off_cpu_ns: 0,
-            });
-        }
-
-        // CPU time no sample stands for, named by process and thread (and strobe's own
-        // set-up work): a row each.
-        for (function, module, n) in std::mem::take(&mut t.unaccounted) {
-            let n = n.round() as u64;
-            if n == 0 {
-                continue;
-            }
-            // The agent's own time is one row, whether sampled in its code or known from
-            // its count of its set-up.
-            if function == AGENT {
-                if let Some(i) = functions.iter().position(|f| f.function == AGENT) {
-                    functions[i].samples += n;
-                    functions[i].total_samples += n;
-                    paths.push(PathStats {
-                        frames: vec![i],
-                        samples: n,
-                        sums: WindowSums::new(width),
-                        off_cpu_ns: 0,
-                    });
-                    unsampled_total += n;
-                    continue;
-                }
-            }
-            functions.push(FunctionStats {
-                function,
-                module: module.clone(),
-                source: None,
-                module_path: format!("[{module}]"),
-                lines: Vec::new(),
-                samples: n,
-                total_samples: n,
-                windows: 0,
-                sums: WindowSums::new(width),
-                total_windows: 0,
-                total_sums: WindowSums::new(width),
-                edge_sums: WindowSums::new(width),
-                total_edge_sums: WindowSums::new(width),
-                off_cpu_ns: 0,
-                total_off_cpu_ns: 0,
-                off_cpu_intervals: 0,
-            });
-            paths.push(PathStats {
-                frames: vec![functions.len() - 1],
-                samples: n,
-                sums: WindowSums::new(width),
-                off_cpu_ns: 0,
-            });
-            unsampled_total += n;
-        }
-
-        for ((fi, line), n) in line_counts {
-            if let Some(f) = functions.get_mut(fi) {
-                f.lines.push((line.clone(), n));
-            }
-        }
-        for f in &mut functions {
-            f.lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        }
-
-        // Renumber without functions met only as the end of discarded windows.
-        let keep: Vec<bool> = functions
-            .iter()
-            .map(|f| {
-                f.samples > 0 || f.windows > 0 || f.total_samples > 0 || f.total_off_cpu_ns > 0
-            })
-            .collect();
-        let mut new_index = vec![usize::MAX; functions.len()];
-        let mut kept = Vec::new();
-        for (i, f) in functions.into_iter().enumerate() {
-            if keep[i] {
-                new_index[i] = kept.len();
-                kept.push(f);
-            }
-        }
-        for p in &mut paths {
-            p.frames.retain(|&g| new_index.get(g).is_some_and(|&n| n != usize::MAX));
-            for g in &mut p.frames {
-                *g = new_index[*g];
-            }
-        }
-        let mut path_renumber = vec![usize::MAX; paths.len()];
-        let mut next = 0;
-        for (i, p) in paths.iter().enumerate() {
-            if p.samples > 0 || p.sums.n > 0 || p.off_cpu_ns > 0 {
-                path_renumber[i] = next;
-                next += 1;
-            }
-        }
-        paths.retain(|p| p.samples > 0 || p.sums.n > 0 || p.off_cpu_ns > 0);
-        let timeline = t.timeline.take().map(|raw| {
-            for p in key_path.values_mut() {
-                *p = path_renumber.get(*p).copied().unwrap_or(usize::MAX);
-            }
-            // The time line's deltas: the interval's baseline only (not the boundaries and
-            // tails the report's own windows carry).
-            let plain = t.beta_plain.iter().any(|&b| b != 0.0);
-            let beta = if plain { &t.beta_plain } else { &t.beta_window };
-            let baseline =
-                matches!(baseline, BaselineUse::Applied { .. }).then_some((beta.as_slice(), plain));
-            crate::timeline::build(raw, &key_path, &t.thread_names, &t.spaces, width, baseline)
-        });
-
-        let paired = t.paired;
-        let mean_window = (paired > 0).then(|| t.leader_raw / paired as f64);
-        let net_window = (paired > 0).then(|| t.leader_net / paired as f64);
-        let (tail_windows, tail_only_windows) = (t.tail_windows, t.tail_only_windows);
-        Report {
-            counters,
-            has_stacks: !t.stacks.is_empty(),
-            info: t.info,
-            functions: kept,
-            paths,
-            samples: t.sample_count + unsampled_total,
-            lost_samples: t.lost,
-            lost_by_thread: t.lost_by_thread,
-            windows_used: used,
-            windows_discarded: discarded,
-            windows_unpaired: t.unpaired,
-            mean_window,
-            net_window,
-            tail_windows,
-            tail_only_windows,
-            baseline,
-            policy,
-            all,
-            timeline,
-            off_cpu,
-            processes: std::mem::take(&mut t.processes),
-        }
-    }
-
     /// The derived metrics this recording supports, in table order.
     pub fn metrics(&self) -> Vec<&'static MetricDef> {
         self.counters.available()

@@ -19,6 +19,9 @@ pub struct StackTables {
     tables: FxHashMap<u32, Vec<StackNode>>,
     /// Interned nodes: (space, parent, addr) -> id (for [`StackTables::intern`]).
     ids: FxHashMap<(u32, u32, u64), u32>,
+    /// The last chain interned, per space, outermost first: (address, node id). The next
+    /// chain of the space usually shares its outer frames, whose ids need no lookup.
+    last: FxHashMap<u32, Vec<(u64, u32)>>,
 }
 
 impl StackTables {
@@ -36,8 +39,12 @@ impl StackTables {
 
     /// The id of the stack whose callers are `frames` (innermost first) in `space`.
     pub fn intern(&mut self, space: u32, frames: &[u64]) -> u32 {
-        let mut parent = 0u32;
-        for &addr in frames.iter().rev() {
+        let mut last = self.last.remove(&space).unwrap_or_default();
+        // The outer frames the last chain shares keep their ids.
+        let shared = frames.iter().rev().zip(&last).take_while(|(&a, &(b, _))| a == b).count();
+        last.truncate(shared);
+        let mut parent = last.last().map_or(0, |&(_, id)| id);
+        for &addr in frames.iter().rev().skip(shared) {
             parent = match self.ids.get(&(space, parent, addr)) {
                 Some(&id) => id,
                 None => {
@@ -48,7 +55,9 @@ impl StackTables {
                     id
                 }
             };
+            last.push((addr, parent));
         }
+        self.last.insert(space, last);
         parent
     }
 
@@ -85,6 +94,16 @@ mod tests {
         assert_eq!(got, [30, 20, 10]);
         let id = s.intern(1, &[3, 2, 1]);
         assert_eq!(s.intern(1, &[3, 2, 1]), id);
+        // Chains sharing outer frames with the last one, or not, come out the same as
+        // when interned alone.
+        let other = s.intern(1, &[4, 2, 1]);
+        assert_ne!(other, id);
+        assert_eq!(s.intern(1, &[3, 2, 1]), id);
+        assert_eq!(s.intern(1, &[9]), s.intern(1, &[9]));
+        assert_eq!(s.intern(1, &[4, 2, 1]), other);
+        let mut got = Vec::new();
+        s.for_each_frame(1, other, |a| got.push(a));
+        assert_eq!(got, [4, 2, 1]);
         let mut got = Vec::new();
         s.for_each_frame(1, id, |a| got.push(a));
         assert_eq!(got, [3, 2, 1]);

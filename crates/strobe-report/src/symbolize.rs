@@ -2,12 +2,19 @@
 //!
 //! Each process's recorded mappings form an *address space*; an exec starts a new one
 //! for the same pid. An IP is normalized with its space's mappings to (file, file
-//! offset), and all offsets of one file are symbolized in one blazesym call, by file
-//! offset (ELF symbols, DWARF line tables when present, demangled Rust and C++ names).
-//! Each unique address is symbolized once, whatever its sample count.
+//! offset), and all offsets of one file are named together. Each unique address is
+//! symbolized once, whatever its sample count.
+//!
+//! - **Names** come from the file's symbol table read as `perf report` reads it
+//!   (strobe-target's `symtab`: the separate debug file's table when there is one, perf's
+//!   rules for aliases, unsized symbols and PLT entries), so a function has the name perf
+//!   gives it, in perf.data files and strobe's recordings alike; Rust and C++ names are
+//!   demangled here.
+//! - **Source lines and inlined frames** come from DWARF (blazesym), read only when an
+//!   output shows them ([`SymbolOptions::names_only`], [`SymbolOptions::inline`]).
 //!
 //! The vDSO has no file: `strobe record` saves its bytes in the recording (an IMAGE
-//! chunk), and its addresses are symbolized against a private temporary copy of them.
+//! chunk), and its addresses are named from those bytes.
 //!
 //! Where the symbol tables say nothing:
 //!
@@ -18,8 +25,9 @@
 //!   otherwise split into functions at its `.eh_frame` FDE boundaries, each named
 //!   `<module>+0x<start>` (the link-time address of the function's first byte).
 //! - Separate debug files are found under the debug directories
-//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`, used
-//!   in place of the file, by link-time address), and by `.gnu_debuglink` by blazesym.
+//!   ([`SymbolOptions::debug_dirs`]): by build id here (`.build-id/ab/cdef.debug`: its
+//!   symbol table names the file's code, and its DWARF is read by link-time address),
+//!   and by `.gnu_debuglink` by blazesym for lines.
 //!
 //! An address that still cannot be named is never dropped: it becomes
 //! `[unknown in <module>]` when a mapping holds it (a vDSO the recording has no image of,
@@ -54,9 +62,11 @@ pub(crate) struct Spaces {
     pids: FxHashMap<u32, u32>,
     /// Kernel functions, sorted by start.
     kernel: Vec<KernelSymbol>,
-    /// The running kernel's whole table, for sources that carry no kernel symbols of
-    /// their own (perf.data recorded on this kernel).
+    /// The running kernel's table, for sources that carry no kernel symbols of their own
+    /// (perf.data recorded on this kernel).
     kallsyms: Option<strobe_target::kallsyms::Kallsyms>,
+    /// The same as `/proc/kallsyms` text, read only for the kernel addresses symbolized.
+    kallsyms_text: Option<String>,
 }
 
 #[derive(Debug)]
@@ -129,6 +139,24 @@ impl Spaces {
         self.kallsyms = Some(table);
     }
 
+    /// Names kernel addresses from the running kernel's table too, given as the text of
+    /// `/proc/kallsyms`: only the symbols the symbolized addresses need are kept.
+    pub(crate) fn set_kallsyms_text(&mut self, text: String) {
+        self.kallsyms_text = Some(text);
+    }
+
+    /// Turns the kallsyms text, if any, into a table of the symbols `addrs` need.
+    fn prepare_kernel(&mut self, addrs: &[(u32, u64)]) {
+        let Some(text) = self.kallsyms_text.take() else { return };
+        let mut kernel: Vec<u64> =
+            addrs.iter().map(|&(_, a)| a).filter(|&a| a >= KERNEL_START).collect();
+        kernel.sort_unstable();
+        kernel.dedup();
+        if let Some(t) = strobe_target::kallsyms::Kallsyms::for_addresses(&text, &kernel) {
+            self.kallsyms = Some(t);
+        }
+    }
+
     /// The kernel function holding `ip`.
     fn kernel_symbol(&self, ip: u64) -> Option<KernelSymbol> {
         let i = self.kernel.partition_point(|k| k.start <= ip).checked_sub(1);
@@ -170,6 +198,39 @@ pub struct SymbolOptions {
     pub debug_dirs: Option<Vec<std::path::PathBuf>>,
     /// Do not read JIT symbol files (`/tmp/perf-PID.map`, jitdump).
     pub no_jit: bool,
+    /// Names only: no source lines (`FunctionStats::source`, `lines`), so no DWARF is
+    /// read (unless [`SymbolOptions::inline`] asks for inlined frames). For outputs that
+    /// show no lines (the table, folded stacks, flame graphs): reading a large library's
+    /// DWARF costs more than the rest of a report.
+    pub names_only: bool,
+    /// Read every file that names code (the mapped files, their debug files, JIT symbol
+    /// files) under this directory instead of `/`, as perf's `--symfs` does: for a
+    /// recording made on another machine, or a fixed set of files. `None`: `/`.
+    pub symfs: Option<std::path::PathBuf>,
+    /// Name kernel addresses of a perf.data file from this copy of `/proc/kallsyms` (the
+    /// machine and boot it was recorded on), as perf's `--kallsyms` does; `None`: the
+    /// running kernel's, when the file was recorded on it.
+    pub kallsyms: Option<std::path::PathBuf>,
+}
+
+impl SymbolOptions {
+    /// Where the file recorded as `path` is read: `path` itself, or under
+    /// [`SymbolOptions::symfs`].
+    pub fn file(&self, path: &str) -> std::path::PathBuf {
+        match &self.symfs {
+            Some(root) => root.join(path.trim_start_matches('/')),
+            None => std::path::PathBuf::from(path),
+        }
+    }
+
+    /// The directories searched for separate debug files: those given, else
+    /// `/usr/lib/debug` and `/lib/debug` (under the symfs when there is one).
+    pub fn debug_dirs(&self) -> Vec<std::path::PathBuf> {
+        match &self.debug_dirs {
+            Some(d) => d.clone(),
+            None => ["/usr/lib/debug", "/lib/debug"].map(|d| self.file(d)).to_vec(),
+        }
+    }
 }
 
 /// A function inlined at an address: its name and the source line inside it.
@@ -245,6 +306,7 @@ pub(crate) fn symbolize_with(
     opts: &SymbolOptions,
 ) -> Vec<Frame> {
     spaces.sort();
+    spaces.prepare_kernel(addrs);
     let unknown = Frame {
         function: "[unknown]".into(),
         module: String::new(),
@@ -253,13 +315,41 @@ pub(crate) fn symbolize_with(
         inlined: Vec::new(),
     };
     let mut out: Vec<Frame> = vec![unknown; addrs.len()];
-    // path -> [(file offset, index into addrs)]
+    let by_file = name_without_files(spaces, addrs, opts, &mut out);
+    // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
+    // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
+    // `_Z` (C++) and `_R`/legacy Rust names are demangled.
+    let mut builder = Symbolizer::builder()
+        .enable_code_info(true)
+        .enable_inlined_fns(opts.inline)
+        .enable_demangling(false);
+    let debug_dirs = opts.debug_dirs();
+    if opts.debug_dirs.is_some() || opts.symfs.is_some() {
+        builder = builder.set_debug_dirs(Some(&debug_dirs));
+    }
+    let symbolizer = builder.build();
+    for (path, offs) in by_file {
+        let file = FileToName { path, symbolizer: &symbolizer, debug_dirs: &debug_dirs };
+        file.name(spaces, opts, offs, &mut out);
+    }
+    out
+}
+
+/// Names the addresses no file is read for (kernel addresses, JIT code, pseudo
+/// mappings), setting each other mapped address to `[unknown in <module>]` for now;
+/// returns the addresses to be named from files: path -> [(file offset, index)].
+fn name_without_files<'s>(
+    spaces: &'s Spaces,
+    addrs: &[(u32, u64)],
+    opts: &SymbolOptions,
+    out: &mut [Frame],
+) -> FxHashMap<&'s str, Vec<(u64, usize)>> {
     let mut by_file: FxHashMap<&str, Vec<(u64, usize)>> = FxHashMap::default();
     // JIT symbols per OS pid, loaded on first use.
     let mut jit: FxHashMap<u32, crate::jit::JitSymbols> = FxHashMap::default();
     for (i, &(space, ip)) in addrs.iter().enumerate() {
+        let Some(slot) = out.get_mut(i) else { continue };
         if ip >= KERNEL_START {
-            let Some(slot) = out.get_mut(i) else { continue };
             if let Some(k) = spaces.kernel_symbol(ip) {
                 let module = if k.module.is_empty() {
                     KERNEL_MODULE.to_string()
@@ -283,10 +373,10 @@ pub(crate) fn symbolize_with(
         let m = spaces.locate(space, ip);
         if !opts.no_jit && m.is_none_or(|m| maybe_jit(&m.path)) {
             if let Some(pid) = spaces.pid_of(space) {
-                let syms = jit
-                    .entry(pid)
-                    .or_insert_with(|| crate::jit::JitSymbols::load(pid, spaces.paths_of(space)));
-                if let (Some((name, source)), Some(slot)) = (syms.find(ip), out.get_mut(i)) {
+                let syms = jit.entry(pid).or_insert_with(|| {
+                    crate::jit::JitSymbols::load(pid, spaces.paths_of(space), opts.symfs.as_deref())
+                });
+                if let Some((name, source)) = syms.find(ip) {
                     *slot = Frame {
                         function: demangled(name),
                         module: source.to_string(),
@@ -299,7 +389,6 @@ pub(crate) fn symbolize_with(
             }
         }
         let Some(m) = m else { continue };
-        let Some(slot) = out.get_mut(i) else { continue };
         // Real files, and pseudo mappings the recording has the bytes of, can be
         // symbolized; other pseudo mappings keep their module name.
         let is_file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)");
@@ -308,102 +397,33 @@ pub(crate) fn symbolize_with(
         }
         *slot = unknown_in(&m.path);
     }
+    by_file
+}
 
-    // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
-    // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
-    // `_Z` (C++) and `_R`/legacy Rust names are demangled.
-    let mut builder = Symbolizer::builder()
-        .enable_code_info(true)
-        .enable_inlined_fns(opts.inline)
-        .enable_demangling(false);
-    if let Some(dirs) = &opts.debug_dirs {
-        builder = builder.set_debug_dirs(Some(dirs));
-    }
-    let symbolizer = builder.build();
-    let debug_dirs: Vec<std::path::PathBuf> = match &opts.debug_dirs {
-        Some(d) => d.clone(),
-        None => ["/usr/lib/debug", "/lib/debug"].map(std::path::PathBuf::from).to_vec(),
-    };
-    let source_of = |ci: &blazesym::symbolize::CodeInfo<'_>| match ci.line {
-        Some(line) => format!("{}:{line}", ci.to_path().display()),
-        None => ci.to_path().display().to_string(),
-    };
-    for (path, mut offs) in by_file {
+/// One mapped file whose addresses are named from its symbols.
+struct FileToName<'a> {
+    /// The path the recording gives (or an image's pseudo name).
+    path: &'a str,
+    symbolizer: &'a Symbolizer,
+    debug_dirs: &'a [std::path::PathBuf],
+}
+
+impl FileToName<'_> {
+    /// Names `offs` ((file offset, index into `out`)) from the file's symbols; what they
+    /// do not name stays as it is.
+    fn name(
+        &self,
+        spaces: &Spaces,
+        opts: &SymbolOptions,
+        mut offs: Vec<(u64, usize)>,
+        out: &mut [Frame],
+    ) {
         offs.sort_unstable();
         let mut unique: Vec<u64> = offs.iter().map(|&(o, _)| o).collect();
         unique.dedup();
-        // An image is symbolized from a temporary file holding its bytes (removed when
-        // `_copy` drops); if that cannot be written, its addresses stay unknown.
-        let _copy;
-        let file = match spaces.images.get(path) {
-            Some(bytes) => match ImageFile::write(bytes) {
-                Ok(f) => {
-                    _copy = f;
-                    _copy.0.clone()
-                }
-                Err(_) => continue,
-            },
-            None => std::path::PathBuf::from(path),
-        };
-        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
-        let mut index: Option<Option<strobe_target::debuginfo::CodeIndex>> = None;
-        // A separate debug file with the same build id: symbolized by link-time address
-        // (its own segments may not match the file's offsets).
-        let debug = strobe_target::debuginfo::debug_file_by_build_id(&file, &debug_dirs);
-        let syms = match &debug {
-            Some(dbg) => {
-                let index = index
-                    .get_or_insert_with(|| strobe_target::debuginfo::CodeIndex::open(&file).ok());
-                let Some(index) = index.as_ref() else { continue };
-                let vaddrs: Vec<u64> =
-                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
-                symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
-            }
-            None => symbolizer.symbolize(&Source::Elf(Elf::new(&file)), Input::FileOffset(&unique)),
-        };
-        let Ok(syms) = syms else {
-            continue; // unreadable or not ELF: every address stays "[unknown in <module>]"
-        };
-        let module = module_name(path);
-        let frames: Vec<Option<Frame>> = syms
-            .into_iter()
-            .zip(&unique)
-            .map(|(s, &off)| match s {
-                Symbolized::Sym(sym) => Some(Frame {
-                    function: demangled(&sym.name),
-                    module: module.clone(),
-                    module_path: path.to_string(),
-                    source: sym.code_info.as_deref().map(source_of),
-                    inlined: sym
-                        .inlined
-                        .iter()
-                        .map(|f| InlinedFrame {
-                            function: demangled(&f.name),
-                            source: f.code_info.as_ref().map(source_of),
-                        })
-                        .collect(),
-                }),
-                Symbolized::Unknown(_) => {
-                    let index = index
-                        .get_or_insert_with(|| {
-                            strobe_target::debuginfo::CodeIndex::open(&file).ok()
-                        })
-                        .as_ref()?;
-                    let vaddr = index.offset_to_vaddr(off)?;
-                    let function = match index.mini_symbol_at(vaddr) {
-                        Some(s) => demangled(&s.name),
-                        None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
-                    };
-                    Some(Frame {
-                        function,
-                        module: module.clone(),
-                        module_path: path.to_string(),
-                        source: None,
-                        inlined: Vec::new(),
-                    })
-                }
-            })
-            .collect();
+        let image = spaces.images.get(self.path).map(Vec::as_slice);
+        let file = opts.file(self.path);
+        let Some(frames) = self.frames(&file, image, &unique, opts) else { return };
         for (off, i) in offs {
             let Ok(u) = unique.binary_search(&off) else { continue };
             if let (Some(Some(f)), Some(slot)) = (frames.get(u), out.get_mut(i)) {
@@ -411,7 +431,122 @@ pub(crate) fn symbolize_with(
             }
         }
     }
-    out
+
+    /// The frame of each of the file offsets `unique` (sorted, distinct) in `file` (or in
+    /// `image`, the bytes of a module with no file), where something names it; `None` when
+    /// the file cannot be read as ELF.
+    ///
+    /// Names come from the symbol table as `perf report` reads it (strobe-target's
+    /// `symtab`, from the separate debug file when there is one); an address no symbol
+    /// holds is named from MiniDebugInfo or split at its FDE (`module+0xSTART`). Source
+    /// lines and inlined frames come from DWARF (blazesym), unless only names are wanted.
+    fn frames(
+        &self,
+        file: &Path,
+        image: Option<&[u8]>,
+        unique: &[u64],
+        opts: &SymbolOptions,
+    ) -> Option<Vec<Option<Frame>>> {
+        use strobe_target::debuginfo::{debug_file_by_build_id, CodeIndex};
+        use strobe_target::symtab::FunctionTable;
+        let debug = match image {
+            Some(_) => None,
+            None => debug_file_by_build_id(file, self.debug_dirs),
+        };
+        let table = match image {
+            Some(bytes) => FunctionTable::parse(file, bytes, None),
+            None => FunctionTable::open(file, debug.as_deref()),
+        };
+        // Unreadable or not ELF: every address stays "[unknown in <module>]".
+        let table = table.ok()?;
+        // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
+        let mut index: Option<Option<CodeIndex>> = None;
+        let open_index = || match image {
+            Some(bytes) => CodeIndex::parse(file, bytes).ok(),
+            None => CodeIndex::open(file).ok(),
+        };
+        // Lines and inlined frames: DWARF, of files (a module with no file has none).
+        let dwarf = match image {
+            Some(_) => None,
+            None if opts.names_only && !opts.inline => None,
+            None => {
+                let index = index.get_or_insert_with(open_index);
+                self.dwarf(file, debug.as_deref(), index.as_ref(), unique)
+            }
+        };
+        let module = module_name(self.path);
+        let frames = unique
+            .iter()
+            .enumerate()
+            .map(|(k, &off)| {
+                let (source, inlined) = match dwarf.as_ref().and_then(|d| d.get(k)) {
+                    Some(Symbolized::Sym(sym)) => (
+                        sym.code_info.as_deref().map(source_of),
+                        sym.inlined
+                            .iter()
+                            .map(|f| InlinedFrame {
+                                function: demangled(&f.name),
+                                source: f.code_info.as_ref().map(source_of),
+                            })
+                            .collect(),
+                    ),
+                    _ => (None, Vec::new()),
+                };
+                let function = match table.find(off) {
+                    Some((name, _)) if name.plt => format!("{}@plt", demangled(name.raw)),
+                    Some((name, _)) => demangled(name.raw),
+                    None => {
+                        let index = index.get_or_insert_with(open_index).as_ref()?;
+                        let vaddr = index.offset_to_vaddr(off)?;
+                        match index.mini_symbol_at(vaddr) {
+                            Some(s) => demangled(&s.name),
+                            None => format!("{module}+{:#x}", index.fde_at(vaddr)?.0),
+                        }
+                    }
+                };
+                Some(Frame {
+                    function,
+                    module: module.clone(),
+                    module_path: self.path.to_string(),
+                    source,
+                    inlined,
+                })
+            })
+            .collect();
+        Some(frames)
+    }
+
+    /// blazesym's view of `unique` (file offsets in `file`), for its source lines and
+    /// inlined frames: through the separate debug file by link-time address when there is
+    /// one, else through the file by offset.
+    fn dwarf(
+        &self,
+        file: &Path,
+        debug: Option<&Path>,
+        index: Option<&strobe_target::debuginfo::CodeIndex>,
+        unique: &[u64],
+    ) -> Option<Vec<Symbolized<'_>>> {
+        let syms = match debug {
+            Some(dbg) => {
+                let index = index?;
+                let vaddrs: Vec<u64> =
+                    unique.iter().map(|&o| index.offset_to_vaddr(o).unwrap_or(0)).collect();
+                self.symbolizer.symbolize(&Source::Elf(Elf::new(dbg)), Input::VirtOffset(&vaddrs))
+            }
+            None => {
+                self.symbolizer.symbolize(&Source::Elf(Elf::new(file)), Input::FileOffset(unique))
+            }
+        };
+        syms.ok()
+    }
+}
+
+/// `file:line` of a blazesym code location.
+fn source_of(ci: &blazesym::symbolize::CodeInfo<'_>) -> String {
+    match ci.line {
+        Some(line) => format!("{}:{line}", ci.to_path().display()),
+        None => ci.to_path().display().to_string(),
+    }
 }
 
 /// A symbol's demangled name (Rust, C++), or the name itself.
@@ -419,42 +554,6 @@ fn demangled(name: &str) -> String {
     match strobe_target::elf::demangle(name) {
         (Some(full), _) => full,
         (None, _) => name.to_string(),
-    }
-}
-
-/// A module image written to a private temporary file, removed on drop.
-struct ImageFile(std::path::PathBuf);
-
-impl ImageFile {
-    fn write(bytes: &[u8]) -> std::io::Result<ImageFile> {
-        use std::hash::{BuildHasher, Hasher};
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut tries = 0;
-        loop {
-            // A random name (std's hasher keys are random per process and per call), so
-            // a file left by a killed run cannot be in the way.
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            let name = format!("strobe-report-image-{}-{:016x}.so", std::process::id(), h.finish());
-            let path = std::env::temp_dir().join(name);
-            // create_new and 0600: never follow or reuse a file someone else put there.
-            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
-                Ok(mut f) => {
-                    let file = ImageFile(path);
-                    f.write_all(bytes)?;
-                    return Ok(file);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl Drop for ImageFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

@@ -102,6 +102,9 @@ pub struct Tally {
     pub leader_raw: f64,
     /// See `paired`.
     pub leader_net: f64,
+    /// The leader's correction subtracted from those windows in all: the baseline from
+    /// each, and each call tail's delay (the signal's delivery) from the tails.
+    pub correction_sum: f64,
     /// Windows that began inside a system call, and of those the ones whose tail alone
     /// was a window (scaled to the mean net window).
     pub tail_windows: u64,
@@ -177,6 +180,7 @@ impl Tally {
             paired: 0,
             leader_raw: 0.0,
             leader_net: 0.0,
+            correction_sum: 0.0,
             tail_windows: 0,
             tail_only_windows: 0,
             unsampled: 0.0,

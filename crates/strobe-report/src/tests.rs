@@ -193,6 +193,7 @@ fn counter(mean: f64) -> crate::input::BaselineCounter {
 fn tail_baseline() -> crate::input::Baseline {
     crate::input::Baseline {
         windows: true,
+        requested: 50_000,
         intervals: 100,
         work_ns: 20_000.0,
         counters: vec![counter(30_000.0), counter(0.0), counter(0.0)],

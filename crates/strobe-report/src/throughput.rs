@@ -3,8 +3,9 @@
 //! The measurement feeds a synthetic but realistic stream through the real engine: two
 //! threads of alternating window start/end samples with three counters (task-clock,
 //! page-faults, context-switches, as the default recording has), whose IPs are spread
-//! over the text of the running executable, so symbolization is real blazesym work on
-//! a real ELF file with DWARF. The stream is built before the clock starts; the clock
+//! over the text of the running executable, so symbolization is real work on a real ELF
+//! file (its symbol table, as `strobe report`'s table reads it: no source lines). The
+//! stream is built before the clock starts; the clock
 //! covers aggregation, symbolization and folding to functions (`finish`), which is what
 //! `strobe report` spends after its reader has decoded a sample.
 //!
@@ -123,6 +124,7 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
     let pid = 1;
     let t0 = Instant::now();
     let mut agg = Aggregator::new(info(&syn.exe)).map_err(|_| ThroughputError::NoText)?;
+    agg.set_symbol_options(crate::SymbolOptions { names_only: true, ..Default::default() });
     for m in syn.maps {
         agg.add_mapping(pid, m);
     }
@@ -151,8 +153,9 @@ pub fn measure(samples: u64) -> Result<Throughput, ThroughputError> {
 
 /// End to end through a real record file: writes `samples` samples to a file in `dir`
 /// with strobe-format's encoder (in per-thread batches of 512, as the agent's writer
-/// drains them), then times [`crate::recording::read`] on it: open, decode, aggregate,
-/// symbolize, fold. `aggregate_seconds` is not split out here (it equals `seconds`).
+/// drains them), then times reading it as `strobe report FILE` does for its table
+/// ([`crate::recording::read_with`], names without source lines): open, decode,
+/// aggregate, symbolize, fold. `aggregate_seconds` is not split out here (it equals `seconds`).
 /// Returns the measurement and the file's size in bytes; the file is removed.
 pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), ThroughputError> {
     use strobe_format as f;
@@ -227,7 +230,12 @@ pub fn measure_file(samples: u64, dir: &Path) -> Result<(Throughput, u64), Throu
     let bytes = e.len() as u64;
     drop(e);
     let t0 = Instant::now();
-    let loaded = crate::recording::read(&path, WindowPolicy::Discard);
+    // As `strobe report FILE` reads it for its table: names, no source lines.
+    let opts = crate::recording::ReadOptions {
+        symbols: crate::SymbolOptions { names_only: true, ..Default::default() },
+        ..Default::default()
+    };
+    let loaded = crate::recording::read_with(&path, &opts, &mut |_, _| {});
     let seconds = t0.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&path);
     let loaded = loaded.map_err(|e| ThroughputError::Read(e.to_string()))?;

@@ -27,17 +27,24 @@
 //! The sampler's own interrupts are preemption points: a CPU-bound thread that the
 //! scheduler wants to switch out is switched out at the next return to user space, which
 //! the overflow's interrupt provides. So context switches cluster at the overflows that
-//! start and end windows, and a window measured from the handler's read to the next
-//! overflow (its *interior*) sees too few of them (measured: 0.08 switches/ms in windows
-//! against 0.19 in the program's own count). With the ring, the window's end is the
-//! overflow's own values, the leader runs on (no one-shot stop, so nothing the thread
-//! does after the overflow goes uncounted), and each window also carries what happened
-//! between each of its overflows and the handler's read (its *boundaries*, `Overflow`
-//! samples), which the report counts once per sampling cycle rather than per window.
-//! Without a ring (the locked-memory allowance), windows are one-shot as they were:
-//! re-programming a running timer races with its expiry, which the ring's records make
-//! harmless (a second record of the same timer is recognised and skipped) but nothing
-//! else does.
+//! start and end windows. A window's start carries what happened between its overflow
+//! and the handler (its start *boundary*, an `Overflow` sample), which the report counts
+//! once per sampling cycle rather than per window. A window is one-shot: at its own
+//! overflow the group stops (so its timer is not re-armed and need not be cancelled, a
+//! timer reprogramming on the VM strobe is developed on), and what follows it until the
+//! end handler restarts the group is not counted. Re-programming a running timer races
+//! with its expiry (a second overflow of the old period); the ring's records make that
+//! harmless (a second record of the same timer is recognised and skipped).
+//!
+//! # Where a window ends
+//!
+//! The handler starts a window's timer on a stopped group with the leader at
+//! `armed_at`, so the window expires at `armed_at + armed_period` in leader units
+//! exactly, however late its interrupt arrives (about 17 us on the VM strobe is
+//! developed on, with the target stopped): that value, not the interrupt's, ends the
+//! window. The window is programmed longer than asked by [`Alternation::lead`], the
+//! running mean of what the leader counts from the timer's start to the handler's read
+//! that starts the window (the enable's own timer reprogramming, 10-15 us there).
 //!
 //! Owns: the state machine ([`Alternation`]: which sample is a window start or end, the
 //! next period to program and how to arm it, whether an overflow record belongs to the
@@ -97,7 +104,16 @@ pub struct Periods {
     /// sampler's own time while the group counts, and the delays before each switch
     /// (calibrated; 0 when unknown). Only a new thread's first period uses it.
     pub cycle_extra: u64,
+    /// What the leader counts from a window's expiry to its interrupt's read in a window
+    /// the thread spent on its CPU (calibrated; each thread then keeps its own running
+    /// mean, [`Alternation::late`]).
+    pub lateness: u64,
 }
+
+/// Wall time minus leader time over a window above which the thread was off its CPU in
+/// it (a context switch away and back takes more than this; the two clocks' reads at
+/// either end differ by well under a microsecond).
+pub const OFF_CPU_NS: u64 = 3_000;
 
 /// How the handler arms the leader after programming the next period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +158,20 @@ pub struct Alternation {
     pub armed_at: u64,
     /// The period programmed then.
     pub armed_period: u64,
+    /// What the leader counts from a window's timer start to the handler's read that
+    /// starts the window (a running mean): the window is programmed that much longer, so
+    /// the target's part of it is the window asked for, less the baseline.
+    pub lead: u64,
+    /// The leader's value at the read that started the current window.
+    pub start_read: u64,
+    /// `CLOCK_MONOTONIC` at that read.
+    pub start_wall: u64,
+    /// The group's count of context switches at that read (0 when it has none).
+    pub start_switches: u64,
+    /// What the leader counted from a window's expiry to its interrupt's read, in this
+    /// thread's windows spent on its CPU (a running mean; 0: none yet, the calibrated
+    /// [`Periods::lateness`] stands in).
+    pub late: u64,
 }
 
 impl Alternation {
@@ -153,7 +183,85 @@ impl Alternation {
             window_start: 0,
             armed_at: 0,
             armed_period: first,
+            lead: 0,
+            start_read: 0,
+            start_wall: 0,
+            start_switches: 0,
+            late: 0,
         }
+    }
+
+    /// Notes the read that started the current window: the leader's value, the wall time
+    /// and the group's count of context switches (0 when it has none).
+    #[inline]
+    pub fn note_start(&mut self, read: u64, wall: u64, switches: u64) {
+        self.start_read = read;
+        self.start_wall = wall;
+        self.start_switches = switches;
+    }
+
+    /// Whether the thread was switched out in the current window, given the group's count
+    /// of context switches at the window's overflow (`None`: the group has no such
+    /// counter), the leader's value there, the wall time now and the mean delay from an
+    /// overflow to the handler (`delivery`). Without a switch counter: when the wall time
+    /// since the window's start read exceeds what the leader counted, the delivery and
+    /// [`OFF_CPU_NS`] (a switch away and back takes longer).
+    #[inline]
+    pub fn switched(
+        &self,
+        switches: Option<u64>,
+        at_interrupt: u64,
+        wall: u64,
+        delivery: u64,
+    ) -> bool {
+        match switches {
+            Some(s) => s != self.start_switches,
+            None => {
+                let on_wall = wall.wrapping_sub(self.start_wall);
+                let counted = at_interrupt.wrapping_sub(self.start_read);
+                on_wall > counted.saturating_add(delivery).saturating_add(OFF_CPU_NS)
+            }
+        }
+    }
+
+    /// Where the window that an overflow ends ended, in leader units, given the leader's
+    /// value its interrupt read (`at_interrupt`) and whether the thread was switched out
+    /// in it ([`switched`](Self::switched)). Call before [`on_overflow`](Self::on_overflow)
+    /// (it needs the window's arming).
+    ///
+    /// The window's timer expired at `armed_at + armed_period` in leader units, and its
+    /// interrupt reads the leader later, the target stopped in between (17 us here). That
+    /// holds while the thread stays on its CPU. Across a context switch the leader counts
+    /// 4-6 us more than the timer consumes (measured with a bare task-clock event on this
+    /// VM: the leader starts counting before the timer is started again), so a window in
+    /// which the thread was switched out expired later than that value by as much per
+    /// switch: its end is the interrupt's value less the thread's mean lateness, learnt
+    /// from its windows spent on the CPU (where the lateness is the interrupt's value
+    /// less the expiry).
+    #[inline]
+    pub fn window_end(&mut self, p: &Periods, at_interrupt: u64, switched: bool) -> u64 {
+        let expiry = self.armed_at.wrapping_add(self.armed_period);
+        if expiry > at_interrupt {
+            return at_interrupt;
+        }
+        if !switched {
+            let x = (at_interrupt - expiry).min(p.window) as i64;
+            let late = if self.late == 0 { x } else { self.late as i64 };
+            self.late = (late + (x - late) / 8).max(1) as u64;
+            return expiry;
+        }
+        let late = if self.late == 0 { p.lateness } else { self.late };
+        at_interrupt.saturating_sub(late).max(expiry)
+    }
+
+    /// Folds one window's measured lead (see [`Alternation::lead`]) into the running mean
+    /// (an eighth of the way each time; a lead past half the window, a preemption or a
+    /// host's stall, is taken as half a window).
+    #[inline]
+    pub fn note_lead(&mut self, p: &Periods, d: u64) {
+        let d = d.min(p.window / 2) as i64;
+        let lead = self.lead as i64;
+        self.lead = (lead + (d - lead) / 8).max(0) as u64;
     }
 
     /// The next long period: the base plus a uniform jitter in `0..=jitter` (xorshift64).
@@ -180,13 +288,19 @@ impl Alternation {
     }
 
     /// The part of a system call that ran after the overflow, given the leader's count
-    /// `since` between the overflow and the handler's read.
+    /// `since` between the overflow and the handler's first read: `since` less the
+    /// calibrated delay of an overflow in user code (the interrupt's return and the
+    /// signal's delivery). Signed: the delay varies (a standard deviation of 6-9 us on the
+    /// VM strobe is developed on, against calls of a microsecond), and only the signed
+    /// difference is right on average; a tail counted only when positive was its noise's
+    /// upper half (measured: 6.6 us a window in a loop of 0.75 us `getppid` calls).
+    /// `None` when the delay is unknown (no calibration): no tails.
     #[inline]
-    pub fn tail_of(p: &Periods, since: u64) -> u64 {
+    pub fn tail_of(p: &Periods, since: u64) -> Option<i64> {
         if p.tail_dead == 0 {
-            0
+            None
         } else {
-            since.saturating_sub(p.tail_dead)
+            Some((since as i64).wrapping_sub(p.tail_dead as i64))
         }
     }
 
@@ -195,13 +309,7 @@ impl Alternation {
     /// `ring`: the thread has its overflow ring (windows run on instead of stopping).
     /// What the sample is and how to continue.
     #[inline]
-    pub fn on_overflow(
-        &mut self,
-        p: &Periods,
-        leader: u64,
-        since: Option<u64>,
-        ring: bool,
-    ) -> Step {
+    pub fn on_overflow(&mut self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
         let step = |kind, next_period, arm| Step {
             kind,
             next_period,
@@ -218,12 +326,13 @@ impl Alternation {
             self.in_window = false;
             let delta = leader.wrapping_sub(self.window_start);
             let next = self.long(p, leader);
-            let arm = if ring { Arm::Running } else { Arm::Enable };
-            return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, arm) };
+            // The one-shot window stopped the leader at its overflow.
+            return Step { window_delta: Some(delta), ..step(Kind::WindowEnd, next, Arm::Enable) };
         }
-        let tail = since.map_or(0, |s| Self::tail_of(p, s));
+        let tail = since.and_then(|s| Self::tail_of(p, s));
         let shortest = (p.window / 5).max(p.min_period).max(1);
-        if tail > 0 && tail.saturating_add(shortest) >= p.window {
+        let t = tail.unwrap_or(0);
+        if t > 0 && (t as u64).saturating_add(shortest) >= p.window {
             // The tail is a whole window: it ends here; the long period runs on.
             let next = self.long(p, leader);
             return Step {
@@ -234,11 +343,14 @@ impl Alternation {
         }
         self.in_window = true;
         self.window_start = leader;
-        let part = p.window - tail;
+        // The window's remainder: a tail (of either sign) takes its place, so every
+        // window weighs about the same; the lead is the handler's (see `lead`).
+        let remainder =
+            (p.window as i64 - t).clamp(shortest as i64, (p.window + p.window / 2) as i64);
+        let part = remainder as u64 + self.lead.min(p.window / 2);
         self.armed_at = leader;
         self.armed_period = part;
-        let arm = if ring { Arm::Running } else { Arm::OneShot };
-        Step { tail: tail > 0, ..step(Kind::WindowStart, part, arm) }
+        Step { tail: tail.is_some(), ..step(Kind::WindowStart, part, Arm::OneShot) }
     }
 
     /// A new long period programmed at leader value `leader`.
@@ -254,8 +366,8 @@ impl Alternation {
     /// at `leader`: abandon any open window; the long period to program and how to arm
     /// (`ring` as in [`on_overflow`](Self::on_overflow)).
     #[inline]
-    pub fn restart(&mut self, p: &Periods, leader: u64, ring: bool) -> (u64, Arm) {
-        let arm = if self.in_window && !ring { Arm::Enable } else { Arm::Running };
+    pub fn restart(&mut self, p: &Periods, leader: u64) -> (u64, Arm) {
+        let arm = if self.in_window { Arm::Enable } else { Arm::Running };
         self.in_window = false;
         (self.long(p, leader), arm)
     }
@@ -274,6 +386,11 @@ pub struct AltCell {
     window_start: AtomicU64,
     armed_at: AtomicU64,
     armed_period: AtomicU64,
+    lead: AtomicU64,
+    start_read: AtomicU64,
+    start_wall: AtomicU64,
+    start_switches: AtomicU64,
+    late: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
 }
@@ -289,6 +406,11 @@ impl AltCell {
                 window_start: AtomicU64::new(0),
                 armed_at: AtomicU64::new(0),
                 armed_period: AtomicU64::new(0),
+                lead: AtomicU64::new(0),
+                start_read: AtomicU64::new(0),
+                start_wall: AtomicU64::new(0),
+                start_switches: AtomicU64::new(0),
+                late: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
             }
@@ -311,6 +433,11 @@ impl AltCell {
             window_start: self.window_start.load(Ordering::Relaxed),
             armed_at: self.armed_at.load(Ordering::Relaxed),
             armed_period: self.armed_period.load(Ordering::Relaxed),
+            lead: self.lead.load(Ordering::Relaxed),
+            start_read: self.start_read.load(Ordering::Relaxed),
+            start_wall: self.start_wall.load(Ordering::Relaxed),
+            start_switches: self.start_switches.load(Ordering::Relaxed),
+            late: self.late.load(Ordering::Relaxed),
         }
     }
 
@@ -322,6 +449,11 @@ impl AltCell {
         self.window_start.store(a.window_start, Ordering::Relaxed);
         self.armed_at.store(a.armed_at, Ordering::Relaxed);
         self.armed_period.store(a.armed_period, Ordering::Relaxed);
+        self.lead.store(a.lead, Ordering::Relaxed);
+        self.start_read.store(a.start_read, Ordering::Relaxed);
+        self.start_wall.store(a.start_wall, Ordering::Relaxed);
+        self.start_switches.store(a.start_switches, Ordering::Relaxed);
+        self.late.store(a.late, Ordering::Relaxed);
     }
 
     /// Counts a completed window of leader length `delta`.
@@ -334,9 +466,9 @@ impl AltCell {
 
     /// Runs one overflow through the state machine and counts a completed window.
     #[inline]
-    pub fn on_overflow(&self, p: &Periods, leader: u64, since: Option<u64>, ring: bool) -> Step {
+    pub fn on_overflow(&self, p: &Periods, leader: u64, since: Option<u64>) -> Step {
         let mut a = self.load();
-        let step = a.on_overflow(p, leader, since, ring);
+        let step = a.on_overflow(p, leader, since);
         self.store(a);
         if let Some(d) = step.window_delta {
             self.count_window(d);
@@ -346,9 +478,9 @@ impl AltCell {
 
     /// [`Alternation::restart`] on the stored state.
     #[inline]
-    pub fn restart(&self, p: &Periods, leader: u64, ring: bool) -> (u64, Arm) {
+    pub fn restart(&self, p: &Periods, leader: u64) -> (u64, Arm) {
         let mut a = self.load();
-        let next = a.restart(p, leader, ring);
+        let next = a.restart(p, leader);
         self.store(a);
         next
     }
@@ -370,6 +502,7 @@ mod tests {
         min_period: 10_000,
         tail_dead: 0,
         cycle_extra: 0,
+        lateness: 0,
     };
 
     #[test]
@@ -380,7 +513,7 @@ mod tests {
         for i in 0..6 {
             // The leader advances by the period just programmed (plus some handler noise).
             leader += if i % 2 == 0 { 1_000_000 } else { 20_000 + i };
-            let s = a.on_overflow(&P, leader, None, false);
+            let s = a.on_overflow(&P, leader, None);
             kinds.push((s.kind, s.next_period, s.arm, s.window_delta));
         }
         use Arm::*;
@@ -403,7 +536,7 @@ mod tests {
         let mut a = Alternation::new(1, 1_000_000);
         let p = Periods { window: 0, ..P };
         for v in 0..5 {
-            let s = a.on_overflow(&p, v, Some(v), false);
+            let s = a.on_overflow(&p, v, Some(v));
             assert_eq!((s.kind, s.next_period, s.arm), (Kind::Plain, 1_000_000, Arm::Running));
             assert!(!s.tail && !s.close_now);
         }
@@ -415,9 +548,9 @@ mod tests {
         let mut a = Alternation::new(0x1234_5678, 1_000);
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..2_000 {
-            let start = a.on_overflow(&p, 0, None, false);
+            let start = a.on_overflow(&p, 0, None);
             assert_eq!(start.next_period, 10, "the window is never jittered");
-            let end = a.on_overflow(&p, 10, None, false);
+            let end = a.on_overflow(&p, 10, None);
             assert!((1_000..=1_099).contains(&end.next_period), "{}", end.next_period);
             seen.insert(end.next_period);
         }
@@ -434,15 +567,15 @@ mod tests {
     #[test]
     fn a_late_signal_abandons_the_open_window() {
         let mut a = Alternation::new(3, 1_000_000);
-        assert_eq!(a.on_overflow(&P, 100, None, false).kind, Kind::WindowStart);
+        assert_eq!(a.on_overflow(&P, 100, None).kind, Kind::WindowStart);
         // The window's one-shot leader stopped: it must be enabled again.
-        assert_eq!(a.restart(&P, 150, false), (1_000_000, Arm::Enable));
-        assert_eq!(a.restart(&P, 160, false), (1_000_000, Arm::Running));
-        // With a ring the window never stopped the leader.
-        a.on_overflow(&P, 200, None, true);
-        assert_eq!(a.restart(&P, 250, true), (1_000_000, Arm::Running));
+        assert_eq!(a.restart(&P, 150), (1_000_000, Arm::Enable));
+        assert_eq!(a.restart(&P, 160), (1_000_000, Arm::Running));
+        // A window is always one-shot: abandoning one enables the leader again.
+        a.on_overflow(&P, 200, None);
+        assert_eq!(a.restart(&P, 250), (1_000_000, Arm::Enable));
         // The next overflow ends a long period again: a start, not an end.
-        let s = a.on_overflow(&P, 5_000, None, false);
+        let s = a.on_overflow(&P, 5_000, None);
         assert_eq!((s.kind, s.window_delta), (Kind::WindowStart, None));
     }
 
@@ -453,14 +586,17 @@ mod tests {
         let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
         let run = |since| {
             let mut a = Alternation::new(1, 1_000_000);
-            let s = a.on_overflow(&p, 2_000_000, Some(since), false);
+            let s = a.on_overflow(&p, 2_000_000, Some(since));
             (s.kind, s.next_period, s.arm, s.tail, s.close_now, a.in_window)
         };
         use Arm::*;
         use Kind::*;
-        // The usual delay or less: the call had ended; a whole window.
-        assert_eq!(run(8_000), (WindowStart, 50_000, OneShot, false, false, true));
-        assert_eq!(run(9_000), (WindowStart, 50_000, OneShot, false, false, true));
+        // A delay below the usual one is a tail too, of negative length (the delay's own
+        // spread): the remainder grows by as much, so windows weigh alike and tails are
+        // right on average.
+        assert_eq!(run(8_000), (WindowStart, 51_000, OneShot, true, false, true));
+        assert_eq!(run(9_000), (WindowStart, 50_000, OneShot, true, false, true));
+        assert_eq!(run(0), (WindowStart, 59_000, OneShot, true, false, true));
         // 30 us since the overflow: 21 us of it was the call's.
         assert_eq!(run(30_000), (WindowStart, 29_000, OneShot, true, false, true));
         assert_eq!(run(45_000), (WindowStart, 14_000, OneShot, true, false, true));
@@ -471,27 +607,88 @@ mod tests {
         // Unknown delay (no calibration): never a tail.
         let off = Periods { tail_dead: 0, ..p };
         let mut a = Alternation::new(1, 1_000_000);
-        let s = a.on_overflow(&off, 2_000_000, Some(900_000), false);
+        let s = a.on_overflow(&off, 2_000_000, Some(900_000));
         assert_eq!((s.next_period, s.tail), (50_000, false));
         // Without the overflow's values (no ring): never a tail.
         let mut a = Alternation::new(1, 1_000_000);
-        assert!(!a.on_overflow(&p, 2_000_000, None, false).tail);
+        assert!(!a.on_overflow(&p, 2_000_000, None).tail);
+    }
+
+    /// The lead (what the leader counts from a window's timer start to the read that
+    /// starts it) lengthens the programmed window, so the target's part is about the
+    /// window asked for; it is a running mean, and never more than half a window.
+    #[test]
+    fn the_window_is_programmed_longer_by_its_measured_lead() {
+        let mut a = Alternation::new(1, 1_000_000);
+        for _ in 0..200 {
+            a.note_lead(&P, 8_000);
+        }
+        assert!((7_900..=8_000).contains(&a.lead), "{}", a.lead);
+        let s = a.on_overflow(&P, 1_000_000, None);
+        assert_eq!(s.next_period, 20_000 + a.lead);
+        assert_eq!(a.armed_at + a.armed_period, 1_000_000 + 20_000 + a.lead, "the expiry");
+        // A stall is taken as half a window.
+        let mut b = Alternation::new(1, 1_000_000);
+        for _ in 0..200 {
+            b.note_lead(&P, 900_000);
+        }
+        assert!((9_900..=10_000).contains(&b.lead), "{}", b.lead);
+        // A tail shortens the window as before, the lead lengthens it.
+        let p = Periods { window: 50_000, tail_dead: 9_000, ..P };
+        let mut c = Alternation::new(1, 1_000_000);
+        c.lead = 5_000;
+        let s = c.on_overflow(&p, 2_000_000, Some(30_000));
+        assert_eq!((s.next_period, s.tail), (29_000 + 5_000, true));
+    }
+
+    /// A window spent on the CPU ends at its expiry, and teaches the thread its lateness;
+    /// one the thread was switched out of ends at its interrupt less that lateness (the
+    /// leader counts more than the timer across a switch).
+    #[test]
+    fn a_window_ends_at_its_expiry_or_at_its_interrupt_less_the_lateness() {
+        let p = Periods { lateness: 15_000, ..P };
+        let mut a = Alternation::new(1, 1_000_000);
+        a.on_overflow(&p, 1_000_000, None);
+        a.note_start(1_004_000, 7_000_000, 3);
+        assert_eq!((a.armed_at, a.armed_period), (1_000_000, 20_000));
+        // Interrupt 17 us late, on the CPU: the expiry, and the thread learns its
+        // lateness.
+        assert!(!a.switched(Some(3), 1_037_000, 7_060_000, 20_000));
+        assert_eq!(a.window_end(&p, 1_037_000, false), 1_020_000);
+        assert_eq!(a.late, 17_000, "the first on-CPU window sets the mean");
+        // Switched out, 25 us past the expiry: the interrupt less the thread's own
+        // lateness, never before the expiry.
+        assert!(a.switched(Some(4), 1_045_000, 7_060_000, 20_000));
+        assert_eq!(a.window_end(&p, 1_045_000, true), 1_028_000);
+        assert_eq!(a.window_end(&p, 1_030_000, true), 1_020_000);
+        // Without a switch counter: wall time past what the leader counted, the delivery
+        // and a margin.
+        assert!(!a.switched(None, 1_037_000, 7_000_000 + 33_000 + 20_000 + 2_000, 20_000));
+        assert!(a.switched(None, 1_037_000, 7_000_000 + 33_000 + 20_000 + 4_000, 20_000));
+        // Before any on-CPU window, the calibrated lateness stands in.
+        let mut b = Alternation::new(1, 1_000_000);
+        b.on_overflow(&p, 1_000_000, None);
+        b.note_start(1_004_000, 7_000_000, 0);
+        assert_eq!(b.window_end(&p, 1_060_000, true), 1_045_000);
+        // An interrupt "before" the expiry (a timer restarted short) ends the window.
+        assert_eq!(b.window_end(&p, 1_010_000, false), 1_010_000);
     }
 
     /// Records of a timer that fired again before the handler re-programmed it are not
-    /// taken for the next period's overflow; with a ring both periods run on.
+    /// taken for the next period's overflow; the long period runs on, the window is
+    /// one-shot.
     #[test]
     fn stale_overflow_records_are_told_apart() {
         let mut a = Alternation::new(1, 1_000_000);
         assert!(a.is_due(1_000_000), "the first period's overflow");
         assert!(a.is_due(600_000), "late half of the first period");
         assert!(!a.is_due(400_000));
-        let s = a.on_overflow(&P, 1_000_000, None, true);
-        assert_eq!((s.next_period, s.arm), (20_000, Arm::Running));
+        let s = a.on_overflow(&P, 1_000_000, None);
+        assert_eq!((s.next_period, s.arm), (20_000, Arm::OneShot));
         assert!(!a.is_due(1_005_000), "the long period's timer again, in the window");
         assert!(a.is_due(1_020_000), "the window's own overflow");
-        let s = a.on_overflow(&P, 1_020_000, None, true);
-        assert_eq!((s.kind, s.arm), (Kind::WindowEnd, Arm::Running));
+        let s = a.on_overflow(&P, 1_020_000, None);
+        assert_eq!((s.kind, s.arm), (Kind::WindowEnd, Arm::Enable));
         assert!(!a.is_due(1_040_000), "the window's timer again");
         assert!(a.is_due(2_020_000));
     }
@@ -501,14 +698,14 @@ mod tests {
         let c = AltCell::new();
         c.reset(9, 1_000_000);
         for (i, v) in [10u64, 30, 100, 125, 200].into_iter().enumerate() {
-            let s = c.on_overflow(&P, v, None, false);
+            let s = c.on_overflow(&P, v, None);
             assert_eq!(s.kind, if i % 2 == 0 { Kind::WindowStart } else { Kind::WindowEnd });
         }
         assert_eq!(c.windows(), (2, 20 + 25));
         assert!(c.load().in_window, "the last window is still open");
         c.reset(9, 1_000_000);
         assert_eq!(c.windows(), (0, 0));
-        assert_eq!(c.on_overflow(&P, 1, None, false).kind, Kind::WindowStart);
+        assert_eq!(c.on_overflow(&P, 1, None).kind, Kind::WindowStart);
         assert_eq!(Kind::from_word(Kind::WindowEnd as u64), Kind::WindowEnd);
         assert_eq!(Kind::from_word(Kind::CallTail as u64), Kind::CallTail);
         assert_eq!(Kind::from_word(Kind::Overflow as u64), Kind::Overflow);

@@ -6,6 +6,8 @@
 //!   the host side (one version of `object`).
 //! - [`debuginfo`] (feature `elf`): names for code without symbols: `.eh_frame` function
 //!   boundaries, MiniDebugInfo (`.gnu_debugdata`), and the build id.
+//! - [`symtab`] (feature `elf`): the names Linux perf gives a file's code, by file
+//!   offset (its symbol rules, PLT entries and lookup), for the report's symbolizer.
 //! - [`maps`]: `/proc/PID/maps`, parsed by one borrowing parser that never allocates, with
 //!   owned conveniences above it.
 //! - [`program`]: the executable a command runs, found the way `execvp` finds it.
@@ -40,6 +42,8 @@ pub mod launch;
 pub mod libpath;
 pub mod maps;
 pub mod program;
+#[cfg(feature = "elf")]
+pub mod symtab;
 pub mod tasks;
 pub mod usdt;
 

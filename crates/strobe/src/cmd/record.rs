@@ -308,14 +308,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn human_bytes(n: u64) -> String {
-    match n {
-        n if n >= 10 << 20 => format!("{:.1} MB", n as f64 / 1048576.0),
-        n if n >= 10 << 10 => format!("{:.1} KB", n as f64 / 1024.0),
-        n => format!("{n} bytes"),
-    }
-}
-
 /// Prints the agents' notes, the warnings and one summary line on stderr.
 fn summarize(path: &std::path::Path, r: &Recorded) {
     for n in &r.notes {
@@ -343,7 +335,7 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
         if r.processes == 1 { "" } else { "es" },
         t.threads,
         if t.threads == 1 { "" } else { "s" },
-        human_bytes(r.bytes),
+        super::human_bytes(r.bytes),
         path.display()
     );
     if let Some(s) = r.sampling {

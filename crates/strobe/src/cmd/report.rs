@@ -49,6 +49,7 @@ strobe report run.strobe --sort faults/ms --top 10\n  \
 strobe report run.strobe --format json --window-policy fold > report.json\n  \
 strobe report run.strobe --flamegraph run.svg --color-by faults/ms\n  \
 strobe report run.strobe --html run.html --pprof run.pb.gz --firefox run.json\n  \
+strobe report run.strobe --export http://collector:4318   # OTLP profiles (docs/fleet.md)\n  \
 strobe report --diff base.strobe new.strobe --flamegraph diff.svg\n  \
 strobe report perf.data --event task-clock:u",
         strobe_report::metrics::help_table()
@@ -88,7 +89,7 @@ pub struct Args {
     /// Compare two recordings: each function's change in time share and in every window
     /// metric, flagged (!) only when it lies outside both runs' 95% intervals. With
     /// --flamegraph, a differential flame graph (red: grew, blue: shrank).
-    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["file", "pprof", "firefox", "html", "callers", "callees"])]
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with_all = ["file", "pprof", "firefox", "html", "callers", "callees", "otlp", "export"])]
     diff: Option<Vec<PathBuf>>,
     /// Write an interactive SVG flame graph (inferno) to FILE (`-`: stdout).
     #[arg(long, value_name = "FILE")]
@@ -105,6 +106,8 @@ pub struct Args {
     /// profiler.firefox.com or with `samply load`.
     #[arg(long, value_name = "FILE")]
     firefox: Option<PathBuf>,
+    #[command(flatten)]
+    otlp: Box<super::export::OtlpArgs>,
     /// Write one self-contained HTML page (flame graph, metrics table, callers and
     /// callees, source lines) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -117,6 +120,16 @@ pub struct Args {
     /// by debug link) here; repeatable. Default: /usr/lib/debug and /lib/debug.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    /// Read the recorded files (programs, libraries, their debug files, JIT symbol files)
+    /// under DIR instead of /: DIR/usr/lib/libc.so.6 for /usr/lib/libc.so.6, as perf's
+    /// --symfs. For a recording made on another machine.
+    #[arg(long, value_name = "DIR")]
+    symfs: Option<PathBuf>,
+    /// perf.data only: name kernel addresses from FILE, a copy of /proc/kallsyms taken on
+    /// the machine (and boot) the file was recorded on, as perf's --kallsyms. Default: the
+    /// running kernel's, when the file was recorded on it.
+    #[arg(long, value_name = "FILE")]
+    kallsyms: Option<PathBuf>,
     /// Print nothing but the output: no progress, warnings or notes.
     #[arg(long, short)]
     quiet: bool,
@@ -172,19 +185,9 @@ fn write_output(
     w.flush().with_context(|| format!("cannot write {}", path.display()))?;
     if !quiet {
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
-        eprintln!("strobe: wrote the {what} to {} ({})", path.display(), human_bytes(size));
+        eprintln!("strobe: wrote the {what} to {} ({})", path.display(), super::human_bytes(size));
     }
     Ok(())
-}
-
-fn human_bytes(n: u64) -> String {
-    if n >= 1 << 20 {
-        format!("{:.1} MB", n as f64 / (1 << 20) as f64)
-    } else if n >= 1 << 10 {
-        format!("{:.1} KB", n as f64 / 1024.0)
-    } else {
-        format!("{n} bytes")
-    }
 }
 
 /// True when `path` starts with perf.data's magic (an unreadable file is left to the
@@ -205,7 +208,8 @@ fn load(
     quiet: bool,
 ) -> anyhow::Result<Loaded> {
     if is_perf_data(path) {
-        let popts = PerfDataOptions { event: event.map(str::to_string) };
+        let popts =
+            PerfDataOptions { event: event.map(str::to_string), symbols: opts.symbols.clone() };
         return Ok(strobe_report::perfdata::read(path, opts.policy, &popts)?);
     }
     if event.is_some() {
@@ -321,6 +325,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 dirs
             }),
             no_jit: false,
+            // Only csv, json, pprof and the HTML page show source lines.
+            names_only: !matches!(args.format, Some(FormatArg::Csv | FormatArg::Json))
+                && args.pprof.is_none()
+                && args.html.is_none(),
+            symfs: args.symfs.clone(),
+            kallsyms: args.kallsyms.clone(),
         },
         timeline: args.firefox.is_some(),
     };
@@ -333,7 +343,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outputs = args.flamegraph.is_some()
         || args.pprof.is_some()
         || args.firefox.is_some()
-        || args.html.is_some();
+        || args.html.is_some()
+        || args.otlp.any();
     let print =
         args.format.is_some() || !outputs || args.callers.is_some() || args.callees.is_some();
     let format_arg = args.format.unwrap_or(FormatArg::Table);
@@ -382,6 +393,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         write_output(path, "HTML report", args.quiet, |w| {
             strobe_report::html::write_with(report, Some(&name), args.color_by.as_deref(), w)
         })?;
+    }
+    if args.otlp.any() {
+        super::export::run(&file, &opts, &args.otlp, args.quiet)?;
     }
     if !print {
         return Ok(ExitCode::SUCCESS);

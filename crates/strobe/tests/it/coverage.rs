@@ -281,6 +281,65 @@ fn the_agent_leaves_the_programs_descriptors_alone() {
     c.within("fd_work", c.total("fd_work"), truth - named, truth);
 }
 
+/// The program's environment is its own: `LD_PRELOAD` and strobe's variables are not in
+/// it (`env` prints the same lines with and without strobe), yet the images it starts
+/// get them back (a shell's child runs with the agent: its process has an agent stream).
+#[test]
+fn the_programs_environment_is_as_without_strobe() {
+    let dir = Scratch::new("coverage-env");
+    let plain = run(&mut Command::new("env"));
+    let file = dir.path("env.strobe");
+    let under = run(record_to(&file).args(["--", "env"]));
+    assert!(under.status.success(), "{}", show(&under));
+    let lines = |o: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect()
+    };
+    assert_eq!(lines(&under), lines(&plain));
+    let file = dir.path("sh.strobe");
+    let script = format!("env | grep -c STROBE_ || true; {} 300", prog("zoo_spin").display());
+    let out = run(record_to(&file).args(["--", "sh", "-c", &script]));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("0\n"), "{}", show(&out));
+    let rec = strobe_format::read_all(&file).unwrap();
+    let served = rec
+        .processes
+        .iter()
+        .filter_map(|p| p.info.as_ref())
+        .any(|i| !i.floor && i.exe.file_name().is_some_and(|n| n == "zoo_spin"));
+    assert!(served, "the shell's child runs with the agent");
+}
+
+/// Work on small stacks (a 16 KiB coroutine stack without a guard page, a thread's own
+/// 8 KiB alternate signal stack): the sampler's handler runs on a stack of its own, so
+/// the program neither crashes nor sees its alternate stack changed, and its time is
+/// sampled (the coroutine's frames have no callers the walk may read: the leaf
+/// functions' self shares add up to the coroutine's time).
+#[test]
+fn work_on_small_stacks_is_sampled_without_harm() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-smallstack");
+    let plain = run(Command::new(prog("zoo_smallstack")).arg("100"));
+    assert!(plain.status.success(), "{}", show(&plain));
+    let c = record(&dir, "smallstack", &[], &prog("zoo_smallstack"), &["14000"]);
+    let t = fields(&c.out.stdout);
+    assert_eq!(t["altstack"], 8192.0, "the program's own alternate stack: {}", show(&c.out));
+    let own = |name: &str| -> f64 {
+        c.report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["function"] == name)
+            .map(|f| f["time_pct"].as_f64().unwrap())
+            .sum()
+    };
+    let sampled = own("coroutine_work") + own("clock_gettime") + own("__GI___clock_gettime");
+    c.near(
+        "coroutine_work and the clock it reads",
+        sampled,
+        100.0 * t["coroutine_ns"] / t["process_ns"],
+    );
+}
+
 /// A program starts with the signal mask and ignored signals it would have without
 /// strobe (a shell that ignores SIGINT for a background job, a blocked SIGUSR1).
 #[test]

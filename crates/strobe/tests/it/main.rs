@@ -5,9 +5,12 @@ mod util;
 
 mod cli;
 mod coverage;
+mod fleet;
+mod golden;
 mod kernel;
 mod perfdata;
 mod probe;
+mod rates;
 mod record;
 mod report;
 mod stacks;

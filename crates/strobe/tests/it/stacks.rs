@@ -123,8 +123,14 @@ fn share(
 }
 
 /// True when `path` holds `seq` as consecutive frames.
+/// A function's split-off part counts as the function: names come from the symbol table,
+/// as perf gives them, where gcc's cold part of `f` is `f [clone .cold]` (`f.cold`), and a
+/// frame in it stands where `f`'s would.
 fn has_run(path: &[String], seq: &[&str]) -> bool {
-    path.windows(seq.len()).any(|w| w.iter().zip(seq).all(|(a, b)| a == b))
+    fn whole(f: &str) -> &str {
+        f.split_once(" [clone .").map_or(f, |(base, _)| base)
+    }
+    path.windows(seq.len()).any(|w| w.iter().zip(seq).all(|(a, b)| whole(a) == *b))
 }
 
 /// True when `path` ends with `seq` (its last frame is the sampled function).

@@ -1,0 +1,153 @@
+//! `strobe report FILE --otlp OUT` and `--export [URL]`: a recording as OpenTelemetry
+//! profiles, written to a file or sent to a collector. The work is in crate strobe-otlp;
+//! this module turns the arguments into its options and says in one line what happened.
+//!
+//! Must never build a profile or open a connection itself.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use strobe_otlp::resource::ResourceConfig;
+use strobe_otlp::{CliExport, ExportConfig, Exporter, FileOptions, Payload};
+use strobe_report::recording::ReadOptions;
+
+/// The OTLP options of `strobe report`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OtlpArgs {
+    /// Write the recording as an OTLP profiles request (ExportProfilesServiceRequest,
+    /// protobuf; gzipped when FILE ends in .gz) to FILE.
+    #[arg(long, value_name = "FILE", help_heading = "OpenTelemetry")]
+    pub otlp: Option<PathBuf>,
+    /// Send the recording to an OpenTelemetry Collector over OTLP/HTTP (protobuf, gzip)
+    /// at URL, a base such as http://collector:4318 (/v1development/profiles is
+    /// appended). Without URL: OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT, else
+    /// OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318. OTEL_EXPORTER_OTLP_HEADERS,
+    /// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are honoured (docs/fleet.md).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", help_heading = "OpenTelemetry")]
+    pub export: Option<String>,
+    /// Trust the CA certificates in FILE (PEM) for an https endpoint, instead of the
+    /// system's (also OTEL_EXPORTER_OTLP_CERTIFICATE).
+    #[arg(long, value_name = "FILE", requires = "export", help_heading = "OpenTelemetry")]
+    pub ca_file: Option<PathBuf>,
+    /// Keep profiles that could not be sent in DIR; they are sent first by the next
+    /// export that names DIR.
+    #[arg(long, value_name = "DIR", requires = "export", help_heading = "OpenTelemetry")]
+    pub spool: Option<PathBuf>,
+}
+
+impl OtlpArgs {
+    /// True when an OTLP output was asked for.
+    pub fn any(&self) -> bool {
+        self.otlp.is_some() || self.export.is_some()
+    }
+}
+
+fn processes(n: usize) -> String {
+    if n == 1 {
+        "1 process".into()
+    } else {
+        format!("{n} processes")
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Writes or sends `file` as OTLP profiles.
+pub fn run(file: &Path, read: &ReadOptions, args: &OtlpArgs, quiet: bool) -> anyhow::Result<()> {
+    // Settings first: a wrong endpoint or CA file is reported before the file is read.
+    let exporter = match &args.export {
+        Some(url) => {
+            let cli = CliExport {
+                url: Some(url.clone()),
+                ca_file: args.ca_file.clone(),
+                spool: args.spool.clone(),
+            };
+            Some((ExportConfig::resolve(&cli, env)?, cli))
+        }
+        None => None,
+    };
+    let mut magic = [0u8; 8];
+    let perf = std::fs::File::open(file)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && strobe_perfdata::is_perf_data(&magic);
+    if perf {
+        anyhow::bail!(
+            "--otlp and --export take strobe recordings, and {} is a perf.data file: record the program with strobe record",
+            file.display()
+        );
+    }
+    let opts = FileOptions {
+        read: read.clone(),
+        resource: ResourceConfig::from_env(env),
+        live_containers: true,
+    };
+    let built = strobe_otlp::from_file(file, &opts)?;
+    if !quiet {
+        let mut err = std::io::stderr().lock();
+        for n in &built.notes {
+            writeln!(err, "strobe: {n}")?;
+        }
+    }
+    if let Some(out) = &args.otlp {
+        let gz = out.extension().is_some_and(|e| e == "gz");
+        let p = Payload::encode(&built.request, gz);
+        std::fs::write(out, &p.body)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+        if !quiet {
+            eprintln!(
+                "strobe: wrote {} ({} profiles of {}, {} bytes)",
+                out.display(),
+                p.profiles,
+                processes(built.request.resource_profiles.len()),
+                p.body.len()
+            );
+        }
+    }
+    let Some((cfg, _)) = exporter else { return Ok(()) };
+    let wait = cfg.retry.max_elapsed + cfg.timeout + Duration::from_secs(2);
+    let exporter = Exporter::start(cfg)?;
+    let url = exporter.url().to_string();
+    let payload = exporter.encode(&built.request);
+    let total = payload.profiles;
+    exporter.submit(payload);
+    let stats = exporter.finish(wait);
+    let why = stats.last_error.clone().unwrap_or_else(|| "no reason given".into());
+    let lost = stats.not_sent + stats.rejected;
+    if lost > 0 {
+        anyhow::bail!(
+            "{lost} of {total} profiles could not be sent to {url}: {why}{}",
+            if stats.spooled > 0 {
+                format!(" ({} kept in the spool)", stats.spooled)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if stats.spooled > 0 {
+        if !quiet {
+            eprintln!(
+                "strobe: warning: {} of {total} profiles not sent to {url} ({why}); kept in {}, sent by the next export that names it",
+                stats.spooled,
+                args.spool.as_deref().map_or_else(|| "the spool".into(), |d| d.display().to_string())
+            );
+        }
+        return Ok(());
+    }
+    if !quiet {
+        let replayed = if stats.sent_from_spool > 0 {
+            format!(", and {} kept from earlier", stats.sent_from_spool)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "strobe: sent {} profiles of {} to {url}{replayed}",
+            stats.sent,
+            processes(built.request.resource_profiles.len())
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! Window metrics on a second family of programs, written apart from the bundled workload
+//! (`tests/c/own_rates.c`): page touching from 1 to 256 pages a call, anonymous and
+//! file-backed, sleeps, system calls on a pipe, computation, mixed code, on 1, 2 and 8
+//! threads. Each function counts its own truth (task-clock, faults and switches around
+//! batches of calls); strobe records it at its default options, as users run it.
+//!
+//! # The tolerance
+//!
+//! A metric is judged when its windows hold at least 400 events (the report's threshold;
+//! `MIN_EVENTS`). strobe's value must lie within `z * s + SYSTEMATIC` of the truth, as a
+//! fraction of the truth, where:
+//!
+//! - `s` is the value's relative standard deviation as the report computes it from the
+//!   function's windows (their spread by the delta method for a ratio of sums, and at
+//!   least a Poisson count's `1/sqrt(events)`): at 400 events, 5% or more;
+//! - `z` is the two-sided normal quantile that leaves 1 in 1000 per test, divided among
+//!   its judged metrics (Bonferroni): 3.89 for up to ten metrics (1 in 10,000 each);
+//! - `SYSTEMATIC` (10%) is what no count can shrink, measured on this VM: the program's
+//!   own clock counts the sampler's time inside its calls, which strobe's windows leave
+//!   out (a recorded run of a page-touching loop measured its rate 3.5-4.5% below a bare
+//!   copy running beside it, and strobe's value was 1.3-1.6% above the bare copy's); and
+//!   a call's tail is measured against the mean delivery of the sampler's signal, which
+//!   is longer after some calls than on average (calls of a few microseconds that map
+//!   and unmap read 5-8% low).
+//!
+//! So the false-failure rate is at most 1 in 1000 per test, given the systematic part;
+//! at 400 events the tolerance is about 30%, at 2000 about 19%. `strobe bench accuracy`
+//! reports the precise errors of the same family.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::{record_to, run, show, strobe, Scratch};
+
+/// Events a metric's windows must hold to be judged (the report's threshold).
+const MIN_EVENTS: f64 = 400.0;
+/// The two-sided normal quantile for 1 in 10,000 (see the module note).
+const Z: f64 = 3.89;
+/// The most metrics one test judges with [`Z`] (so that the test's rate stays 1 in 1000).
+const MAX_JUDGED: usize = 10;
+/// What no count can shrink (see the module note).
+const SYSTEMATIC: f64 = 0.10;
+
+/// One function's truth, as `own_rates` printed it.
+#[derive(Debug, Clone)]
+struct Truth {
+    task_clock_ns: f64,
+    faults: f64,
+    switches: f64,
+}
+
+impl Truth {
+    fn rate(&self, metric: &str) -> f64 {
+        let ms = self.task_clock_ns / 1e6;
+        let n = if metric.contains("fault") { self.faults } else { self.switches };
+        if ms > 0.0 {
+            n / ms
+        } else {
+            0.0
+        }
+    }
+}
+
+fn truths(stdout: &[u8]) -> BTreeMap<String, Truth> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter(|l| l.starts_with("fn="))
+        .filter_map(|l| {
+            let kv: BTreeMap<&str, &str> =
+                l.split_whitespace().filter_map(|p| p.split_once('=')).collect();
+            let num = |k: &str| kv.get(k).and_then(|v| v.parse::<f64>().ok());
+            Some((
+                kv.get("fn")?.to_string(),
+                Truth {
+                    task_clock_ns: num("task_clock_ns")?,
+                    faults: num("faults")?,
+                    switches: num("switches")?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// One judged comparison.
+#[derive(Debug)]
+struct Judged {
+    line: String,
+    ok: bool,
+}
+
+/// Records `own_rates THREADS CPU_SECONDS FUNCS...` at the default options and judges
+/// every metric of `metrics` whose windows hold enough events. Returns the lines judged,
+/// and the table.
+fn judge(dir: &Scratch, name: &str, threads: u32, cpu_s: f64, funcs: &[&str], metrics: &[&str]) {
+    let file = dir.path(&format!("{name}.strobe"));
+    let out = run(record_to(&file)
+        .arg("--")
+        .arg(strobe_testprogs::path("own_rates"))
+        .arg(threads.to_string())
+        .arg(cpu_s.to_string())
+        .args(funcs));
+    assert!(out.status.success(), "{}", show(&out));
+    let truth = truths(&out.stdout);
+    assert_eq!(truth.len(), funcs.len(), "{}", show(&out));
+    let report = report_json(&file);
+    let table = String::from_utf8_lossy(&run(strobe().arg("report").arg(&file)).stdout)
+        .lines()
+        .take(12)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let net_ms = report["net_window"].as_f64().unwrap_or(0.0) / 1e6;
+    let mut judged = Vec::new();
+    let mut skipped = Vec::new();
+    for (func, t) in &truth {
+        let f = report["functions"].as_array().unwrap().iter().find(|f| f["function"] == *func);
+        for metric in metrics {
+            let want = t.rate(metric);
+            let key = format!("total_{metric}");
+            let Some(f) = f else {
+                skipped.push(format!("{func} {metric}: not in the report"));
+                continue;
+            };
+            let windows = f["total_windows"].as_u64().unwrap_or(0) as f64;
+            let events = want * windows * net_ms;
+            if want <= 0.0 || events < MIN_EVENTS {
+                skipped.push(format!("{func} {metric}: {events:.0} events in its windows"));
+                continue;
+            }
+            let got = f[&key].as_f64().unwrap_or(0.0);
+            let (lo, hi) = (f[format!("{key}_low")].as_f64(), f[format!("{key}_high")].as_f64());
+            let half = match (lo, hi) {
+                (Some(lo), Some(hi)) => (hi - lo) / 2.0,
+                _ => f64::INFINITY,
+            };
+            let s = (half / 1.96 / got.max(1e-12)).max(1.0 / events.sqrt());
+            let tol = Z * s + SYSTEMATIC;
+            let err = got / want - 1.0;
+            judged.push(Judged {
+                line: format!(
+                    "{func:<16} {metric:<24} strobe {got:8.2} truth {want:8.2} error {:+6.1}% \
+                     tolerance {:5.1}% ({events:.0} events, {windows:.0} windows)",
+                    100.0 * err,
+                    100.0 * tol
+                ),
+                ok: err.abs() <= tol,
+            });
+        }
+    }
+    let text = format!(
+        "{name}: judged\n  {}\nnot judged\n  {}\n{table}",
+        judged.iter().map(|j| j.line.as_str()).collect::<Vec<_>>().join("\n  "),
+        skipped.join("\n  ")
+    );
+    eprintln!("{text}");
+    assert!(judged.len() <= MAX_JUDGED, "{text}");
+    assert!(!judged.is_empty(), "the run was sized for judged metrics: {text}");
+    assert!(judged.iter().all(|j| j.ok), "{text}");
+}
+
+fn report_json(file: &Path) -> Value {
+    let out = run(strobe().arg("report").arg(file).args(["--format", "json"]));
+    assert!(out.status.success(), "{}", show(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Page faults per ms of functions that touch 16 and 256 fresh pages a call, 256 pages of
+/// a file, and compute with a fresh page every 3000 multiplications, on two threads.
+#[test]
+fn fault_rates_of_the_second_family_match_their_own_counts() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-faults");
+    judge(
+        &dir,
+        "faults",
+        2,
+        3.0,
+        &["touch_anon_16", "touch_anon_256", "touch_file_256", "mixed", "compute"],
+        &["page_faults_per_ms"],
+    );
+}
+
+/// Context switches per ms of functions that sleep 5 us and 100 us a call, beside system
+/// calls on a pipe and computation, on two threads (a sleeping function uses little CPU:
+/// 4 s of it each gives its windows about 400 switches).
+#[test]
+fn switch_rates_of_sleeping_functions_match_their_own_counts() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-sleeps");
+    judge(
+        &dir,
+        "sleeps",
+        2,
+        4.0,
+        &["nap_5us", "nap_100us", "pipe_rw", "compute"],
+        &["context_switches_per_ms"],
+    );
+}
+
+/// Eight threads on two CPUs: one-page and 256-page touching, system calls and
+/// computation. (Sleeping functions among eight threads on two CPUs read 0.6x their
+/// switches per ms: `strobe bench accuracy` shows them, docs/BENCHMARKS.md says what was
+/// measured.)
+#[test]
+fn fault_rates_hold_on_eight_threads() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-eight");
+    judge(
+        &dir,
+        "eight",
+        8,
+        0.8,
+        &["touch_anon_1", "touch_anon_256", "pipe_rw", "compute"],
+        &["page_faults_per_ms"],
+    );
+}
+
+/// What a window carries in user space that is not the target's, on a machine whose
+/// hardware `instructions` leader counts it (this VM has no PMU, so it is counted here by
+/// single-stepping the agent's handler with ptrace, `tests/c/step_handler.c`): from the
+/// group read that starts a window to the handler's `rt_sigreturn`, and, before that
+/// read, from the `ioctl` that starts the window's timer (the window's lead). The
+/// figures are printed (docs/BENCHMARKS.md quotes them); a run whose handler could not
+/// be stepped fails.
+#[test]
+fn the_user_instructions_a_window_carries_are_counted() {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: step_handler decodes x86-64 system calls only");
+        return;
+    }
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-steps");
+    let prog = strobe_testprogs::path("step_handler");
+    let mut counts = Vec::new();
+    for i in 0..3 {
+        let file = dir.path(&format!("s{i}.strobe"));
+        let mut rec = record_to(&file)
+            .arg("--")
+            .arg(&prog)
+            .args(["spin", "30"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(rec.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let pid = line.trim().strip_prefix("pid=").unwrap_or_else(|| panic!("{line}")).to_string();
+        // A few windows first, so the handler's pages are the target's usual ones.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = run(std::process::Command::new(&prog).args(["trace", &pid]));
+        let _ = rec.wait();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{}", show(&out));
+        let kv: BTreeMap<&str, u64> = text
+            .split_whitespace()
+            .filter_map(|p| p.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect();
+        let (lead, tail) = (kv["lead"], kv["tail"]);
+        assert!(lead > 0 && tail > 0, "{text}");
+        counts.push((lead, tail));
+    }
+    eprintln!(
+        "user instructions a window carries that are not the target's: after its start read \
+         {:?}; lead (timer start to that read) {:?}",
+        counts.iter().map(|c| c.1).collect::<Vec<_>>(),
+        counts.iter().map(|c| c.0).collect::<Vec<_>>()
+    );
+}
