@@ -661,10 +661,10 @@ fn file_time(file: &Path) -> Result<FileTime, String> {
     Ok(t)
 }
 
-/// strobe's figures from its JSON report and its file's time samples. The report's rows
-/// count a sample as one unit of its own cycle, and the named remainders (`[not sampled]`,
-/// `[strobe agent]`) in that unit: the accounted time is the `processes` array's samples'
-/// worth times the file's mean cycle per time sample.
+/// strobe's figures from its JSON report and its file's time samples. The accounted time
+/// is the CPU time the report's `processes` array says its samples and named remainders
+/// (`[not sampled]`, `[strobe agent]`) stand for (`cpu_ns`; older reports: their
+/// samples' worth times the file's mean cycle per time sample).
 fn strobe_figures(
     report: &Value,
     out: RunOut,
@@ -696,7 +696,8 @@ fn strobe_figures(
     for p in report["processes"].as_array().into_iter().flatten() {
         let cmd = p["command"].as_str().unwrap_or("").to_string();
         *shares.commands.entry(cmd).or_insert(0.0) += p["pct"].as_f64().unwrap_or(0.0);
-        accounted += p["samples"].as_f64().unwrap_or(0.0) * unit;
+        accounted +=
+            p["cpu_ns"].as_f64().unwrap_or_else(|| p["samples"].as_f64().unwrap_or(0.0) * unit);
     }
     if children {
         shares.children = Some(100.0 * file.others_ns / sampled_ns.max(1.0));
