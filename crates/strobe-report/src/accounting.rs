@@ -28,6 +28,13 @@ use strobe_format::{ProcessInfo, ThreadCpu};
 use crate::report::{AGENT, UNSAMPLED};
 use crate::Aggregator;
 
+/// The agent samples a process needs before its served CPU time measures what the
+/// sampler's own time adds to each sample: a thread's sample count over its served time
+/// is that time over the cycle give or take one (a random first phase), so a process
+/// with k samples measures the excess within a cycle over k (1% of a cycle at 100), and
+/// the excess (3-20 us) is a fraction of a percent of a cycle.
+const MIN_SAMPLES_FOR_UNCOUNTED: u64 = 100;
+
 /// One stream as the accounting needs it.
 #[derive(Debug, Clone, Default)]
 struct Stream {
@@ -37,6 +44,8 @@ struct Stream {
     /// Sampled by strobe's agent (its cycle measured from the leader's counts), not by
     /// the kernel.
     agent: bool,
+    /// The agent's measured cost of one sample, ns (0: unknown).
+    cost: f64,
 }
 
 /// Per (pid, tid): what its samples and the kernel say.
@@ -98,7 +107,8 @@ impl Accounting {
         if !command.is_empty() {
             self.last_command.insert(info.pid, command.clone());
         }
-        self.streams.insert(stream, Stream { pid: info.pid, cycle, agent: false });
+        let cost = info.sample_cost_ns as f64;
+        self.streams.insert(stream, Stream { pid: info.pid, cycle, agent: false, cost });
     }
 
     /// The stream's measured cycle (its END).
@@ -148,18 +158,41 @@ impl Accounting {
     /// calibration cannot give it: it depends on the program's stacks (1-4 us without a
     /// walk, 20 us with DWARF walks of deep stacks).
     fn add_uncounted(&mut self) {
-        let (mut counted, mut n) = (0.0, 0u64);
+        // Per process: its agent samples, the leader's counts they stand for, and its
+        // threads' served CPU. Only processes with enough samples measure it (a 3 ms child
+        // has one sample or none: a thousand of them add up to about thirty cycles of
+        // counting noise against the sampler's few microseconds a sample).
+        let mut per_pid: FxHashMap<u32, (f64, u64, f64)> = FxHashMap::default();
         for (&(stream, _), &k) in &self.samples {
             if let Some(s) = self.streams.get(&stream).filter(|s| s.agent) {
-                counted += k as f64 * s.cycle;
-                n += k;
+                let e = per_pid.entry(s.pid).or_default();
+                e.0 += k as f64 * s.cycle;
+                e.1 += k;
+                e.2 += k as f64 * s.cost;
             }
         }
-        let served: u64 = self.threads.values().map(|t| t.cpu.served_ns).sum();
-        if n == 0 || served == 0 {
+        let mut served: FxHashMap<u32, u64> = FxHashMap::default();
+        for (&(pid, _), t) in &self.threads {
+            *served.entry(pid).or_default() += t.cpu.served_ns;
+        }
+        let (mut extra, mut n, mut cost) = (0.0, 0u64, 0.0);
+        for (pid, (counted, k, c)) in per_pid {
+            let s = served.get(&pid).copied().unwrap_or(0);
+            if k >= MIN_SAMPLES_FOR_UNCOUNTED && s > 0 {
+                extra += s as f64 - counted;
+                n += k;
+                cost += c;
+            }
+        }
+        if n == 0 {
             return;
         }
-        let per_sample = (served as f64 - counted) / n as f64;
+        // At most a sample's whole measured cost: beyond it, the excess is the program's
+        // own time with the leader stopped (a one-shot window's group that stays disabled
+        // while the thread blocks every signal, as posix_spawn does around its clone), which
+        // no sample stands for and stays `[not sampled]`.
+        let cap = if cost > 0.0 { cost / n as f64 } else { f64::INFINITY };
+        let per_sample = (extra / n as f64).min(cap);
         if per_sample.is_finite() && per_sample > 0.0 {
             for s in self.streams.values_mut().filter(|s| s.agent) {
                 s.cycle += per_sample;
