@@ -28,11 +28,10 @@ use strobe_format::{ProcessInfo, ThreadCpu};
 use crate::report::{AGENT, UNSAMPLED};
 use crate::Aggregator;
 
-/// The agent samples a process needs before its served CPU time measures what the
-/// sampler's own time adds to each sample: a thread's sample count over its served time
-/// is that time over the cycle give or take one (a random first phase), so a process
-/// with k samples measures the excess within a cycle over k (1% of a cycle at 100), and
-/// the excess (3-20 us) is a fraction of a percent of a cycle.
+/// The agent samples a thread needs before its served CPU time measures what the
+/// sampler's own time adds to each sample: its count over its served time is that time
+/// over the cycle give or take one (a random first phase), so a thread with k samples
+/// measures the excess within a cycle over k (1% of a cycle at 100).
 const MIN_SAMPLES_FOR_UNCOUNTED: u64 = 100;
 
 /// One stream as the accounting needs it.
@@ -158,41 +157,39 @@ impl Accounting {
     /// calibration cannot give it: it depends on the program's stacks (1-4 us without a
     /// walk, 20 us with DWARF walks of deep stacks).
     fn add_uncounted(&mut self) {
-        // Per process: its agent samples, the leader's counts they stand for, and its
-        // threads' served CPU. Only processes with enough samples measure it (a 3 ms child
-        // has one sample or none: a thousand of them add up to about thirty cycles of
-        // counting noise against the sampler's few microseconds a sample).
-        let mut per_pid: FxHashMap<u32, (f64, u64, f64)> = FxHashMap::default();
-        for (&(stream, _), &k) in &self.samples {
+        // Per thread: its agent samples, the leader's counts they stand for, and its
+        // served CPU. Only threads with enough samples measure it: a thread's count is
+        // its served time over the cycle give or take one, and short threads (a 3 ms
+        // child, a 1 ms worker) add that one at each end, thousands of times, against the
+        // sampler's few microseconds a sample.
+        let mut per_thread: FxHashMap<(u32, u32), (f64, u64, f64)> = FxHashMap::default();
+        for (&(stream, tid), &k) in &self.samples {
             if let Some(s) = self.streams.get(&stream).filter(|s| s.agent) {
-                let e = per_pid.entry(s.pid).or_default();
+                let e = per_thread.entry((s.pid, tid)).or_default();
                 e.0 += k as f64 * s.cycle;
                 e.1 += k;
                 e.2 += k as f64 * s.cost;
             }
         }
-        let mut served: FxHashMap<u32, u64> = FxHashMap::default();
-        for (&(pid, _), t) in &self.threads {
-            *served.entry(pid).or_default() += t.cpu.served_ns;
-        }
-        let (mut extra, mut n, mut cost) = (0.0, 0u64, 0.0);
-        for (pid, (counted, k, c)) in per_pid {
-            let s = served.get(&pid).copied().unwrap_or(0);
-            if k >= MIN_SAMPLES_FOR_UNCOUNTED && s > 0 {
-                extra += s as f64 - counted;
+        // A thread whose leader missed more than a sample's whole measured cost per sample
+        // had stretches with its group stopped that were not the sampler's (a one-shot
+        // window's group left disabled while the thread blocked every signal, as
+        // pthread_create and posix_spawn do around their clone: 54 and 81 us a sample
+        // against a 35 us cost): its excess is the program's time no sample stands for,
+        // which stays `[not sampled]`, and it does not measure the sampler.
+        let (mut extra, mut n) = (0.0, 0u64);
+        for (key, (counted, k, cost)) in per_thread {
+            let served = self.threads.get(&key).map_or(0, |t| t.cpu.served_ns);
+            let excess = served as f64 - counted;
+            if k >= MIN_SAMPLES_FOR_UNCOUNTED && served > 0 && (cost == 0.0 || excess <= cost) {
+                extra += excess;
                 n += k;
-                cost += c;
             }
         }
         if n == 0 {
             return;
         }
-        // At most a sample's whole measured cost: beyond it, the excess is the program's
-        // own time with the leader stopped (a one-shot window's group that stays disabled
-        // while the thread blocks every signal, as posix_spawn does around its clone), which
-        // no sample stands for and stays `[not sampled]`.
-        let cap = if cost > 0.0 { cost / n as f64 } else { f64::INFINITY };
-        let per_sample = (extra / n as f64).min(cap);
+        let per_sample = extra / n as f64;
         if per_sample.is_finite() && per_sample > 0.0 {
             for s in self.streams.values_mut().filter(|s| s.agent) {
                 s.cycle += per_sample;
