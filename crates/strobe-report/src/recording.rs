@@ -72,8 +72,18 @@ pub fn read_with(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Loaded, ReportError> {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    read_from(Reader::open(path)?, size, opts, progress)
+}
+
+/// [`read_with`] from a reader already open on a recording of `size` bytes (a recording
+/// held in memory, such as one interval of a continuous recording).
+pub fn read_from<R: std::io::Read>(
+    mut reader: Reader<R>,
+    size: u64,
+    opts: &ReadOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Loaded, ReportError> {
     let mut next_progress = 0u64;
-    let mut reader = Reader::open(path)?;
     let header = reader.header().clone();
     let mut feed = Feed::new(&header, opts)?;
     while let Some(record) = reader.next() {
