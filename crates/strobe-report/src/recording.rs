@@ -46,6 +46,8 @@ pub struct ReadOptions {
     pub symbols: crate::SymbolOptions,
     /// Keep every sample in time order ([`Report::timeline`]), for views that show time.
     pub timeline: bool,
+    /// Names kept across reports (one per interval of a continuous recording).
+    pub cache: Option<crate::SymbolCache>,
 }
 
 fn kind(k: strobe_format::SampleKind) -> SampleKind {
@@ -146,6 +148,9 @@ impl Feed {
         };
         let mut agg = Aggregator::new(info)?;
         agg.set_symbol_options(opts.symbols.clone());
+        if let Some(c) = &opts.cache {
+            agg.set_symbol_cache(c.clone());
+        }
         if opts.timeline {
             agg.keep_timeline();
         }
