@@ -344,7 +344,9 @@ impl Cutter {
         self.write_preamble(&mut pre);
         let mut ids: Vec<StreamId> = self.streams.keys().copied().collect();
         ids.sort_unstable();
-        let mut parts = Vec::new();
+        let owners = self.owners();
+        // Each resource's recording: the streams it holds, in stream order.
+        let mut by_owner: FxHashMap<StreamId, (Encoder, u64)> = FxHashMap::default();
         for id in ids {
             let s = self.streams.get_mut(&id).expect("listed");
             let mut taken: Vec<(u32, usize, Vec<Sample>)> = Vec::new();
@@ -362,14 +364,15 @@ impl Cutter {
             }
             let has = !taken.is_empty() || !s.lost.is_empty() || !s.off_cpu.is_empty();
             if has {
-                let mut e = Encoder::with_capacity(64 << 10);
-                let mut time_samples = 0;
-                s.write_state(id, &mut e);
+                let owner = owners.get(&id).copied().unwrap_or(id);
+                let (e, time_samples) =
+                    by_owner.entry(owner).or_insert_with(|| (Encoder::with_capacity(64 << 10), 0));
+                s.write_state(id, e);
                 for (tid, ncounters, samples) in &taken {
                     for chunk in samples.chunks(SAMPLE_CHUNK) {
                         let mut b = e.samples(id, *tid, *ncounters);
                         for smp in chunk {
-                            time_samples += u64::from(smp.kind.is_time_sample());
+                            *time_samples += u64::from(smp.kind.is_time_sample());
                             b.push(smp.kind, smp.time, smp.ip, smp.stack, smp.counters.as_slice());
                         }
                         b.finish();
@@ -385,13 +388,20 @@ impl Cutter {
                 for n in std::mem::take(&mut s.notes) {
                     e.note(id, &n);
                 }
-                // Chunks stand alone: the recorder's part, then the stream's.
-                let mut bytes = Vec::with_capacity(pre.len() + e.len());
-                bytes.extend_from_slice(pre.as_bytes());
-                bytes.extend_from_slice(e.as_bytes());
-                parts.push(Part { info: s.info.clone(), time_samples, bytes });
             }
             s.notes.clear();
+        }
+        let mut owned: Vec<StreamId> = by_owner.keys().copied().collect();
+        owned.sort_unstable();
+        let mut parts = Vec::new();
+        for owner in owned {
+            let (e, time_samples) = by_owner.remove(&owner).expect("listed");
+            // Chunks stand alone: the recorder's part, then the streams'.
+            let mut bytes = Vec::with_capacity(pre.len() + e.len());
+            bytes.extend_from_slice(pre.as_bytes());
+            bytes.extend_from_slice(e.as_bytes());
+            let info = self.streams.get(&owner).and_then(|s| s.info.clone());
+            parts.push(Part { info, time_samples, bytes });
         }
         // Forget the streams of processes that are gone and brought nothing for two
         // intervals (their last samples were cut above).
@@ -403,6 +413,30 @@ impl Cutter {
         self.interval += 1;
         self.cut_at = self.cut_at.max(t);
         parts
+    }
+
+    /// Which stream's resource each stream belongs to: a process's kernel-floor stream
+    /// joins an agent stream of the same pid (the image with the same executable, else
+    /// the one that started nearest in time), as a whole recording's export does; every
+    /// other stream is its own.
+    fn owners(&self) -> FxHashMap<StreamId, StreamId> {
+        let mut out = FxHashMap::default();
+        for (&id, s) in &self.streams {
+            let Some(info) = s.info.as_ref().filter(|i| i.floor) else { continue };
+            let owner = self
+                .streams
+                .iter()
+                .filter_map(|(&o, os)| os.info.as_ref().map(|oi| (o, oi)))
+                .filter(|(_, oi)| !oi.floor && oi.pid == info.pid)
+                .min_by_key(|(o, oi)| {
+                    (oi.exe != info.exe, oi.start_mono_ns.abs_diff(info.start_mono_ns), *o)
+                })
+                .map(|(o, _)| o);
+            if let Some(o) = owner {
+                out.insert(id, o);
+            }
+        }
+        out
     }
 
     /// Streams whose state is held.

@@ -806,6 +806,29 @@ fn requests_sent(stderr: &str) -> usize {
     line[open + 1..i].parse().unwrap()
 }
 
+/// Waits until the record file being written at `file` holds at least `n` time samples.
+fn wait_for_samples(file: &Path, n: i64) {
+    let start = Instant::now();
+    loop {
+        let have = Reader::open(file).ok().map_or(0, |r| {
+            r.map_while(Result::ok)
+                .filter_map(|rec| match rec {
+                    Record::Samples(b) => Some(
+                        b.iter().map_while(Result::ok).filter(|s| s.kind.is_time_sample()).count()
+                            as i64,
+                    ),
+                    _ => None,
+                })
+                .sum()
+        });
+        if have >= n {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{} has {have} samples", file.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Time samples in a record file, as its chunks hold them.
 fn time_samples_in(file: &Path) -> i64 {
     let mut n = 0;
@@ -939,7 +962,10 @@ fn continuous_mode_sends_the_last_interval_on_sigint_and_sigterm() {
             cmd.arg("--").arg(env!("CARGO_BIN_EXE_strobe")).args(["workload", "--seconds", "30"]);
         }
         let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_secs(3));
+        // Signalled once the program runs (a signal during the start-up ends the
+        // recording before it begins).
+        wait_for_samples(&file, 50);
+        std::thread::sleep(Duration::from_secs(1));
         // SAFETY: kill on the child this test started.
         assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
         let out = child.wait_with_output().unwrap();
@@ -955,7 +981,7 @@ fn continuous_mode_sends_the_last_interval_on_sigint_and_sigterm() {
         let requests = received(&out_json, seen, &c);
         let got = decode(&requests[seen - n..]);
         let time = time_samples_in(&file);
-        assert!(time > 100, "{name}: {time} samples in 3 s");
+        assert!(time >= 50, "{name}: {time} samples");
         let sum: i64 = cpu_samples_by_function(&got).values().sum();
         assert_eq!(sum, time, "{name}: every sample sent, the last interval on the signal");
     }
@@ -970,7 +996,7 @@ fn a_collector_stopped_mid_run_costs_only_the_profiles_it_missed() {
     let out_json = dir.path("p.jsonl");
     let (c, port) = file_collector(&dir, "c", &out_json);
     let prog = format!(
-        "{} workload --seconds 5 --threads 2; echo workload ended; exit 3",
+        "{} workload --seconds 8 --threads 2; echo workload ended; exit 3",
         env!("CARGO_BIN_EXE_strobe")
     );
     let alone = run(Command::new("sh").args(["-c", &prog]));
@@ -988,8 +1014,13 @@ fn a_collector_stopped_mid_run_costs_only_the_profiles_it_missed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
+    // The collector goes once it has taken an interval.
+    received(&out_json, 1, &c);
     drop(c);
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let stopped_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1008,7 +1039,12 @@ fn a_collector_stopped_mid_run_costs_only_the_profiles_it_missed() {
             }
         }
     }
-    assert!(last - first > 4_000_000_000, "samples over {} ms", (last - first) / 1_000_000);
+    assert!(last - first > 6_000_000_000, "samples over {} ms", (last - first) / 1_000_000);
+    assert!(
+        last > stopped_ns + 1_000_000_000,
+        "no samples a second after the collector stopped ({} ms before the last)",
+        (last as i64 - stopped_ns as i64) / 1_000_000
+    );
     // Some profiles sent before the collector stopped, the others counted and kept.
     let sent_line = err.lines().find(|l| l.contains(" with samples), ")).unwrap();
     assert!(!sent_line.contains(", 0 profiles sent"), "{err}");
