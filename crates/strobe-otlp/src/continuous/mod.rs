@@ -208,12 +208,11 @@ impl Continuous {
     pub fn finish(mut self) -> Result<Summary, OtlpError> {
         let _ = block_stop_signals();
         self.done.store(true, Ordering::Release);
-        let r = match self.thread.take().map(JoinHandle::join) {
+        match self.thread.take().map(JoinHandle::join) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(OtlpError::Send("the continuous recording's thread failed".into())),
             None => Ok(Summary::default()),
-        };
-        r
+        }
     }
 }
 
