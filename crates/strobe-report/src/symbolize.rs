@@ -364,10 +364,10 @@ struct CachedFile {
 
 impl SymbolCache {
     /// The most addresses kept (about 150 bytes each).
-    pub const MAX_ENTRIES: usize = 1 << 17;
+    pub const MAX_ENTRIES: usize = 1 << 16;
     /// The most bytes of parsed symbol tables kept (a table larger than half of it
     /// is parsed each time it is needed).
-    pub const MAX_TABLE_BYTES: usize = 64 << 20;
+    pub const MAX_TABLE_BYTES: usize = 32 << 20;
 
     /// Addresses kept now.
     pub fn len(&self) -> usize {

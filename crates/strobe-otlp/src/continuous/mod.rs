@@ -317,6 +317,11 @@ impl Follower {
                 self.send(&mut sum, parts, start_unix, end_unix)?;
                 start_unix = end_unix;
                 end_unix += every;
+                // What an interval's reports freed goes back to the system: glibc keeps
+                // freed memory of a thread's arena otherwise, and RSS climbs with the
+                // largest interval seen.
+                // SAFETY: malloc_trim only releases free memory of the allocator.
+                unsafe { libc::malloc_trim(0) };
                 if self.copy.as_ref().is_some_and(local::Copy::full) {
                     let mut e = strobe_format::Encoder::with_capacity(1 << 20);
                     cutter.write_resume(&mut e);
