@@ -1057,3 +1057,44 @@ fn a_collector_stopped_mid_run_costs_only_the_profiles_it_missed() {
     assert!(kept >= 1, "{lost}");
     assert!(t.elapsed() < Duration::from_secs(60), "strobe took {:?} to end", t.elapsed());
 }
+
+#[test]
+fn a_continuous_local_copy_is_rotated_and_each_file_reads_on_its_own() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-every-rotate");
+    let out_json = dir.path("p.jsonl");
+    let (_c, port) = file_collector(&dir, "c", &out_json);
+    let file = dir.path("run.strobe");
+    let out = run(continuous(&format!("http://127.0.0.1:{port}"), "500ms")
+        .arg("-o")
+        .arg(&file)
+        .args(["--rotate", "4K", "--"])
+        .arg(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "4", "--threads", "2"]));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(" rotated "), "{err}");
+    let mut older = file.as_os_str().to_owned();
+    older.push(".1");
+    let older = PathBuf::from(older);
+    // Two files at most, each a recording of its own that strobe report reads, with the
+    // process's stack table and mappings: its functions are named.
+    let names: Vec<String> = std::fs::read_dir(dir.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.iter().filter(|n| n.starts_with("run.strobe")).count(), 2, "{names:?}");
+    for f in [&file, &older] {
+        assert!(std::fs::metadata(f).unwrap().len() < 64 << 10, "{}", f.display());
+        let json = report_json(f);
+        let named = json["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["function"].as_str().unwrap().starts_with("workload_"))
+            .count();
+        assert!(named >= 1 || time_samples_in(f) == 0, "{}: {json}", f.display());
+    }
+}
