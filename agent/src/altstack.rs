@@ -40,12 +40,14 @@ pub struct AltState {
 
 impl AltState {
     /// None mapped.
-    pub const EMPTY: AltState = AltState {
-        base: AtomicUsize::new(0),
-        sp: AtomicUsize::new(0),
-        size: AtomicUsize::new(0),
-        flags: AtomicUsize::new(libc::SS_DISABLE as usize),
-    };
+    pub const fn empty() -> AltState {
+        AltState {
+            base: AtomicUsize::new(0),
+            sp: AtomicUsize::new(0),
+            size: AtomicUsize::new(0),
+            flags: AtomicUsize::new(libc::SS_DISABLE as usize),
+        }
+    }
 
     /// The usable range `[lo, hi)` of the agent's stack (0, 0 when none).
     #[inline]
@@ -100,8 +102,8 @@ pub fn install(local: &Local) -> bool {
         let top = base.cast::<u8>().add(GUARD + SIZE);
         std::ptr::write_bytes(top.sub(PREFAULT), 0, PREFAULT);
     }
-    // SAFETY: the stack below is our mapping, of SIZE usable bytes.
     let ours = libc::stack_t {
+        // SAFETY: GUARD bytes into our mapping, whose usable SIZE bytes follow.
         ss_sp: unsafe { base.cast::<u8>().add(GUARD) }.cast(),
         ss_flags: 0,
         ss_size: SIZE,

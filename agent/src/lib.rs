@@ -892,6 +892,8 @@ type SpawnFn = unsafe extern "C" fn(
 ///
 /// # Safety
 /// As libc's function of that name.
+// libc's six arguments, and which of the two functions to call.
+#[allow(clippy::too_many_arguments)]
 unsafe fn spawn(
     real: &AtomicPtr<libc::c_void>,
     name: &std::ffi::CStr,

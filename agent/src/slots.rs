@@ -50,7 +50,7 @@ impl Local {
         ring: AtomicPtr::new(std::ptr::null_mut()),
         masked: AtomicBool::new(false),
         counted_blocked: AtomicBool::new(false),
-        alt: crate::altstack::AltState::EMPTY,
+        alt: crate::altstack::AltState::empty(),
     };
 
     /// The overflow ring, if any (the owner's handler, on the owner's thread).

@@ -17,6 +17,7 @@ mod drive;
 
 pub mod accuracy;
 pub mod breakpoint;
+pub mod coverage;
 pub mod export;
 pub mod kernel_mode;
 pub mod probe;
@@ -76,6 +77,10 @@ pub const BENCHES: &[(&str, &str)] = &[
         "kernel-ring recording vs perf record: cost and bytes per sample, wakeups, report speed",
     ),
     (
+        "coverage",
+        "the coverage zoo: each function's share at the defaults vs perf and samply, accounted CPU, fds",
+    ),
+    (
         "export",
         "a recording as OTLP profiles vs pprof vs strobe's file: bytes/sample, CPU to encode and send",
     ),
@@ -97,6 +102,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         "report" => views::run(opts),
         "kernel-mode" => kernel_mode::run(opts),
         "stacks" => stacks::run(opts),
+        "coverage" => coverage::run(opts),
         "export" => export::run(opts),
         other => {
             let names: Vec<&str> = BENCHES.iter().map(|(n, _)| *n).collect();

@@ -16,7 +16,6 @@
 //! Owns: those decisions and every check of the options. Must never start a process,
 //! open an event the recording keeps, or print.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use strobe_format::RecordMode;
@@ -255,5 +254,5 @@ pub(crate) fn header_command(opts: &RecordOptions) -> Vec<String> {
 /// The program and its arguments as a launch command.
 pub(crate) fn command_of(opts: &RecordOptions) -> Result<Command, RecordError> {
     let (program, args) = opts.command.split_first().ok_or(RecordError::NoCommand)?;
-    Ok(Command::new(program.clone(), args.iter().cloned().collect::<Vec<OsString>>()))
+    Ok(Command::new(program.clone(), args.to_vec()))
 }

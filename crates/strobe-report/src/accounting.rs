@@ -81,6 +81,8 @@ pub struct ProcessShare {
     /// Samples' worth of CPU time: its samples and its `[not sampled]` and
     /// `[strobe agent]` rows.
     pub samples: f64,
+    /// The CPU time (ns) those samples' worth stand for.
+    pub cpu_ns: f64,
 }
 
 fn file_name(p: &std::path::Path) -> String {
@@ -219,6 +221,7 @@ impl Accounting {
                 processes: 0,
                 threads: 0,
                 samples: 0.0,
+                cpu_ns: 0.0,
             });
             e.threads += 1;
             e.samples += t.sampled_ns / unit;
@@ -248,12 +251,24 @@ impl Accounting {
                 agg.add_unaccounted(UNSAMPLED, &format!("{}: starts and exits", e.command), part);
             }
         }
+        // Within a command, one group's surplus (threads whose samples stand for more than
+        // they ran: sampling noise, or threads of no name that form a group of their own)
+        // cancels another's shortfall: the command's net remainder is what is named,
+        // spread over its groups that fall short.
+        let mut net: FxHashMap<String, (f64, f64)> = FxHashMap::default();
+        for ((command, _), (missed, _)) in &groups {
+            let e = net.entry(command.clone()).or_default();
+            e.0 += missed;
+            e.1 += missed.max(0.0);
+        }
         let mut rows: Vec<((String, String), (f64, f64))> = groups.into_iter().collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         for ((command, thread), (missed, agent)) in rows {
-            if missed <= 0.0 {
+            let (total, short) = net.get(&command).copied().unwrap_or((0.0, 0.0));
+            if missed <= 0.0 || total <= 0.0 || short <= 0.0 {
                 continue;
             }
+            let missed = missed * (total / short).min(1.0);
             let by_agent = missed.min(agent);
             agg.add_unaccounted(AGENT, "set-up", by_agent / unit);
             if let Some(e) = shares.get_mut(&command) {
@@ -267,9 +282,88 @@ impl Accounting {
             agg.add_unaccounted(UNSAMPLED, &module, (missed - by_agent) / unit);
         }
         let mut list: Vec<ProcessShare> = shares.into_values().collect();
+        for e in &mut list {
+            e.cpu_ns = e.samples * unit;
+        }
         list.sort_by(|a, b| {
             b.samples.total_cmp(&a.samples).then_with(|| a.command.cmp(&b.command))
         });
         agg.set_processes(list);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::RecordInfo;
+
+    fn info(pid: u32, period: u64) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid: 1,
+            origin: strobe_format::ProcessOrigin::Start,
+            exe: "/bin/prog".into(),
+            start_mono_ns: 0,
+            period,
+            window: 0,
+            jitter: 0,
+            period_source: strobe_format::PeriodSource::Budget,
+            sample_cost_ns: 0,
+            floor_cost_ns: 0,
+            predicted_overhead_ppm: 0,
+            floor: false,
+        }
+    }
+
+    fn cpu(tid: u32, cpu_ns: u64, served_ns: u64) -> ThreadCpu {
+        ThreadCpu { tid, cpu_ns, served_ns, agent_ns: 0 }
+    }
+
+    fn finish(acct: Accounting) -> (Vec<(String, String, f64)>, Vec<ProcessShare>) {
+        let info = RecordInfo {
+            events: vec!["task-clock".into()],
+            period: 1_000_000,
+            window: 0,
+            jitter: 0,
+            command: vec!["prog".into()],
+            source: None,
+        };
+        let mut agg = Aggregator::new(info).unwrap();
+        acct.finish(&mut agg);
+        (agg.tally().unaccounted.clone(), agg.tally().processes.clone())
+    }
+
+    /// An agent stream whose threads ran 10% more than the leader counted (the sampler's
+    /// own time with the group stopped): that time is part of each sample, not a
+    /// remainder.
+    #[test]
+    fn the_samplers_own_time_is_part_of_each_agent_sample() {
+        let mut a = Accounting::default();
+        a.process(7, &info(100, 1_000_000));
+        a.thread_cpu(7, &[cpu(100, 110_000_000, 110_000_000)]);
+        a.samples(7, 100, 100);
+        a.cycle(7, 1_000_000.0);
+        let (rows, shares) = finish(a);
+        assert!(rows.is_empty(), "{rows:?}");
+        assert!((shares[0].cpu_ns - 110e6).abs() < 1.0, "{shares:?}");
+    }
+
+    /// Within a command, a group of threads whose samples stand for more than they ran
+    /// (here: threads with no name) cancels another group's shortfall: only the net is
+    /// named.
+    #[test]
+    fn a_commands_surplus_cancels_its_shortfall() {
+        let mut a = Accounting::default();
+        a.process(7, &info(100, 1_000_000));
+        a.cycle(7, 1_000_000.0);
+        a.thread_name(7, 101, "worker");
+        // worker: 30 ms run, 20 samples (10 ms short); the unnamed thread: 30 ms run, 36
+        // samples (6 ms over). Served nothing: the floor's period is the cycle.
+        a.thread_cpu(7, &[cpu(101, 30_000_000, 0), cpu(102, 30_000_000, 0)]);
+        a.samples(7, 101, 20);
+        a.samples(7, 102, 36);
+        let (rows, _) = finish(a);
+        let named: f64 = rows.iter().filter(|r| r.0 == UNSAMPLED).map(|r| r.2).sum();
+        assert!((named - 4.0).abs() < 1e-9, "{rows:?}");
     }
 }

@@ -309,6 +309,12 @@ impl Aggregator {
         }
     }
 
+    /// What has been tallied so far (tests).
+    #[cfg(test)]
+    pub(crate) fn tally(&self) -> &crate::tally::Tally {
+        &self.t
+    }
+
     /// Each command's share of the recording (from per-thread CPU times).
     pub(crate) fn set_processes(&mut self, list: Vec<crate::accounting::ProcessShare>) {
         self.t.processes = list;

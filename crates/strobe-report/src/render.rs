@@ -680,6 +680,8 @@ struct JsonProcess<'r> {
     processes: u64,
     threads: u64,
     samples: f64,
+    /// The CPU time those samples' worth stand for, ns.
+    cpu_ns: f64,
     pct: f64,
 }
 
@@ -730,6 +732,7 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
                 processes: p.processes,
                 threads: p.threads,
                 samples: round4(p.samples),
+                cpu_ns: p.cpu_ns.round(),
                 pct: round4(100.0 * p.samples / process_total.max(1e-9)),
             })
             .collect(),

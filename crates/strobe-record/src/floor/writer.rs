@@ -523,9 +523,11 @@ impl Writer {
                     &mut t.copies.last_mut().expect("just pushed").1
                 }
             };
-            for i in 0..n {
-                t.totals[i] = t.totals[i].wrapping_add(s.values[i].saturating_sub(last[i]));
-                last[i] = s.values[i];
+            for ((total, prev), &now) in
+                t.totals.iter_mut().zip(last.iter_mut()).zip(&s.values).take(n)
+            {
+                *total = total.wrapping_add(now.saturating_sub(*prev));
+                *prev = now;
             }
             counters[..n].copy_from_slice(&t.totals[..n]);
             n
