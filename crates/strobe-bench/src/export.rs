@@ -17,6 +17,14 @@
 //! target directory or at `$STROBE_OTELCOL`) on 127.0.0.1 with the file exporter: CPU
 //! time and wall time per request on a kept-alive connection, gzipped and not.
 //!
+//! Then the continuous mode (`strobe record -a --every 10s --export URL`, no local file)
+//! for 10 minutes (`--quick`: 1 minute at 5 s) on a busy machine: two threads of the
+//! bundled workload keep both CPUs busy, and a shell starts a short process (`dd`, about
+//! 10 ms of CPU) every 100 ms, so processes keep coming and going. Reported: the strobe
+//! process's CPU share of one CPU from a tenth of the run to its end (and per thread:
+//! the recorder, the interval cutter, the sender), its resident memory at a tenth of the
+//! run (minute 1) and at its end (minute 10), and the profiles sent and not sent.
+//!
 //! This module must never be linked into the agent; it drives strobe and the collector
 //! as a user would.
 
@@ -266,13 +274,15 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let repeats = opts.repeats.max(1);
 
     // The collector, when it was built.
+    let mut port = None;
     let (_collector, send_to): (Option<Collector>, Result<Transport, String>) =
         match otelcol(&strobe) {
             None => (None, Err("the collector is not built (bash ci/otelcol.sh builds it)".into())),
             Some(bin) => {
-                let (c, port) = start_collector(&bin, dir)?;
+                let (c, p) = start_collector(&bin, dir)?;
+                port = Some(p);
                 let cfg = ExportConfig {
-                    url: format!("http://127.0.0.1:{port}/v1development/profiles"),
+                    url: format!("http://127.0.0.1:{p}/v1development/profiles"),
                     headers: Vec::new(),
                     ca_file: None,
                     timeout: Duration::from_secs(10),
@@ -360,7 +370,196 @@ pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         );
     }
     let mut out = BenchReport::new("export");
+    match port {
+        Some(p) => {
+            let c = continuous(&strobe, dir, p, opts.quick)?;
+            let _ = writeln!(text, "\n{}", c.text);
+            for (k, v) in c.json {
+                out.extra.insert(k, v);
+            }
+        }
+        None => {
+            let _ = writeln!(text, "\ncontinuous mode not measured: the collector is not built");
+        }
+    }
     out.rows = rows;
     out.text = text;
     Ok(out)
+}
+
+/// The continuous run's figures.
+struct ContinuousRun {
+    text: String,
+    json: Vec<(String, serde_json::Value)>,
+}
+
+/// Ticks (utime + stime) of `/proc/PID/stat` or `/proc/PID/task/TID/stat`, and the comm.
+fn ticks(stat: &Path) -> Option<(String, u64)> {
+    let s = std::fs::read_to_string(stat).ok()?;
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s[open + 1..close].to_string();
+    let f: Vec<&str> = s[close + 2..].split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the comm.
+    Some((comm, f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?))
+}
+
+/// CPU ticks of each thread of `pid`, by thread name.
+fn thread_ticks(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut by = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        if let Some((comm, t)) = ticks(&e.path().join("stat")) {
+            *by.entry(comm).or_insert(0) += t;
+        }
+    }
+    by
+}
+
+/// Resident memory of `pid`, MiB.
+fn rss_mb(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Kills a child when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The continuous run: `strobe record -a --every` on a busy machine.
+fn continuous(
+    strobe: &Path,
+    dir: &Path,
+    port: u16,
+    quick: bool,
+) -> Result<ContinuousRun, BenchError> {
+    let (seconds, every) = if quick { (60u64, 5u64) } else { (600, 10) };
+    const USER_HZ: f64 = 100.0;
+    let busy = Reaped(
+        Command::new(strobe)
+            .args(["workload", "--seconds", &(seconds + 60).to_string(), "--threads", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io("starting the busy workload"))?,
+    );
+    let churn = Reaped(
+        Command::new("sh")
+            .args([
+                "-c",
+                "while :; do dd if=/dev/zero of=/dev/null bs=4k count=20000 2>/dev/null; sleep 0.1; done",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io("starting the process churn"))?,
+    );
+    let err_path = dir.join("continuous.err");
+    let rec = Command::new(strobe)
+        .args(["record", "-a", "--every", &format!("{every}s"), "--duration", &seconds.to_string()])
+        .arg("--export")
+        .arg(format!("http://127.0.0.1:{port}"))
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).map_err(io("creating the run's log"))?)
+        .spawn()
+        .map_err(io("starting strobe record -a --every"))?;
+    let mut rec = Reaped(rec);
+    let pid = rec.0.id();
+    let start = Instant::now();
+    let at = |f: f64| Duration::from_secs_f64(seconds as f64 * f);
+    // A tenth of the run: minute 1 of 10.
+    std::thread::sleep(at(0.1));
+    let rss1 = rss_mb(pid);
+    let t1 = thread_ticks(pid);
+    let w1 = Instant::now();
+    // Just before the end.
+    std::thread::sleep(at(1.0).saturating_sub(start.elapsed() + Duration::from_secs(3)));
+    let rss10 = rss_mb(pid);
+    let t10 = thread_ticks(pid);
+    let wall = w1.elapsed().as_secs_f64();
+    let status = rec.0.wait().map_err(io("waiting for strobe record"))?;
+    drop((busy, churn));
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    if !status.success() {
+        return Err(BenchError::Other(format!(
+            "strobe record -a --every failed ({status}): {}",
+            err.lines().last().unwrap_or("")
+        )));
+    }
+    let (Some(rss1), Some(rss10)) = (rss1, rss10) else {
+        return Err(BenchError::Other("strobe record ended before its memory was read".into()));
+    };
+    let mut per_thread = Vec::new();
+    let mut total = 0.0;
+    for (name, t) in &t10 {
+        let d = (t - t1.get(name).copied().unwrap_or(0)) as f64 / USER_HZ;
+        total += d;
+        per_thread.push((name.clone(), 100.0 * d / wall));
+    }
+    let share = 100.0 * total / wall;
+    let num_before = |l: &str, key: &str| -> Option<u64> {
+        let i = l.find(key)?;
+        l[..i].split_whitespace().last()?.parse().ok()
+    };
+    let sent = err.lines().find_map(|l| num_before(l, " profiles sent to ")).unwrap_or(0);
+    let dropped = err
+        .lines()
+        .find(|l| l.contains("profiles could not be sent"))
+        .and_then(|l| l.split("warning: ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0u64);
+    let summary =
+        err.lines().filter(|l| l.starts_with("strobe record:")).collect::<Vec<_>>().join("\n");
+    let mut text = format!(
+        "continuous: strobe record -a --every {every}s for {seconds} s (no local file), both CPUs \
+         busy (strobe workload, 2 threads) and a short process every 100 ms\n"
+    );
+    let _ = writeln!(
+        text,
+        "CPU share of one CPU, from {:.0} s to the end: {share:.2}% (goal <= 1%: {})",
+        seconds as f64 * 0.1,
+        if share <= 1.0 { "met" } else { "missed" }
+    );
+    for (name, p) in &per_thread {
+        let _ = writeln!(text, "  thread {name:<20} {p:.2}%");
+    }
+    let growth = 100.0 * (rss10 - rss1) / rss1;
+    let _ = writeln!(
+        text,
+        "RSS at {:.0} s {rss1:.1} MB, at {:.0} s {rss10:.1} MB ({growth:+.1}%; goal within 10%: {})",
+        seconds as f64 * 0.1,
+        seconds as f64 - 3.0,
+        if growth.abs() <= 10.0 { "met" } else { "missed" }
+    );
+    let _ = writeln!(text, "profiles sent {sent}, not sent {dropped}\n{summary}");
+    let json = vec![
+        ("continuous_seconds".to_string(), json!(seconds)),
+        ("continuous_every_s".to_string(), json!(every)),
+        ("continuous_cpu_share_pct".to_string(), json!(r3(share))),
+        (
+            "continuous_cpu_share_by_thread_pct".to_string(),
+            json!(per_thread
+                .iter()
+                .map(|(n, p)| (n.clone(), json!(r3(*p))))
+                .collect::<serde_json::Map<_, _>>()),
+        ),
+        ("rss_minute_1_mb".to_string(), json!(r3(rss1))),
+        ("rss_minute_10_mb".to_string(), json!(r3(rss10))),
+        ("profiles_sent".to_string(), json!(sent)),
+        ("profiles_dropped".to_string(), json!(dropped)),
+    ];
+    Ok(ContinuousRun { text, json })
 }

@@ -16,6 +16,12 @@
 //! Sample batches are returned undecoded ([`SampleBatch`]); iterating one decodes
 //! samples into plain values without allocating.
 //!
+//! A reader can also *follow* a file that is still being written ([`Reader::set_follow`],
+//! as `tail -f` does): the end of the input, at a chunk boundary or inside a chunk whose
+//! writer has not finished it, is then "nothing more yet" (`next` returns `None`, and a
+//! later `next` reads on from there), never a truncation. A chunk torn by a killed writer
+//! is still found, as damage, once later writers' bytes run past its length.
+//!
 //! Owns the reading side of the layout: the preamble and header checks, chunk framing and
 //! checksums, resynchronising after damage, each chunk's payload into a [`Record`], and
 //! the lazy decoding of sample batches. It must never panic on any input, never trust a
@@ -249,6 +255,8 @@ pub struct Reader<R = File> {
     /// After a corrupt chunk: scan for the next intact one before reading on.
     resync_from: Option<u64>,
     done: bool,
+    /// The input is still being written: its end is not the recording's.
+    follow: bool,
     header: Header,
 }
 
@@ -273,6 +281,7 @@ impl<R: Read> Reader<R> {
             eof: false,
             resync_from: None,
             done: false,
+            follow: false,
             header: empty_header(),
         };
         r.fill(PREAMBLE_LEN)?;
@@ -324,9 +333,20 @@ impl<R: Read> Reader<R> {
         &self.path
     }
 
-    /// File offset of the next unread byte.
+    /// File offset of the next unread byte: every byte before it belongs to a record
+    /// already returned (or to damage already reported).
     pub fn offset(&self) -> u64 {
         self.buf_off
+    }
+
+    /// Follows an input that is still being written (or stops following it). While
+    /// following, the end of the input is "nothing more yet": the iterator returns `None`
+    /// and may be called again once the input has grown; a chunk cut by the end is
+    /// waited for, not reported as [`Record::Truncated`]. Stop following after the
+    /// last writer is done to read to the end as a plain reader does (a chunk still cut
+    /// then is a truncation).
+    pub fn set_follow(&mut self, follow: bool) {
+        self.follow = follow;
     }
 
     /// Ensures `n` unconsumed bytes are buffered, unless the input ends first.
@@ -421,6 +441,11 @@ impl<R: Read> Reader<R> {
             debug_assert_eq!(bad, self.buf_off);
             match self.find_next_whole(1)? {
                 Some(at) => self.consume(at),
+                None if self.follow => {
+                    // The next intact chunk may be the one still being written.
+                    self.resync_from = Some(bad);
+                    return Ok(Chunk::End { offset: bad });
+                }
                 None => {
                     let n = self.buf.len();
                     self.consume(n);
@@ -439,6 +464,7 @@ impl<R: Read> Reader<R> {
                 self.consume(total);
                 Ok(Chunk::Whole { tag, stream, offset, payload })
             }
+            Check::Short if self.follow => Ok(Chunk::End { offset }),
             Check::Short => {
                 // The file ends inside this chunk. If intact chunks follow its start, it
                 // was torn by a killed writer while others appended: that is damage.
@@ -766,6 +792,10 @@ impl<R: Read> Iterator for Reader<R> {
     type Item = Result<Record, FormatError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.follow {
+            // The input may have grown since its end was last seen.
+            self.eof = false;
+        }
         loop {
             if self.done {
                 return None;
@@ -778,7 +808,7 @@ impl<R: Read> Iterator for Reader<R> {
                     return Some(Err(e));
                 }
                 Ok(Chunk::End { .. }) => {
-                    self.done = true;
+                    self.done = !self.follow;
                     return None;
                 }
                 Ok(Chunk::Truncated { offset }) => {

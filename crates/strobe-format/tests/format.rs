@@ -550,3 +550,80 @@ fn a_stack_id_jump_past_any_loss_is_corrupt() {
     assert!(err.contains("jumps from id 2 to 3000000000"), "{err}");
     assert!(err.contains(&format!("at byte {}", e.len())), "{err}");
 }
+
+/// A file another writer is still appending to: reads what has been written so far.
+#[derive(Clone, Default)]
+struct Growing {
+    bytes: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    at: usize,
+}
+
+impl std::io::Read for Growing {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let b = self.bytes.borrow();
+        let n = out.len().min(b.len() - self.at);
+        out[..n].copy_from_slice(&b[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// Follows `bytes` written `step(i)` bytes at a time from `from` on, reading after each
+/// write, then stops following and reads to the end.
+fn followed(bytes: &[u8], from: usize, mut step: impl FnMut() -> usize) -> Vec<String> {
+    let g = Growing::default();
+    g.bytes.borrow_mut().extend_from_slice(&bytes[..from]);
+    let mut r = Reader::new(g.clone(), "mem").unwrap();
+    r.set_follow(true);
+    let mut got = Vec::new();
+    let mut at = from;
+    loop {
+        for rec in r.by_ref() {
+            got.push(format!("{rec:?}"));
+        }
+        if at == bytes.len() {
+            break;
+        }
+        let n = step().clamp(1, bytes.len() - at);
+        g.bytes.borrow_mut().extend_from_slice(&bytes[at..at + n]);
+        at += n;
+    }
+    r.set_follow(false);
+    got.extend(r.map(|rec| format!("{rec:?}")));
+    got
+}
+
+#[test]
+fn a_followed_file_reads_every_chunk_once_however_its_writes_are_cut() {
+    let (bytes, starts, _) = small_file();
+    let want: Vec<String> = records(&bytes).iter().map(|r| format!("{r:?}")).collect();
+    let mut rng = Rng(5);
+    for max in [1, 7, 16, 100, 5000] {
+        assert_eq!(followed(&bytes, starts[0], || 1 + rng.below(max) as usize), want, "{max}");
+    }
+    // A chunk still being written at the end is waited for, never a truncation; when
+    // following stops, a chunk still cut is one.
+    let cut = starts[3] + 5;
+    let mut r = Reader::new(&bytes[..cut], "cut").unwrap();
+    r.set_follow(true);
+    assert!(r.by_ref().all(|rec| !matches!(rec, Ok(Record::Truncated { .. }))));
+    assert_eq!(r.offset(), starts[3] as u64, "stopped before the cut chunk");
+    r.set_follow(false);
+    assert!(
+        matches!(r.next(), Some(Ok(Record::Truncated { offset })) if offset == starts[3] as u64)
+    );
+}
+
+#[test]
+fn a_followed_file_reports_a_torn_chunk_and_reads_on_once_later_chunks_come() {
+    // A writer killed inside its chunk (the SAMPLES chunk), another appending after it.
+    let (bytes, starts, _) = small_file();
+    let mut torn = bytes[..starts[3] + 9].to_vec();
+    torn.extend_from_slice(&bytes[starts[4]..]);
+    let want: Vec<String> = records(&torn).iter().map(|r| format!("{r:?}")).collect();
+    assert!(want.iter().any(|r| r.contains("Corrupt")), "{want:?}");
+    let mut rng = Rng(11);
+    for max in [3, 40, 1000] {
+        assert_eq!(followed(&torn, starts[0], || 1 + rng.below(max) as usize), want, "{max}");
+    }
+}

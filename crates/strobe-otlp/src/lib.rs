@@ -14,8 +14,11 @@
 //!   `OTEL_EXPORTER_OTLP_*` variables.
 //! - [`export`]: the exporter thread: bounded queue, retries with backoff, a spool
 //!   directory, counts of what could not be sent.
+//! - [`continuous`]: `strobe record --every`: the record file followed as it grows, cut
+//!   into one request per interval, its bytes freed behind the reader, a rotated local
+//!   copy.
 //!
-//! How a recorder sends one profile per interval (the continuous mode of `strobe record`):
+//! How one request is built and sent (what [`continuous`] does for each interval):
 //!
 //! ```no_run
 //! # fn interval_reports() -> Vec<(strobe_otlp::resource::ProcessFacts, strobe_report::Report)> { Vec::new() }
@@ -51,6 +54,7 @@
 //! network.
 
 pub mod config;
+pub mod continuous;
 mod error;
 pub mod export;
 pub mod profile;

@@ -119,6 +119,12 @@ impl Aggregator {
         self.t.symbols = opts;
     }
 
+    /// Names addresses from `cache` where an earlier report named them, and keeps there
+    /// what this one names (a recorder that reports every few seconds).
+    pub fn set_symbol_cache(&mut self, cache: crate::SymbolCache) {
+        self.t.symbol_cache = Some(cache);
+    }
+
     /// Keeps every sample in arrival order, so the report carries a
     /// [`Timeline`](crate::Timeline) (for views that show time). Costs about 40 bytes
     /// per sample plus 8 per counter.

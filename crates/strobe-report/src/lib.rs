@@ -63,7 +63,7 @@ pub use report::{
     BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, AGENT, UNSAMPLED,
 };
 pub use stats::{Estimate, WindowSums};
-pub use symbolize::SymbolOptions;
+pub use symbolize::{SymbolCache, SymbolOptions};
 pub use tally::LostThread;
 pub use timeline::Timeline;
 

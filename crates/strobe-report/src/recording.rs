@@ -46,6 +46,8 @@ pub struct ReadOptions {
     pub symbols: crate::SymbolOptions,
     /// Keep every sample in time order ([`Report::timeline`]), for views that show time.
     pub timeline: bool,
+    /// Names kept across reports (one per interval of a continuous recording).
+    pub cache: Option<crate::SymbolCache>,
 }
 
 fn kind(k: strobe_format::SampleKind) -> SampleKind {
@@ -72,8 +74,18 @@ pub fn read_with(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Loaded, ReportError> {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    read_from(Reader::open(path)?, size, opts, progress)
+}
+
+/// [`read_with`] from a reader already open on a recording of `size` bytes (a recording
+/// held in memory, such as one interval of a continuous recording).
+pub fn read_from<R: std::io::Read>(
+    mut reader: Reader<R>,
+    size: u64,
+    opts: &ReadOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Loaded, ReportError> {
     let mut next_progress = 0u64;
-    let mut reader = Reader::open(path)?;
     let header = reader.header().clone();
     let mut feed = Feed::new(&header, opts)?;
     while let Some(record) = reader.next() {
@@ -136,6 +148,9 @@ impl Feed {
         };
         let mut agg = Aggregator::new(info)?;
         agg.set_symbol_options(opts.symbols.clone());
+        if let Some(c) = &opts.cache {
+            agg.set_symbol_cache(c.clone());
+        }
         if opts.timeline {
             agg.keep_timeline();
         }

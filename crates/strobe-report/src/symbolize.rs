@@ -294,16 +294,110 @@ fn maybe_jit(path: &str) -> bool {
         })
 }
 
-/// Symbolizes `addrs` ((space, ip) pairs), returning one frame per address in order.
-pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame> {
-    symbolize_with(spaces, addrs, &SymbolOptions::default())
+/// Names of file addresses kept across reports, for a caller that builds a report every
+/// few seconds from the same processes (continuous recording): reading a file's symbol
+/// table and DWARF costs far more than the rest of a small report, and the same
+/// addresses come back interval after interval.
+///
+/// Entries are keyed by the file's path and the address's file offset, and belong to
+/// the file as it was when they were made (its device, inode, size and modification
+/// time): a file replaced on disk is read again. Every entry is dropped when the
+/// [`SymbolOptions`] change or when the cache holds [`SymbolCache::MAX_ENTRIES`].
+/// Kernel, JIT and pseudo-mapping names are not kept (they are cheap, or change).
+#[derive(Debug, Clone, Default)]
+pub struct SymbolCache(std::sync::Arc<std::sync::Mutex<CacheInner>>);
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    opts: Option<SymbolOptions>,
+    files: FxHashMap<String, CachedFile>,
+    entries: usize,
+    /// Parsed symbol tables, least recently used first, and the bytes they hold: a new
+    /// address in a file already read costs a lookup, not a parse.
+    tables: Vec<(String, Option<FileId>, std::sync::Arc<strobe_target::symtab::FunctionTable>)>,
+    table_bytes: usize,
 }
 
-/// [`symbolize`] under `opts`.
+type FileId = (u64, u64, u64, i64, i64);
+
+impl CacheInner {
+    fn table(
+        &mut self,
+        path: &str,
+        id: Option<FileId>,
+    ) -> Option<std::sync::Arc<strobe_target::symtab::FunctionTable>> {
+        let i = self.tables.iter().position(|t| t.0 == path && t.1 == id)?;
+        let t = self.tables.remove(i);
+        let table = std::sync::Arc::clone(&t.2);
+        self.tables.push(t);
+        Some(table)
+    }
+
+    fn keep_table(
+        &mut self,
+        path: &str,
+        id: Option<FileId>,
+        table: std::sync::Arc<strobe_target::symtab::FunctionTable>,
+    ) {
+        if self.tables.iter().any(|t| t.0 == path && t.1 == id) {
+            return;
+        }
+        let bytes = table.heap_bytes();
+        if bytes > SymbolCache::MAX_TABLE_BYTES / 2 {
+            return;
+        }
+        self.tables.retain(|t| t.0 != path);
+        self.tables.push((path.to_string(), id, table));
+        self.table_bytes = self.tables.iter().map(|t| t.2.heap_bytes()).sum();
+        while self.table_bytes > SymbolCache::MAX_TABLE_BYTES && self.tables.len() > 1 {
+            let old = self.tables.remove(0);
+            self.table_bytes -= old.2.heap_bytes();
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct CachedFile {
+    id: Option<FileId>,
+    frames: FxHashMap<u64, Frame>,
+}
+
+impl SymbolCache {
+    /// The most addresses kept (about 150 bytes each).
+    pub const MAX_ENTRIES: usize = 1 << 16;
+    /// The most bytes of parsed symbol tables kept (a table larger than half of it
+    /// is parsed each time it is needed).
+    pub const MAX_TABLE_BYTES: usize = 32 << 20;
+
+    /// Addresses kept now.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |c| c.entries)
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What identifies a file's contents: device, inode, size, modification time.
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Symbolizes `addrs` ((space, ip) pairs), returning one frame per address in order.
+pub(crate) fn symbolize(spaces: &mut Spaces, addrs: &[(u32, u64)]) -> Vec<Frame> {
+    symbolize_with(spaces, addrs, &SymbolOptions::default(), None)
+}
+
+/// [`symbolize`] under `opts`, with names kept in `cache`.
 pub(crate) fn symbolize_with(
     spaces: &mut Spaces,
     addrs: &[(u32, u64)],
     opts: &SymbolOptions,
+    cache: Option<&SymbolCache>,
 ) -> Vec<Frame> {
     spaces.sort();
     spaces.prepare_kernel(addrs);
@@ -328,9 +422,59 @@ pub(crate) fn symbolize_with(
         builder = builder.set_debug_dirs(Some(&debug_dirs));
     }
     let symbolizer = builder.build();
-    for (path, offs) in by_file {
-        let file = FileToName { path, symbolizer: &symbolizer, debug_dirs: &debug_dirs };
+    let mut guard = cache.and_then(|c| c.0.lock().ok());
+    if let Some(c) = guard.as_deref_mut() {
+        if c.opts.as_ref() != Some(opts) {
+            *c = CacheInner { opts: Some(opts.clone()), ..CacheInner::default() };
+        }
+    }
+    for (path, mut offs) in by_file {
+        let mut id = None;
+        if let Some(c) = guard.as_deref_mut() {
+            // Names kept for this file as it is now fill their slots; the rest are named.
+            id = if spaces.images.contains_key(path) { None } else { file_id(&opts.file(path)) };
+            let entry = c.files.entry(path.to_string()).or_default();
+            if entry.id != id {
+                c.entries -= entry.frames.len();
+                *entry = CachedFile { id, frames: FxHashMap::default() };
+            }
+            offs.retain(|&(off, i)| match (entry.frames.get(&off), out.get_mut(i)) {
+                (Some(f), Some(slot)) => {
+                    *slot = f.clone();
+                    false
+                }
+                _ => true,
+            });
+            if offs.is_empty() {
+                continue;
+            }
+        }
+        let named: Vec<(u64, usize)> = if guard.is_some() { offs.clone() } else { Vec::new() };
+        let table = guard.as_deref_mut().and_then(|c| c.table(path, id));
+        let file = FileToName {
+            path,
+            symbolizer: &symbolizer,
+            debug_dirs: &debug_dirs,
+            table: std::cell::RefCell::new(table),
+        };
         file.name(spaces, opts, offs, &mut out);
+        if let Some(c) = guard.as_deref_mut() {
+            if let Some(t) = file.table.into_inner() {
+                c.keep_table(path, id, t);
+            }
+            if c.entries + named.len() > SymbolCache::MAX_ENTRIES {
+                *c = CacheInner { opts: Some(opts.clone()), ..CacheInner::default() };
+            }
+            let entry = c.files.entry(path.to_string()).or_default();
+            entry.id = id;
+            for (off, i) in named {
+                if let Some(f) = out.get(i) {
+                    if entry.frames.insert(off, f.clone()).is_none() {
+                        c.entries += 1;
+                    }
+                }
+            }
+        }
     }
     out
 }
@@ -406,6 +550,8 @@ struct FileToName<'a> {
     path: &'a str,
     symbolizer: &'a Symbolizer,
     debug_dirs: &'a [std::path::PathBuf],
+    /// Its symbol table, parsed already (kept by a [`SymbolCache`]), or once parsed.
+    table: std::cell::RefCell<Option<std::sync::Arc<strobe_target::symtab::FunctionTable>>>,
 }
 
 impl FileToName<'_> {
@@ -453,12 +599,20 @@ impl FileToName<'_> {
             Some(_) => None,
             None => debug_file_by_build_id(file, self.debug_dirs),
         };
-        let table = match image {
-            Some(bytes) => FunctionTable::parse(file, bytes, None),
-            None => FunctionTable::open(file, debug.as_deref()),
+        let cached = self.table.borrow().clone();
+        let table = match cached {
+            Some(t) => t,
+            None => {
+                let table = match image {
+                    Some(bytes) => FunctionTable::parse(file, bytes, None),
+                    None => FunctionTable::open(file, debug.as_deref()),
+                };
+                // Unreadable or not ELF: every address stays "[unknown in <module>]".
+                let t = std::sync::Arc::new(table.ok()?);
+                *self.table.borrow_mut() = Some(std::sync::Arc::clone(&t));
+                t
+            }
         };
-        // Unreadable or not ELF: every address stays "[unknown in <module>]".
-        let table = table.ok()?;
         // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
         let mut index: Option<Option<CodeIndex>> = None;
         let open_index = || match image {

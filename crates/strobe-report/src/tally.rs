@@ -119,6 +119,8 @@ pub struct Tally {
     pub processes: Vec<crate::accounting::ProcessShare>,
     /// How addresses are to be named.
     pub symbols: SymbolOptions,
+    /// Names kept from earlier reports.
+    pub symbol_cache: Option<crate::symbolize::SymbolCache>,
     /// Thread names, by (process key, tid).
     pub thread_names: FxHashMap<(u32, u32), String>,
     /// Every sample in arrival order, when a time line was asked for.
@@ -187,6 +189,7 @@ impl Tally {
             unaccounted: Vec::new(),
             processes: Vec::new(),
             symbols: SymbolOptions::default(),
+            symbol_cache: None,
             thread_names: FxHashMap::default(),
             timeline: None,
             off_cpu: FxHashMap::default(),

@@ -45,7 +45,8 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
     let sample_keys: Vec<(Key, u64)> = t.samples.iter().map(|(&k, &c)| (k, c)).collect();
     let off_keys: Vec<(Key, OffCpuSums)> = t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
     let addrs = addresses::intern(&sample_keys, &off_keys, &t.windows, &t.stacks);
-    let mut frames = symbolize_with(&mut t.spaces, &addrs.list, &t.symbols);
+    let mut frames =
+        symbolize_with(&mut t.spaces, &addrs.list, &t.symbols, t.symbol_cache.as_ref());
     functions::name_agent_frames(&mut frames);
     let mut fns = functions::fold(&frames, width);
     let mut paths = paths::Paths::new(width);

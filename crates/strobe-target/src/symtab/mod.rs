@@ -91,6 +91,13 @@ fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
 }
 
 impl FunctionTable {
+    /// The memory the table holds, bytes (for callers that keep tables).
+    pub fn heap_bytes(&self) -> usize {
+        self.syms.capacity() * std::mem::size_of::<Sym>()
+            + self.names.capacity()
+            + self.tree.heap_bytes()
+    }
+
     /// The table of the ELF file at `path`, with symbols from `debug` (its separate debug
     /// file) when given.
     pub fn open(path: &Path, debug: Option<&Path>) -> Result<FunctionTable, Error> {

@@ -32,6 +32,11 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
+    /// The memory the nodes hold, bytes.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+    }
+
     fn left(&self, n: u32) -> u32 {
         self.nodes.get(n as usize).map_or(NIL, |x| x.left)
     }

@@ -1,6 +1,7 @@
 //! `strobe report FILE --otlp OUT` and `--export [URL]`: a recording as OpenTelemetry
-//! profiles, written to a file or sent to a collector. The work is in crate strobe-otlp;
-//! this module turns the arguments into its options and says in one line what happened.
+//! profiles, written to a file or sent to a collector; and the continuous mode of
+//! `strobe record --every`. The work is in crate strobe-otlp; this module turns the
+//! arguments into its options and says in a line or two what happened.
 //!
 //! Must never build a profile or open a connection itself.
 
@@ -8,6 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use strobe_otlp::continuous::{Continuous, ContinuousConfig};
 use strobe_otlp::resource::ResourceConfig;
 use strobe_otlp::{CliExport, ExportConfig, Exporter, FileOptions, Payload};
 use strobe_report::recording::ReadOptions;
@@ -53,6 +55,115 @@ fn processes(n: usize) -> String {
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+/// The exporter settings `args` and the environment give.
+pub fn config(args: &OtlpArgs) -> anyhow::Result<ExportConfig> {
+    let cli = CliExport {
+        url: args.export.clone(),
+        ca_file: args.ca_file.clone(),
+        spool: args.spool.clone(),
+    };
+    Ok(ExportConfig::resolve(&cli, env)?)
+}
+
+/// Starts a continuous recording's sender (its settings checked now).
+pub fn continuous(
+    every: Duration,
+    export: ExportConfig,
+    output: Option<PathBuf>,
+    rotate_bytes: u64,
+) -> anyhow::Result<Continuous> {
+    let flush_wait = export.retry.max_elapsed + export.timeout + Duration::from_secs(2);
+    Ok(Continuous::start(ContinuousConfig {
+        every,
+        export,
+        output,
+        rotate_bytes,
+        resource: ResourceConfig::from_env(env),
+        // Function names and build ids, no source lines: reading DWARF every interval
+        // would cost more than everything else the interval does.
+        read: ReadOptions {
+            symbols: strobe_report::SymbolOptions { names_only: true, ..Default::default() },
+            ..ReadOptions::default()
+        },
+        live_containers: true,
+        flush_wait,
+    })?)
+}
+
+/// The line that says where a continuous recording goes.
+pub fn continuous_line(c: &Continuous, every: Duration, output: Option<&Path>) -> String {
+    format!(
+        "one profile every {} to {}{}",
+        human_duration(every),
+        c.url(),
+        output.map_or(String::new(), |o| format!(", a copy in {} (rotated)", o.display()))
+    )
+}
+
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        format!("{} ms", d.as_millis())
+    } else if s.fract() == 0.0 {
+        format!("{s} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// Ends a continuous recording: the last interval sent, then what was sent and what was
+/// not, said in a line (and the warnings).
+pub fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
+    let url = c.url().to_string();
+    let s = c.finish()?;
+    for w in &s.warnings {
+        eprintln!("strobe: warning: {w}");
+    }
+    let e = &s.export;
+    let mut line = format!(
+        "strobe record: {} interval{} ({} with samples), {} profiles sent to {url}",
+        s.intervals,
+        if s.intervals == 1 { "" } else { "s" },
+        s.requests,
+        e.sent + e.sent_from_spool
+    );
+    if e.sent_from_spool > 0 {
+        line.push_str(&format!(" ({} kept from earlier)", e.sent_from_spool));
+    }
+    if s.late > 0 {
+        line.push_str(&format!(
+            "; {} samples came after their interval was sent and went in the next",
+            s.late
+        ));
+    }
+    if let Some((path, rotations)) = &s.copy {
+        if *rotations > 0 {
+            line.push_str(&format!(
+                "; {} rotated {rotations} time{} (the last one before is {}.1)",
+                path.display(),
+                if *rotations == 1 { "" } else { "s" },
+                path.display()
+            ));
+        }
+    }
+    eprintln!("{line}");
+    let lost = e.not_sent + e.rejected;
+    if lost > 0 || e.spooled > 0 {
+        let why = e.last_error.clone().unwrap_or_else(|| "no reason given".into());
+        eprintln!(
+            "strobe: warning: {} of {} profiles could not be sent to {url}: {why}{}",
+            lost + e.spooled,
+            e.submitted,
+            if e.spooled > 0 {
+                format!(" ({} kept in the spool, sent by the next export that names it)", e.spooled)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Writes or sends `file` as OTLP profiles.

@@ -71,12 +71,16 @@ strobe record -p 1234                                  # a running process, unti
 strobe record -p 1234,1240 --duration 10 --off-cpu\n  \
 sudo strobe record -a --duration 5                     # the whole system\n  \
 strobe record --mode kernel -- ./myprog\n  \
+strobe record --export http://collector:4318 -- ./myprog   # sent when it ends\n  \
+sudo strobe record -a --every 10s --export http://collector:4318   # a continuous agent\n  \
+strobe record --every 10s -o run.strobe --rotate 256M -- ./server   # and a local copy\n  \
 strobe report strobe.data"
 )]
 pub struct Args {
-    /// The record file to write (replaced if it exists).
-    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_OUTPUT)]
-    output: PathBuf,
+    /// The record file to write (replaced if it exists); default strobe.data. With
+    /// --every, no file is kept unless this is given: then it is rotated (--rotate).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
     /// The event group, in perf's syntax: the first event samples (terms period=,
     /// window= (alias alt-period=, hf-period=), jitter=), the others are counted.
     /// Default: {task-clock,page-faults,context-switches}, or cycles and cache/branch
@@ -140,6 +144,41 @@ pub struct Args {
     /// wall time per function and call path. Needs perf_event_paranoid 1 or lower.
     #[arg(long)]
     off_cpu: bool,
+    /// Continuous mode: send one profile every DURATION (e.g. 10s, 500ms, 1m) to an
+    /// OpenTelemetry Collector (--export's URL, default from the OTEL_EXPORTER_OTLP_*
+    /// variables, else http://localhost:4318), cut on multiples of DURATION in Unix time,
+    /// until the program ends (or, with -p and -a, until --duration passes or SIGINT or
+    /// SIGTERM; the last interval is sent then). A collector that is down or slow costs
+    /// only the profiles it does not take, counted and said at the end (kept with
+    /// --spool). Memory and disk stay bounded however long it runs.
+    #[arg(long, value_name = "DURATION", help_heading = "OpenTelemetry")]
+    every: Option<String>,
+    /// Send the recording as OTLP profiles to an OpenTelemetry Collector over OTLP/HTTP
+    /// (protobuf, gzip) at URL, a base such as http://collector:4318, when it ends (with
+    /// --every: each interval). Without URL: OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT, else
+    /// OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318. OTEL_EXPORTER_OTLP_HEADERS,
+    /// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are honoured (docs/fleet.md).
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", help_heading = "OpenTelemetry")]
+    export: Option<String>,
+    /// Trust the CA certificates in FILE (PEM) for an https endpoint, instead of the
+    /// system's (also OTEL_EXPORTER_OTLP_CERTIFICATE).
+    #[arg(long, value_name = "FILE", help_heading = "OpenTelemetry")]
+    ca_file: Option<PathBuf>,
+    /// Keep profiles that could not be sent in DIR; they are sent first by the next
+    /// export that names DIR (and, with --every, as soon as the collector answers).
+    #[arg(long, value_name = "DIR", help_heading = "OpenTelemetry")]
+    spool: Option<PathBuf>,
+    /// With --every and -o: start a new FILE when it reaches SIZE (e.g. 64M, 1G); the
+    /// previous one is kept as FILE.1 (replacing the one before), so the two take at most
+    /// twice SIZE. Each reads on its own with strobe report.
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        requires = "every",
+        help_heading = "OpenTelemetry"
+    )]
+    rotate: String,
     /// The program to profile and its arguments, after `--` or after strobe's own options
     /// (default: strobe's bundled workload).
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
@@ -178,8 +217,13 @@ fn parse_overhead(s: &str) -> anyhow::Result<u64> {
 
 /// Parses `64M`, `1G`, `512K` or a plain number of bytes.
 fn parse_bytes(s: &str) -> anyhow::Result<u64> {
+    parse_size("--buffer", s)
+}
+
+/// Parses a size given to `flag`.
+fn parse_size(flag: &str, s: &str) -> anyhow::Result<u64> {
     let bad =
-        || anyhow::anyhow!("--buffer {s}: expected a size such as 64M, 1G or 512K (at least 4K)");
+        || anyhow::anyhow!("{flag} {s}: expected a size such as 64M, 1G or 512K (at least 4K)");
     let t = s.trim();
     let (num, mult) = match t.char_indices().last() {
         Some((i, c @ ('K' | 'k' | 'M' | 'm' | 'G' | 'g'))) => (
@@ -198,6 +242,33 @@ fn parse_bytes(s: &str) -> anyhow::Result<u64> {
         return Err(bad());
     }
     Ok(bytes)
+}
+
+/// Parses `--every`: `10s`, `500ms`, `1m`, `2.5s`, or a plain number of seconds.
+fn parse_every(s: &str) -> anyhow::Result<std::time::Duration> {
+    let bad = || {
+        anyhow::anyhow!(
+            "--every {s}: expected a duration such as 10s, 500ms or 1m (at least 100ms, at most a day)"
+        )
+    };
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let secs = v * scale;
+    if !(0.1..=86_400.0).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// The options `args` give, checked where the check needs the flag's name.
@@ -234,7 +305,7 @@ fn options(args: &Args) -> anyhow::Result<RecordOptions> {
         args.command.clone()
     };
     Ok(RecordOptions {
-        output: args.output.clone(),
+        output: args.output.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_OUTPUT)),
         events: args.event.clone(),
         overhead_ppm,
         wakeup: args.wakeup,
@@ -282,10 +353,39 @@ fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
     }
 }
 
+/// The export settings `args` give (checked before anything is recorded).
+fn export_args(args: &Args) -> Option<super::export::OtlpArgs> {
+    (args.export.is_some() || args.every.is_some()).then(|| super::export::OtlpArgs {
+        otlp: None,
+        export: Some(args.export.clone().unwrap_or_default()),
+        ca_file: args.ca_file.clone(),
+        spool: args.spool.clone(),
+    })
+}
+
 /// Runs `strobe record`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let opts = options(&args)?;
+    if args.export.is_none()
+        && args.every.is_none()
+        && (args.ca_file.is_some() || args.spool.is_some())
+    {
+        anyhow::bail!("--ca-file and --spool go with --export or --every");
+    }
+    let every = args.every.as_deref().map(parse_every).transpose()?;
+    let rotate = parse_size("--rotate", &args.rotate)?;
+    let mut opts = options(&args)?;
     let plan = strobe_record::plan(&opts).map_err(|e| with_flags(e, &args))?;
+    let export = export_args(&args);
+    // The export settings are checked before anything is recorded.
+    let export_cfg = export.as_ref().map(super::export::config).transpose()?;
+    let continuous = match (every, export_cfg) {
+        (Some(every), Some(cfg)) => {
+            let c = super::export::continuous(every, cfg, args.output.clone(), rotate)?;
+            opts.output = c.path().to_path_buf();
+            Some(c)
+        }
+        _ => None,
+    };
     for n in &plan.notices {
         eprintln!("strobe: note: {n}");
     }
@@ -297,8 +397,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if plan.mode == strobe_format::RecordMode::Kernel {
         eprintln!("strobe: {}{stop}", plan.mode_line());
     }
-    let rec = strobe_record::record(&opts, &plan).map_err(|e| with_flags(e, &args))?;
-    summarize(&args.output, &rec);
+    if let (Some(c), Some(every)) = (&continuous, every) {
+        eprintln!("strobe: {}", super::export::continuous_line(c, every, args.output.as_deref()));
+    }
+    let recorded = strobe_record::record(&opts, &plan).map_err(|e| with_flags(e, &args));
+    let rec = match (recorded, continuous) {
+        (Ok(rec), Some(c)) => {
+            summarize(args.output.as_deref(), &rec, true);
+            super::export::finish_continuous(c)?;
+            rec
+        }
+        (Ok(rec), None) => {
+            let path = opts.output.clone();
+            summarize(Some(&path), &rec, false);
+            if let Some(e) = &export {
+                // Sent when it ends; a failure is said, and the target's status kept.
+                let read = strobe_report::recording::ReadOptions::default();
+                if let Err(err) = super::export::run(&path, &read, e, false) {
+                    eprintln!("strobe: warning: {err:#}");
+                }
+            }
+            rec
+        }
+        (Err(e), c) => {
+            drop(c);
+            return Err(e);
+        }
+    };
     Ok(match rec.exit {
         strobe_target::Exit::Code(c) => ExitCode::from(c as u8),
         e @ strobe_target::Exit::Signal { .. } => {
@@ -308,8 +433,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Prints the agents' notes, the warnings and one summary line on stderr.
-fn summarize(path: &std::path::Path, r: &Recorded) {
+/// Prints the agents' notes, the warnings and one summary line on stderr. `path`: the
+/// file kept (none in continuous mode without -o); `continuous`: the file is a copy
+/// written as the recording was read.
+fn summarize(path: Option<&std::path::Path>, r: &Recorded, continuous: bool) {
     for n in &r.notes {
         eprintln!("strobe: agent: {n}");
     }
@@ -326,7 +453,7 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
     }
     let t = &r.totals;
     let mut line = format!(
-        "strobe record: {} samples and {} window ends{} ({} lost) from {} process{}, {} thread{}; {} written to {}",
+        "strobe record: {} samples and {} window ends{} ({} lost) from {} process{}, {} thread{}; {}",
         t.samples,
         t.window_ends,
         if t.tails > 0 { format!(" ({} windows began inside a system call)", t.tails) } else { String::new() },
@@ -335,8 +462,11 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
         if r.processes == 1 { "" } else { "es" },
         t.threads,
         if t.threads == 1 { "" } else { "s" },
-        super::human_bytes(r.bytes),
-        path.display()
+        match (path, continuous) {
+            (Some(p), false) => format!("{} written to {}", super::human_bytes(r.bytes), p.display()),
+            (Some(p), true) => format!("{} recorded, copied to {}", super::human_bytes(r.bytes), p.display()),
+            (None, _) => format!("{} recorded (no local file kept)", super::human_bytes(r.bytes)),
+        }
     );
     if let Some(s) = r.sampling {
         let unit = |v: u64| {
@@ -408,5 +538,16 @@ mod tests {
         assert!(parse_bytes("1K").is_err(), "too small");
         assert_eq!(parse_bytes("8K").unwrap(), 8 << 10, "a small kernel ring");
         assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn intervals_parse_with_units() {
+        use std::time::Duration;
+        assert_eq!(parse_every("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_every("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_every("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_every("2.5").unwrap(), Duration::from_millis(2500));
+        assert!(parse_every("10ms").is_err(), "too short");
+        assert!(parse_every("soon").is_err());
     }
 }

@@ -333,6 +333,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             kallsyms: args.kallsyms.clone(),
         },
         timeline: args.firefox.is_some(),
+        cache: None,
     };
     if let Some(files) = &args.diff {
         return run_diff(&args, files, &opts);

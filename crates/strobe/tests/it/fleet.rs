@@ -337,24 +337,30 @@ fn recorded_process(file: &Path) -> (u32, BTreeSet<String>) {
 
 fn export(file: &Path, url: &str) -> Command {
     let mut cmd = strobe();
-    cmd.arg("report")
-        .arg(file)
-        .arg("--export")
-        .arg(url)
-        .env("OTEL_SERVICE_NAME", "fleet-test")
-        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,service.version=1.2%2C3")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        // The collectors are on 127.0.0.1: no proxy between.
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy");
+    cmd.arg("report").arg(file).arg("--export").arg(url);
+    otel_env(&mut cmd);
     cmd
+}
+
+/// The test's OpenTelemetry environment: a service name and attributes, no endpoint or
+/// headers from the caller's, and no proxy (the collectors are on 127.0.0.1).
+fn otel_env(cmd: &mut Command) {
+    cmd.env("OTEL_SERVICE_NAME", "fleet-test")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci,service.version=1.2%2C3");
+    for v in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(v);
+    }
 }
 
 /// Per function: the sum of `p`'s values over samples whose leaf it is, and over samples
@@ -779,5 +785,316 @@ fn each_process_of_a_recording_is_its_own_resource_and_they_add_up_to_the_report
         } else {
             assert_eq!(have, want, "{name}");
         }
+    }
+}
+
+/// `strobe record --every EVERY --export URL`, in the test's environment.
+fn continuous(url: &str, every: &str) -> Command {
+    let mut cmd = strobe();
+    cmd.args(["record", "--every", every, "--export", url]);
+    otel_env(&mut cmd);
+    cmd
+}
+
+/// The number of intervals with samples that strobe's last line says it sent.
+fn requests_sent(stderr: &str) -> usize {
+    let line = stderr.lines().find(|l| l.contains(" with samples), ")).unwrap_or_else(|| {
+        panic!("no continuous summary in: {stderr}");
+    });
+    let i = line.find(" with samples").unwrap();
+    let open = line[..i].rfind('(').unwrap();
+    line[open + 1..i].parse().unwrap()
+}
+
+/// Waits until the record file being written at `file` holds at least `n` time samples.
+fn wait_for_samples(file: &Path, n: i64) {
+    let start = Instant::now();
+    loop {
+        let have = Reader::open(file).ok().map_or(0, |r| {
+            r.map_while(Result::ok)
+                .filter_map(|rec| match rec {
+                    Record::Samples(b) => Some(
+                        b.iter().map_while(Result::ok).filter(|s| s.kind.is_time_sample()).count()
+                            as i64,
+                    ),
+                    _ => None,
+                })
+                .sum()
+        });
+        if have >= n {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{} has {have} samples", file.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Time samples in a record file, as its chunks hold them.
+fn time_samples_in(file: &Path) -> i64 {
+    let mut n = 0;
+    for r in Reader::open(file).unwrap() {
+        if let Record::Samples(b) = r.unwrap() {
+            n += b.iter().filter(|s| s.as_ref().unwrap().kind.is_time_sample()).count() as i64;
+        }
+    }
+    n
+}
+
+/// Per function, the CPU samples of every resource's `cpu` profile, summed.
+fn cpu_samples_by_function(got: &[GotResource]) -> BTreeMap<String, i64> {
+    let mut sum: BTreeMap<String, i64> = BTreeMap::new();
+    for r in got {
+        let cpu = r.profile("cpu");
+        for (f, (leaf, _, _)) in by_function(cpu) {
+            assert_eq!(leaf % cpu.period, 0, "{f}");
+            *sum.entry(f).or_default() += leaf / cpu.period;
+        }
+    }
+    sum
+}
+
+/// Rows of the report that are estimates from the threads' CPU times at the end of the
+/// recording, not samples: a continuous profile carries samples only.
+fn estimated(name: &str) -> bool {
+    name.starts_with("[not sampled]") || name == "[strobe agent]"
+}
+
+/// Checks that what the collector received adds up, function by function, to `strobe
+/// report` on the recording's local copy, and in all to the time samples the file holds.
+fn check_intervals_add_up(got: &[GotResource], file: &Path) {
+    let sum = cpu_samples_by_function(got);
+    let json = report_json(file);
+    let mut checked = 0;
+    for f in json["functions"].as_array().unwrap() {
+        let name = f["function"].as_str().unwrap();
+        let want = f["samples"].as_i64().unwrap();
+        let have = sum.get(name).copied().unwrap_or(0);
+        if estimated(name) {
+            assert!(have <= want, "{name}: {have} sent, {want} in the report");
+        } else {
+            assert_eq!(
+                have, want,
+                "{name}: the intervals sent {have} samples, the report has {want}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} functions compared");
+    let total: i64 = sum.values().sum();
+    assert_eq!(total, time_samples_in(file), "every time sample of the file, once");
+}
+
+#[test]
+fn continuous_intervals_add_up_to_the_report_of_the_same_run() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-every");
+    let out_json = dir.path("p.jsonl");
+    let (c, port) = file_collector(&dir, "c", &out_json);
+    let file = dir.path("run.strobe");
+    let out = run(continuous(&format!("http://127.0.0.1:{port}"), "1s")
+        .arg("-o")
+        .arg(&file)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "4", "--threads", "2"]));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("could not be sent"), "{err}");
+    let n = requests_sent(&err);
+    assert!(n >= 4, "a 4 s run cut every second sent {n} intervals: {err}");
+    let got = decode(&received(&out_json, n, &c));
+    check_intervals_add_up(&got, &file);
+
+    // One request per interval, every interval of one resource a second long and aligned
+    // to whole seconds but the first (from the start) and the last (to the end).
+    let mut starts: Vec<(u64, u64)> =
+        got.iter().map(|r| (r.profile("cpu").start_ns, r.profile("cpu").duration_ns)).collect();
+    starts.sort();
+    starts.dedup();
+    assert_eq!(starts.len(), n, "{starts:?}");
+    for w in starts.windows(2) {
+        assert_eq!(w[0].0 + w[0].1, w[1].0, "intervals follow each other: {starts:?}");
+    }
+    for &(s, d) in &starts[1..n - 1] {
+        assert_eq!(s % 1_000_000_000, 0, "{starts:?}");
+        assert_eq!(d, 1_000_000_000, "{starts:?}");
+    }
+    // The resources are the process's.
+    let (pid, _) = recorded_process(&file);
+    assert!(got.iter().all(|r| r.attrs.get("process.pid") == Some(&pid.to_string())));
+}
+
+#[test]
+fn continuous_mode_sends_the_last_interval_on_sigint_and_sigterm() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-every-signal");
+    let out_json = dir.path("p.jsonl");
+    let (c, port) = file_collector(&dir, "c", &out_json);
+    let url = format!("http://127.0.0.1:{port}");
+    let mut seen = 0;
+    // A running process recorded with -p until SIGINT, and a launched one whose strobe is
+    // sent SIGTERM (passed on to the program, which ends of it): an interval far longer
+    // than the run, so the last interval is everything.
+    let target = std::process::Command::new(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "30", "--threads", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let target = Kill(target);
+    for (sig, name) in [(libc::SIGINT, "sigint"), (libc::SIGTERM, "sigterm")] {
+        let file = dir.path(&format!("{name}.strobe"));
+        let mut cmd = continuous(&url, "1h");
+        cmd.arg("-o").arg(&file);
+        if sig == libc::SIGINT {
+            cmd.arg("-p").arg(target.0.id().to_string());
+        } else {
+            cmd.arg("--").arg(env!("CARGO_BIN_EXE_strobe")).args(["workload", "--seconds", "30"]);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        // Signalled once the program runs (a signal during the start-up ends the
+        // recording before it begins).
+        wait_for_samples(&file, 50);
+        std::thread::sleep(Duration::from_secs(1));
+        // SAFETY: kill on the child this test started.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if sig == libc::SIGTERM {
+            assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{err}");
+        } else {
+            assert!(out.status.success(), "{err}");
+        }
+        let n = requests_sent(&err);
+        assert!(n >= 1, "{err}");
+        seen += n;
+        let requests = received(&out_json, seen, &c);
+        let got = decode(&requests[seen - n..]);
+        let time = time_samples_in(&file);
+        assert!(time >= 50, "{name}: {time} samples");
+        let sum: i64 = cpu_samples_by_function(&got).values().sum();
+        assert_eq!(sum, time, "{name}: every sample sent, the last interval on the signal");
+    }
+}
+
+#[test]
+fn a_collector_stopped_mid_run_costs_only_the_profiles_it_missed() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-every-down");
+    let out_json = dir.path("p.jsonl");
+    let (c, port) = file_collector(&dir, "c", &out_json);
+    let prog = format!(
+        "{} workload --seconds 8 --threads 2; echo workload ended; exit 3",
+        env!("CARGO_BIN_EXE_strobe")
+    );
+    let alone = run(Command::new("sh").args(["-c", &prog]));
+    assert_eq!(alone.status.code(), Some(3));
+    let file = dir.path("run.strobe");
+    let spool = dir.path("spool");
+    let child = continuous(&format!("http://127.0.0.1:{port}"), "1s")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
+        .arg("--spool")
+        .arg(&spool)
+        .arg("-o")
+        .arg(&file)
+        .args(["--", "sh", "-c", &prog])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The collector goes once it has taken an interval.
+    received(&out_json, 1, &c);
+    drop(c);
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let stopped_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The program as without strobe.
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(out.stdout, alone.stdout, "{err}");
+    // Recorded to the end: samples over the whole run after the collector went.
+    let mut last = 0u64;
+    let mut first = u64::MAX;
+    for r in Reader::open(&file).unwrap() {
+        if let Record::Samples(b) = r.unwrap() {
+            for s in b.iter() {
+                let s = s.unwrap();
+                first = first.min(s.time);
+                last = last.max(s.time);
+            }
+        }
+    }
+    assert!(last - first > 6_000_000_000, "samples over {} ms", (last - first) / 1_000_000);
+    assert!(
+        last > stopped_ns + 1_000_000_000,
+        "no samples a second after the collector stopped ({} ms before the last)",
+        (last as i64 - stopped_ns as i64) / 1_000_000
+    );
+    // Some profiles sent before the collector stopped, the others counted and kept.
+    let sent_line = err.lines().find(|l| l.contains(" with samples), ")).unwrap();
+    assert!(!sent_line.contains(", 0 profiles sent"), "{err}");
+    let lost = err
+        .lines()
+        .find(|l| l.contains("profiles could not be sent to http://127.0.0.1"))
+        .unwrap_or_else(|| panic!("strobe did not say what it could not send: {err}"));
+    assert!(lost.contains("kept in the spool"), "{lost}");
+    let kept = std::fs::read_dir(&spool).unwrap().count();
+    assert!(kept >= 1, "{lost}");
+    assert!(t.elapsed() < Duration::from_secs(60), "strobe took {:?} to end", t.elapsed());
+}
+
+#[test]
+fn a_continuous_local_copy_is_rotated_and_each_file_reads_on_its_own() {
+    if otelcol().is_none() {
+        return;
+    }
+    let dir = Scratch::new("fleet-every-rotate");
+    let out_json = dir.path("p.jsonl");
+    let (_c, port) = file_collector(&dir, "c", &out_json);
+    let file = dir.path("run.strobe");
+    let out = run(continuous(&format!("http://127.0.0.1:{port}"), "500ms")
+        .arg("-o")
+        .arg(&file)
+        .args(["--rotate", "4K", "--"])
+        .arg(env!("CARGO_BIN_EXE_strobe"))
+        .args(["workload", "--seconds", "4", "--threads", "2"]));
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(" rotated "), "{err}");
+    let mut older = file.as_os_str().to_owned();
+    older.push(".1");
+    let older = PathBuf::from(older);
+    // Two files at most, each a recording of its own that strobe report reads, with the
+    // process's stack table and mappings: its functions are named.
+    let names: Vec<String> = std::fs::read_dir(dir.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.iter().filter(|n| n.starts_with("run.strobe")).count(), 2, "{names:?}");
+    for f in [&file, &older] {
+        assert!(std::fs::metadata(f).unwrap().len() < 64 << 10, "{}", f.display());
+        let json = report_json(f);
+        let named = json["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["function"].as_str().unwrap().starts_with("workload_"))
+            .count();
+        assert!(named >= 1 || time_samples_in(f) == 0, "{}: {json}", f.display());
     }
 }
