@@ -124,7 +124,7 @@ pub enum RecordError {
     #[error(transparent)]
     Target(#[from] strobe_target::Error),
     /// The agent cannot be injected into it.
-    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it with --mode kernel, or rebuild without -static)", program.display())]
+    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it in kernel mode, or rebuild without -static)", program.display())]
     NotInjectable {
         /// The program.
         program: PathBuf,
@@ -132,7 +132,7 @@ pub enum RecordError {
         why: strobe_target::inject::NotInjectable,
     },
     /// The record file cannot be written.
-    #[error("cannot write the output file {}: {source} (choose another path with -o)", path.display())]
+    #[error("cannot write the output file {}: {source} (choose another path for it)", path.display())]
     Output {
         /// The file.
         path: PathBuf,
@@ -146,7 +146,7 @@ pub enum RecordError {
     #[error(transparent)]
     Rings(#[from] strobe_perf::percpu::RingSetError),
     /// `-p` names no running process.
-    #[error("no process {pid} is running (-p takes the ids of running processes)")]
+    #[error("no process {pid} is running (only running processes can be attached to)")]
     NoProcess {
         /// The pid given.
         pid: u32,
@@ -195,7 +195,7 @@ pub enum RecordError {
     #[error("a duration applies to running processes and the whole system; a launched command is recorded until it ends")]
     DurationNeedsAttach,
     /// Kernel mode samples a leader at a fixed period, and none was given.
-    #[error("kernel mode samples {leader} at a fixed period: give one, e.g. -e '{{{leader}/period=1000/}}'")]
+    #[error("kernel mode samples {leader} at a fixed period: give one in the group's spec, e.g. {{{leader}/period=1000/}}")]
     PeriodNeeded {
         /// The leader.
         leader: String,

@@ -278,6 +278,23 @@ fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
         RecordError::DurationNeedsAttach => anyhow::anyhow!(
             "--duration applies to -p and -a; a launched command is recorded until it ends"
         ),
+        RecordError::NotInjectable { program, why } => anyhow::anyhow!(
+            "cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, \
+             which needs a dynamically linked executable (record it with --mode kernel, or \
+             rebuild without -static)",
+            program.display()
+        ),
+        RecordError::Output { path, source } => anyhow::anyhow!(
+            "cannot write the output file {}: {source} (choose another path with -o)",
+            path.display()
+        ),
+        RecordError::NoProcess { pid } => {
+            anyhow::anyhow!("no process {pid} is running (-p takes the ids of running processes)")
+        }
+        RecordError::PeriodNeeded { leader } => anyhow::anyhow!(
+            "kernel mode samples {leader} at a fixed period: give one, e.g. -e \
+             '{{{leader}/period=1000/}}'"
+        ),
         e => e.into(),
     }
 }

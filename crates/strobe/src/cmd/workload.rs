@@ -45,6 +45,20 @@ pub struct Args {
     only: Vec<String>,
 }
 
+/// The library's error in the terms of this command's flags: the library speaks of what
+/// an option means, the line the user reads names the flag that set it.
+fn in_flags(e: strobe_workload::WorkloadError) -> anyhow::Error {
+    use strobe_workload::WorkloadError as E;
+    let flag = match &e {
+        E::Seconds(_) => "--seconds",
+        E::NoThreads => "--threads",
+        E::NoRounds => "--rounds",
+        E::UnknownFunction { .. } => "--only",
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{flag}: {e}")
+}
+
 /// Runs `strobe workload`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = strobe_workload::Options {
@@ -53,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         rounds: args.rounds,
         only: args.only.clone(),
     };
-    let truth = strobe_workload::run(&opts)?;
+    let truth = strobe_workload::run(&opts).map_err(in_flags)?;
     if let Some(path) = &args.truth {
         truth.write(path)?;
     }
