@@ -6,15 +6,15 @@
 //! target runs and once more after it ends (however it ends), and passes the target's
 //! exit status on.
 //!
-//! - [`plan`]: the options resolved once (mode and reason, groups, buffers, stacks).
+//! - `plan`: the options resolved once (mode and reason, groups, buffers, stacks).
 //! - `session`: the phases of a recording.
-//! - [`calibrate`]: the calibration process (cost per sample, empty-window baseline).
-//! - [`drain`]: the arena to the file: samples, stacks, threads, losses, mappings, END.
-//! - [`floor`]: the kernel floor (perf's per-CPU rings, inherited by the whole tree).
+//! - `calibrate`: the calibration process (cost per sample, empty-window baseline).
+//! - `drain`: the arena to the file: samples, stacks, threads, losses, mappings, END.
+//! - `floor`: the kernel floor (perf's per-CPU rings, inherited by the whole tree).
 //! - `served`: when the agent served which thread, so no moment is sampled twice.
-//! - [`procs`]: which processes of the recording live, and which streams are done.
-//! - [`stacks`]: each stream's stack table.
-//! - [`signals`]: Ctrl-C and termination while recording.
+//! - `procs`: which processes of the recording live, and which streams are done.
+//! - `stacks`: each stream's stack table.
+//! - `signals`: Ctrl-C and termination while recording.
 //! - `outcome`: what the recording did, and the lines the user should read.
 //!
 //! Owns: the recording's life cycle. Must never take samples itself (the agent and the
@@ -22,17 +22,18 @@
 //! [`RecordOptions`]) or print (it returns a [`Plan`] and a [`Recorded`] for the binary
 //! to render).
 
-pub mod calibrate;
-pub mod drain;
-pub mod floor;
+mod calibrate;
+mod drain;
+mod floor;
 mod outcome;
-pub mod plan;
-pub mod procs;
+mod plan;
+mod procs;
 mod served;
 mod session;
-pub mod signals;
-pub mod stacks;
+mod signals;
+mod stacks;
 
+pub use drain::Totals;
 pub use plan::Plan;
 
 use std::ffi::OsString;
@@ -230,7 +231,7 @@ pub struct Recorded {
     /// How the launched command ended.
     pub exit: Exit,
     /// Samples (window starts and plain samples), window ends, losses, threads.
-    pub totals: drain::Totals,
+    pub totals: Totals,
     /// Processes (agent instances) that recorded.
     pub processes: usize,
     /// Bytes in the record file.

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 #[cfg_attr(not(feature = "bench"), allow(dead_code))]
 #[command(after_help = bench_list())]
-pub struct Args {
+pub(crate) struct Args {
     /// The benchmark to run (see the list below).
     name: String,
     /// Print the results as JSON (`{"bench": NAME, "rows": [...]}`) instead of a table.
@@ -50,13 +50,13 @@ const NO_BENCHES: &str =
 
 /// Runs `strobe bench NAME`.
 #[cfg(not(feature = "bench"))]
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(_args: Args) -> anyhow::Result<ExitCode> {
     anyhow::bail!(NO_BENCHES)
 }
 
 /// Runs `strobe bench NAME`.
 #[cfg(feature = "bench")]
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     let opts = strobe_bench::BenchOpts {
         quick: args.quick,

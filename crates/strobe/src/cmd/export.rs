@@ -14,7 +14,7 @@ use strobe_report::recording::ReadOptions;
 
 /// The OTLP options of `strobe report`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct OtlpArgs {
+pub(crate) struct OtlpArgs {
     /// Write the recording as an OTLP profiles request (ExportProfilesServiceRequest,
     /// protobuf; gzipped when FILE ends in .gz) to FILE.
     #[arg(long, value_name = "FILE", help_heading = "OpenTelemetry")]
@@ -38,7 +38,7 @@ pub struct OtlpArgs {
 
 impl OtlpArgs {
     /// True when an OTLP output was asked for.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.otlp.is_some() || self.export.is_some()
     }
 }
@@ -56,7 +56,12 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// Writes or sends `file` as OTLP profiles.
-pub fn run(file: &Path, read: &ReadOptions, args: &OtlpArgs, quiet: bool) -> anyhow::Result<()> {
+pub(crate) fn run(
+    file: &Path,
+    read: &ReadOptions,
+    args: &OtlpArgs,
+    quiet: bool,
+) -> anyhow::Result<()> {
     // Settings first: a wrong endpoint or CA file is reported before the file is read.
     let exporter = match &args.export {
         Some(url) => {

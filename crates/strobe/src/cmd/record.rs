@@ -15,7 +15,7 @@ use strobe_record::{Attach, Mode, RecordError, RecordOptions, Recorded};
 use crate::agent_lib;
 
 /// The default output file.
-pub const DEFAULT_OUTPUT: &str = "strobe.data";
+pub(crate) const DEFAULT_OUTPUT: &str = "strobe.data";
 
 /// Arguments of `strobe record`.
 #[derive(Debug, clap::Args)]
@@ -73,7 +73,7 @@ sudo strobe record -a --duration 5                     # the whole system\n  \
 strobe record --mode kernel -- ./myprog\n  \
 strobe report strobe.data"
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The record file to write (replaced if it exists).
     #[arg(short, long, value_name = "FILE", default_value = DEFAULT_OUTPUT)]
     output: PathBuf,
@@ -300,7 +300,7 @@ fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
 }
 
 /// Runs `strobe record`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = options(&args)?;
     let plan = strobe_record::plan(&opts).map_err(|e| with_flags(e, &args))?;
     for n in &plan.notices {
@@ -397,10 +397,10 @@ fn summarize(path: &std::path::Path, r: &Recorded) {
 
 /// The hidden subcommand the calibration process runs: the agent preloaded into it does
 /// the work at load; the command itself only exits.
-pub const COSTS_SUBCOMMAND: &str = "__costs";
+pub(crate) const COSTS_SUBCOMMAND: &str = "__costs";
 
 /// `strobe __costs`: nothing to do (see [`COSTS_SUBCOMMAND`]).
-pub fn print_costs() -> anyhow::Result<ExitCode> {
+pub(crate) fn print_costs() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 

@@ -24,7 +24,7 @@ strobe workload --rounds 500 --truth truth.json   # fixed work: compare run time
 strobe record -o run.strobe -- strobe workload --threads 4   # what `strobe record` does by default, with 4 threads\n  \
 strobe report run.strobe"
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Wall-clock seconds to run.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     seconds: f64,
@@ -60,7 +60,7 @@ fn in_flags(e: strobe_workload::WorkloadError) -> anyhow::Error {
 }
 
 /// Runs `strobe workload`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = strobe_workload::Options {
         seconds: args.seconds,
         threads: args.threads,
