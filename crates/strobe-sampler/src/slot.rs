@@ -63,7 +63,7 @@ pub fn sig_data(index: usize, generation: u32) -> u64 {
 /// strobe's tag.
 pub fn decode(sig_data: u64) -> Option<(usize, u32)> {
     (sig_data & (0xffff << 48) == SIG_TAG)
-        .then(|| ((sig_data & 0xffff) as usize, (sig_data >> 16) as u32))
+        .then_some(((sig_data & 0xffff) as usize, (sig_data >> 16) as u32))
 }
 
 /// A slot's state and generation. See the module note. `repr(C)`: it lives in memory
