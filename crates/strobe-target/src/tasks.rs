@@ -54,6 +54,14 @@ pub fn process_of(tid: u32) -> Option<u32> {
     s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
 }
 
+/// The CPU time (ns) thread `tid` of process `pid` has run, as the scheduler counts it
+/// (`/proc/PID/task/TID/schedstat`, first field): exact, and readable until the thread is
+/// reaped (a zombie leader still gives its whole life's).
+pub fn thread_runtime_ns(pid: u32, tid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,12 +92,4 @@ mod tests {
         assert!(threads_of(u32::MAX - 1).is_err(), "no such process");
         assert_eq!(thread_name(u32::MAX - 1, 1), None);
     }
-}
-
-/// The CPU time (ns) thread `tid` of process `pid` has run, as the scheduler counts it
-/// (`/proc/PID/task/TID/schedstat`, first field): exact, and readable until the thread is
-/// reaped (a zombie leader still gives its whole life's).
-pub fn thread_runtime_ns(pid: u32, tid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
 }
