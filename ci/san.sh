@@ -63,6 +63,7 @@ run_under() {
             STROBE_RCU_STRESS_MS="${SAN_STRESS_MS:-1000}" \
             STROBE_CUSTODY_STRESS_RECORDS="${SAN_CUSTODY_RECORDS:-2000}" \
             STROBE_BORN_STRESS_EACH=2000 \
+            STROBE_UNWIND_STRESS_MS=10000 \
             cargo test --quiet $t --test-threads=1
     done
 }
@@ -74,7 +75,7 @@ if [[ "$skip" != *" memcheck "* ]]; then
 fi
 
 if [[ "$skip" != *" helgrind "* ]]; then
-    run_under helgrind --suppressions=ci/helgrind.supp
+    run_under helgrind --suppressions="$PWD/ci/helgrind.supp"
 fi
 
 if [[ "$skip" != *" asan "* ]]; then
