@@ -1,8 +1,15 @@
 // strobe-testprogs: -fno-omit-frame-pointer
-/* A dynamically linked program that leaves strobe's agent behind: when started with
- * LD_PRELOAD set, it removes it from its environment and replaces its image with itself
- * (as a program that sanitizes its environment would), so the agent that loaded into the
- * first image is not in the second.
+/* A dynamically linked program that leaves strobe's agent behind: its first image
+ * replaces itself with itself through the raw execve system call (as a sandbox or a
+ * program with its own syscall layer would), with LD_PRELOAD taken out of the
+ * environment it passes, so no library function sees the exec and the agent that loaded
+ * into the first image is not in the second.
+ *
+ * A raw execve bypasses the agent's exec wrappers, which stop the thread's sampling
+ * first; an overflow of its sampling timer during the system call raises a SIGTRAP that
+ * the kernel delivers to the new image (a documented limit of agent mode). The first image
+ * blocks SIGTRAP around the call and the second takes such a signal off its queue
+ * (sigtimedwait) before it unblocks it, so the test exercises the floor, not that race.
  *
  * usage: reexec_noagent [CPU_MS]   (default 1200)
  *
@@ -13,6 +20,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,12 +48,30 @@ __attribute__((noinline)) void spin_a(void) { burn(2000000, 1); }
 __attribute__((noinline)) void spin_b(void) { burn(1000000, 2); }
 
 int main(int argc, char **argv) {
-    if (getenv("LD_PRELOAD")) {
-        unsetenv("LD_PRELOAD");
-        execv("/proc/self/exe", argv);
-        perror("execv");
+    extern char **environ;
+    if (!getenv("REEXEC_NOAGENT_AGAIN")) {
+        static char *envp[4096];
+        size_t n = 0;
+        for (char **e = environ; *e && n + 2 < sizeof envp / sizeof *envp; e++)
+            if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+                envp[n++] = *e;
+        envp[n++] = "REEXEC_NOAGENT_AGAIN=1";
+        envp[n] = NULL;
+        sigset_t trap;
+        sigemptyset(&trap);
+        sigaddset(&trap, SIGTRAP);
+        sigprocmask(SIG_BLOCK, &trap, NULL);
+        syscall(SYS_execve, "/proc/self/exe", argv, envp);
+        perror("execve");
         return 1;
     }
+    sigset_t trap;
+    sigemptyset(&trap);
+    sigaddset(&trap, SIGTRAP);
+    struct timespec none = {0, 0};
+    while (sigtimedwait(&trap, NULL, &none) == SIGTRAP)
+        ;
+    sigprocmask(SIG_UNBLOCK, &trap, NULL);
     long cpu_ms = argc > 1 ? atol(argv[1]) : 1200;
     int64_t a = 0, b = 0;
     while ((a + b) / 1000000 < cpu_ms) {

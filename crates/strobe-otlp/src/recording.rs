@@ -52,6 +52,33 @@ struct StreamFacts {
     ppid: u32,
     exe: String,
     start_mono_ns: u64,
+    /// The kernel floor's stream of the process (agent mode): part of the process's
+    /// resource, not one of its own.
+    floor: bool,
+}
+
+/// Which stream's resource each stream's records belong to: a process's floor stream
+/// joins an agent stream of the same pid (the image with the same executable, else the
+/// one that started nearest in time: the floor may not know a short image's executable);
+/// every other stream is its own resource.
+fn resources(streams: &BTreeMap<StreamId, StreamFacts>) -> BTreeMap<StreamId, StreamId> {
+    streams
+        .iter()
+        .map(|(&id, s)| {
+            let owner = if s.floor {
+                streams
+                    .iter()
+                    .filter(|(_, o)| !o.floor && o.pid == s.pid)
+                    .min_by_key(|(_, o)| {
+                        (o.exe != s.exe, o.start_mono_ns.abs_diff(s.start_mono_ns))
+                    })
+                    .map_or(id, |(&o, _)| o)
+            } else {
+                id
+            };
+            (id, owner)
+        })
+        .collect()
 }
 
 /// Reads the record file at `path` and builds its request.
@@ -68,6 +95,7 @@ pub fn from_file(path: &Path, opts: &FileOptions) -> Result<Built, OtlpError> {
                 s.ppid = info.ppid;
                 s.exe = info.exe.to_string_lossy().into_owned();
                 s.start_mono_ns = info.start_mono_ns;
+                s.floor = info.floor;
             }
             Record::End { end, .. } => {
                 last_time = last_time.max(end.time_mono_ns);
@@ -81,15 +109,18 @@ pub fn from_file(path: &Path, opts: &FileOptions) -> Result<Built, OtlpError> {
         }
     }
     let read = ReadOptions { timeline: true, ..opts.read.clone() };
+    let owners = resources(&streams);
+    let owned: BTreeMap<StreamId, &StreamFacts> =
+        owners.values().map(|o| (*o, &streams[o])).collect();
     let mut reports = Vec::new();
-    if streams.len() <= 1 {
+    if owned.len() <= 1 {
         reports.push(strobe_report::recording::read_with(path, &read, &mut |_, _| {})?);
     } else {
         let dir = tempfile::Builder::new()
             .prefix("strobe-otlp-")
             .tempdir()
             .map_err(|e| OtlpError::io("a temporary directory for the split recording", e))?;
-        let files = split(path, &streams, dir.path())?;
+        let files = split(path, &owners, dir.path())?;
         for f in files {
             reports.push(strobe_report::recording::read_with(&f, &read, &mut |_, _| {})?);
         }
@@ -107,7 +138,7 @@ pub fn from_file(path: &Path, opts: &FileOptions) -> Result<Built, OtlpError> {
     notes.dedup();
     let fallback = StreamFacts::default();
     let facts: Vec<&StreamFacts> =
-        if streams.is_empty() { vec![&fallback] } else { streams.values().collect() };
+        if owned.is_empty() { vec![&fallback] } else { owned.values().copied().collect() };
     let duration = last_time.saturating_sub(header.start_mono_ns);
     let parts: Vec<ProcessProfile<'_>> = reports
         .iter()
@@ -130,16 +161,17 @@ pub fn from_file(path: &Path, opts: &FileOptions) -> Result<Built, OtlpError> {
     Ok(Built { request, reports, notes })
 }
 
-/// Writes one record file per process stream of `path` into `dir`, in stream order.
+/// Writes one record file per resource of `path` into `dir` (`owners`: each stream's
+/// resource), in the resources' stream order.
 fn split(
     path: &Path,
-    streams: &BTreeMap<StreamId, StreamFacts>,
+    owners: &BTreeMap<StreamId, StreamId>,
     dir: &Path,
 ) -> Result<Vec<std::path::PathBuf>, OtlpError> {
     let mut reader = Reader::open(path)?;
     let header = reader.header().clone();
-    let mut encs: BTreeMap<StreamId, Encoder> = streams
-        .keys()
+    let mut encs: BTreeMap<StreamId, Encoder> = owners
+        .values()
         .map(|&s| {
             let mut e = Encoder::new();
             e.preamble();
@@ -165,11 +197,9 @@ fn split(
             Record::Baseline(_) | Record::KernelSymbols(_) => RECORDER_STREAM,
             Record::Truncated { .. } => break,
         };
-        let targets: Vec<&mut Encoder> = if stream == RECORDER_STREAM || !encs.contains_key(&stream)
-        {
-            encs.values_mut().collect()
-        } else {
-            encs.get_mut(&stream).into_iter().collect()
+        let targets: Vec<&mut Encoder> = match owners.get(&stream) {
+            Some(owner) if stream != RECORDER_STREAM => encs.get_mut(owner).into_iter().collect(),
+            _ => encs.values_mut().collect(),
         };
         for e in targets {
             encode(e, &record)?;

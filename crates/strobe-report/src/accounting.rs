@@ -34,6 +34,9 @@ struct Stream {
     pid: u32,
     /// The sampling cycle one time sample stands for (leader units: ns for time).
     cycle: f64,
+    /// Sampled by strobe's agent (its cycle measured from the leader's counts), not by
+    /// the kernel.
+    agent: bool,
 }
 
 /// Per (pid, tid): what its samples and the kernel say.
@@ -93,7 +96,7 @@ impl Accounting {
         if !command.is_empty() {
             self.last_command.insert(info.pid, command.clone());
         }
-        self.streams.insert(stream, Stream { pid: info.pid, cycle });
+        self.streams.insert(stream, Stream { pid: info.pid, cycle, agent: false });
     }
 
     /// The stream's measured cycle (its END).
@@ -101,6 +104,7 @@ impl Accounting {
         if let Some(s) = self.streams.get_mut(&stream) {
             if cycle.is_finite() && cycle > 0.0 {
                 s.cycle = cycle;
+                s.agent = true;
             }
         }
     }
@@ -133,15 +137,48 @@ impl Accounting {
         }
     }
 
+    /// Adds to each agent stream's cycle what an agent sample stands for beyond the
+    /// leader's count: the sampler's own time with the group stopped (the handlers, the
+    /// stack walk), which the thread's CPU time holds and the leader does not. Measured
+    /// over the whole recording, exactly: the agent's served CPU time (the kernel's
+    /// per-thread count over the stretches the agent's leader was enabled) less the
+    /// leader's counts (samples times the measured cycle), per agent sample. A
+    /// calibration cannot give it: it depends on the program's stacks (1-4 us without a
+    /// walk, 20 us with DWARF walks of deep stacks).
+    fn add_uncounted(&mut self) {
+        let (mut counted, mut n) = (0.0, 0u64);
+        for (&(stream, _), &k) in &self.samples {
+            if let Some(s) = self.streams.get(&stream).filter(|s| s.agent) {
+                counted += k as f64 * s.cycle;
+                n += k;
+            }
+        }
+        let served: u64 = self.threads.values().map(|t| t.cpu.served_ns).sum();
+        if n == 0 || served == 0 {
+            return;
+        }
+        let per_sample = (served as f64 - counted) / n as f64;
+        if per_sample.is_finite() && per_sample > 0.0 {
+            for s in self.streams.values_mut().filter(|s| s.agent) {
+                s.cycle += per_sample;
+            }
+        }
+    }
+
     /// Adds the unaccounted rows to `agg`.
     pub(crate) fn finish(mut self, agg: &mut Aggregator) {
         if !self.any_thread_cpu {
             agg.add_unsampled(self.old_unsampled);
             return;
         }
-        // The unit a row's samples are in: the first stream's cycle (the floor's period
-        // equals the agents' mean cycle, so every stream's is about the same).
-        let unit = self.streams.values().map(|s| s.cycle).find(|c| *c > 0.0).unwrap_or(1.0);
+        self.add_uncounted();
+        // The unit a row's samples are in: an agent stream's cycle, else the first
+        // stream's (the floor's period equals the agents' mean cycle, so every stream's is
+        // about the same).
+        let unit = (self.streams.values().filter(|s| s.agent).chain(self.streams.values()))
+            .map(|s| s.cycle)
+            .find(|c| *c > 0.0)
+            .unwrap_or(1.0);
         for (&(stream, tid), &n) in &self.samples {
             let Some(s) = self.streams.get(&stream) else { continue };
             let t = self.threads.entry((s.pid, tid)).or_default();
@@ -194,7 +231,11 @@ impl Accounting {
         }
         // The tree's CPU time the per-task counts miss: spread over the commands by their
         // number of processes (each start and exit costs about the same).
-        let counted: u64 = self.threads.values().map(|t| t.cpu.cpu_ns).sum();
+        // A thread whose count never arrived (kernel mode: the count at its exit is a
+        // record in the ring, lost with the samples when the ring overflowed) ran at
+        // least what its samples, kept and lost, stand for.
+        let counted: u64 =
+            self.threads.values().map(|t| t.cpu.cpu_ns.max(t.sampled_ns as u64)).sum();
         let nproc: u64 = shares.values().map(|e| e.processes).sum();
         if let Some(gap) =
             self.tree_cpu_ns.and_then(|t| t.checked_sub(counted)).filter(|_| nproc > 0)

@@ -157,6 +157,35 @@ fn spawn_spin(args: &[&str]) -> (Child, u32) {
     (child, pid)
 }
 
+/// CPU time (ms) process `pid` and its descendants' threads ran, from /proc (0 when gone).
+fn tree_cpu_ms(pid: u32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let tick = 1000 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64);
+    let own = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            Some((rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?) * tick)
+        })
+        .unwrap_or(0);
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(tree_cpu_ms)
+        .sum::<u64>();
+    own + children
+}
+
+/// Waits until `pid`'s tree ran `ms` of CPU time since `from` (its tree's CPU time then),
+/// at most 20 s: a loaded host gives a spinning program less than its wall time.
+fn wait_cpu(pid: u32, from: u64, ms: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tree_cpu_ms(pid) < from + ms && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The rest of a spawned program's output, once it ends.
 fn finish(mut child: Child) -> BTreeMap<String, f64> {
     use std::io::Read;
@@ -344,8 +373,12 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     );
     let t = table(&file);
     assert!(t.contains(&format!("WARNING: {lost} samples were lost")), "{t}");
-    // Lost samples are not CPU time the recording missed: no [not sampled] row for them.
-    assert_eq!(r["samples"].as_u64().unwrap(), kept, "{t}");
+    // Lost samples are not CPU time the recording missed: the [not sampled] rows hold only
+    // what no sample, kept or lost, stands for (the main thread's few milliseconds before
+    // and after its threads, each thread's last partial period): under 5% of the CPU time,
+    // where the lost samples are over half of it.
+    let unsampled_ns = (r["samples"].as_f64().unwrap() - kept as f64) * 20_000.0;
+    assert!(unsampled_ns <= 0.05 * cpu, "{unsampled_ns:.0} ns not sampled of {cpu:.0}\n{t}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the kernel dropped"), "{err}");
 }
@@ -360,7 +393,10 @@ fn signals_end_a_kernel_recording_with_a_complete_file() {
     let file = dir.path("int.strobe");
     let rec =
         record_to(&file).args(["-p", &pid.to_string()]).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    // 300 ms of the program's CPU time while strobe records (at its 1 ms kernel-mode
+    // period, about 300 samples; the attach takes a few ms of it).
+    std::thread::sleep(Duration::from_millis(100));
+    wait_cpu(pid, tree_cpu_ms(pid), 300);
     // SAFETY: signalling the strobe process this test started.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     let out = rec.wait_with_output().unwrap();
@@ -382,7 +418,7 @@ fn signals_end_a_kernel_recording_with_a_complete_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    wait_cpu(rec.id(), 0, 300);
     // SAFETY: as above.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
     let out = rec.wait_with_output().unwrap();
