@@ -5,6 +5,8 @@
 #   FUZZ_SECONDS  seconds per target (default 30; 0 only builds)
 #   FUZZ_JOBS     targets run at once (default: the number of CPUs)
 #   FUZZ_TARGETS  space-separated names to run (default: all)
+#   FUZZ_SANITIZER  a sanitizer to build with as well, e.g. address (nightly Rust; ci/san.sh
+#                 sets it); the build goes to its own target directory, fuzz-SANITIZER
 #
 # The targets are libFuzzer binaries built by stable Rust with LLVM's sanitizer-coverage
 # passes (the instrumentation cargo-fuzz adds, without its tool or a nightly toolchain);
@@ -24,6 +26,12 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares"
+cargo=(cargo)
+if [ -n "${FUZZ_SANITIZER:-}" ]; then
+    cargo=(cargo +nightly)
+    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR-$FUZZ_SANITIZER"
+    RUSTFLAGS="$RUSTFLAGS -Zsanitizer=$FUZZ_SANITIZER"
+fi
 
 targets="${FUZZ_TARGETS:-$(cd fuzz/fuzz_targets && ls -- *.rs | sed 's/\.rs$//')}"
 for t in $targets; do
@@ -31,7 +39,7 @@ for t in $targets; do
     [ -d "fuzz/seeds/$t" ] || { echo "ci/fuzz.sh: target '$t' has no seeds in fuzz/seeds/$t" >&2; exit 1; }
 done
 
-cargo build --manifest-path fuzz/Cargo.toml --release --target "$host" --bins
+"${cargo[@]}" build --manifest-path fuzz/Cargo.toml --release --target "$host" --bins
 [ "$secs" = 0 ] && exit 0
 
 out="$CARGO_TARGET_DIR/fuzz"

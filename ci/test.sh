@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit and integration tests, the agent's own
-# tests, the concurrency models, and the fuzz targets for a bounded time. This is what
+# tests, the concurrency models, the fuzz targets for a bounded time, and the stress tests
+# under valgrind and the fuzz targets under AddressSanitizer (ci/san.sh). This is what
 # .ci/run and the README run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,8 @@ cargo fmt --all -- --check
 
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+# The binary without strobe-bench (the default-on feature `bench` off) builds too.
+cargo clippy -p strobe --no-default-features -- -D warnings
 (cd agent && cargo clippy --all-targets -- -D warnings)
 (cd fuzz && CARGO_TARGET_DIR="$fuzz_target_dir" cargo clippy --all-targets -- -D warnings)
 
@@ -33,4 +36,7 @@ fi
 
 echo "== fuzz targets (${FUZZ_SECONDS:-30} s each)"
 bash ci/fuzz.sh
+
+echo "== sanitizers and valgrind"
+bash ci/san.sh
 echo "== all tests passed"

@@ -130,6 +130,10 @@ pub fn start() {
         return fail(&mut ch, &e);
     }
     let (tx, rx) = std::sync::mpsc::channel::<arm::Armed>();
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "strobe watch's one thread in the target, by design (see Arming above)"
+    )]
     let writer = std::thread::Builder::new()
         .name("strobe-watch".into())
         .spawn(move || writer::writer_thread(ch, rx, opts));

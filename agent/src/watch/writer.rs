@@ -71,6 +71,10 @@ fn block_all_signals() {
 
 /// The writer thread's body: takes what arming produced from `rx`, then runs until
 /// [`at_exit`] stops it.
+#[allow(
+    clippy::disallowed_types,
+    reason = "arming hands its result to the writer once, outside any signal handler"
+)]
 pub fn writer_thread(mut ch: Channel, rx: std::sync::mpsc::Receiver<Armed>, opts: Opts) {
     block_all_signals();
     IN_WRITER.with(|w| w.set(true));

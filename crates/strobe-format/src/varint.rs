@@ -8,7 +8,7 @@
 
 /// Appends `v` as an unsigned LEB128 varint (1 to 10 bytes).
 #[inline]
-pub fn put(buf: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put(buf: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         buf.push((v as u8) | 0x80);
         v >>= 7;
@@ -18,31 +18,31 @@ pub fn put(buf: &mut Vec<u8>, mut v: u64) {
 
 /// Zigzag-maps a signed value so small magnitudes encode short.
 #[inline]
-pub fn zigzag(v: i64) -> u64 {
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
 /// Inverse of [`zigzag`].
 #[inline]
-pub fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 /// A cursor over a payload.
 #[derive(Debug, Clone)]
-pub struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     pub bytes: &'a [u8],
     pub pos: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub fn new(bytes: &'a [u8]) -> Self {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Cursor { bytes, pos: 0 }
     }
 
     /// Reads one varint; `None` if the bytes end inside it or it exceeds 64 bits.
     #[inline]
-    pub fn varint(&mut self) -> Option<u64> {
+    pub(crate) fn varint(&mut self) -> Option<u64> {
         // Fast path: one byte.
         let b0 = *self.bytes.get(self.pos)?;
         if b0 < 0x80 {
@@ -68,25 +68,25 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    pub fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         let b = *self.bytes.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
-    pub fn u32_le(&mut self) -> Option<u32> {
+    pub(crate) fn u32_le(&mut self) -> Option<u32> {
         let s = self.bytes.get(self.pos..self.pos.checked_add(4)?)?;
         self.pos += 4;
         Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 
-    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.bytes.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
         Some(s)
     }
 
-    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+    pub(crate) fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = usize::try_from(self.varint()?).ok()?;
         let s = self.bytes.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
@@ -94,7 +94,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pos >= self.bytes.len()
     }
 }

@@ -382,17 +382,17 @@ pub enum Message<'a> {
 }
 
 mod tag {
-    pub const HELLO: u64 = 0;
-    pub const START: u64 = 1;
-    pub const WATCHPOINT: u64 = 2;
-    pub const MODULE: u64 = 3;
-    pub const HIT: u64 = 4;
-    pub const ARMED: u64 = 5;
-    pub const LOST: u64 = 6;
-    pub const CHAINED: u64 = 7;
-    pub const THREADS: u64 = 8;
-    pub const ERROR: u64 = 9;
-    pub const END: u64 = 10;
+    pub(super) const HELLO: u64 = 0;
+    pub(super) const START: u64 = 1;
+    pub(super) const WATCHPOINT: u64 = 2;
+    pub(super) const MODULE: u64 = 3;
+    pub(super) const HIT: u64 = 4;
+    pub(super) const ARMED: u64 = 5;
+    pub(super) const LOST: u64 = 6;
+    pub(super) const CHAINED: u64 = 7;
+    pub(super) const THREADS: u64 = 8;
+    pub(super) const ERROR: u64 = 9;
+    pub(super) const END: u64 = 10;
 }
 
 /// `s` cut to at most [`MAX_TEXT`] bytes, at a character boundary.

@@ -15,11 +15,11 @@ use strobe_protocol::{env, Arena, ArenaSizes, Calibration, RecordConfig};
 use strobe_target::launch::{Command, HeldChild};
 
 /// How long the calibration may take (it takes about 0.2 s of CPU).
-pub const DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Runs `command` with `agent` preloaded and a calibration arena for `config`; returns
 /// what the agent measured, or why nothing was measured.
-pub fn run(
+pub(crate) fn run(
     command: &[OsString],
     agent: &Path,
     config: &RecordConfig,

@@ -82,7 +82,7 @@ pub struct Totals {
 /// the thread's CPU time where an open stretch began (0: none open), and the agent's own
 /// set-up time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServedCpu {
+pub(crate) struct ServedCpu {
     /// CPU time (ns) in ended stretches.
     pub closed_ns: u64,
     /// The thread's CPU time when its open stretch began (0: none open): the stretch
@@ -94,7 +94,7 @@ pub struct ServedCpu {
 
 impl ServedCpu {
     /// The served CPU time, given the thread's whole CPU time (for an open stretch).
-    pub fn served_ns(&self, total_ns: Option<u64>) -> u64 {
+    pub(crate) fn served_ns(&self, total_ns: Option<u64>) -> u64 {
         let open = match (self.open_from_ns, total_ns) {
             (0, _) | (_, None) => 0,
             (from, Some(t)) => t.saturating_sub(from),
@@ -114,7 +114,7 @@ fn served_cpu_of(slot: &strobe_sampler::custody::SharedSlot) -> ServedCpu {
 
 /// The launched command at its end, for its streams' END chunks.
 #[derive(Debug, Clone, Copy)]
-pub struct Launched {
+pub(crate) struct Launched {
     /// Its pid.
     pub pid: u32,
     /// How it ended.
@@ -126,7 +126,7 @@ pub struct Launched {
 }
 
 /// Drains an arena into a record file.
-pub struct Drainer<'a> {
+pub(crate) struct Drainer<'a> {
     arena: &'a Arena,
     file: &'a mut File,
     drain: Drain,
@@ -167,7 +167,7 @@ fn comm_name(c: [u8; 16]) -> String {
 impl<'a> Drainer<'a> {
     /// A drainer of `arena` into `file` (positioned at its end), for a group of
     /// `ncounters` events.
-    pub fn new(arena: &'a Arena, file: &'a mut File, ncounters: usize) -> Drainer<'a> {
+    pub(crate) fn new(arena: &'a Arena, file: &'a mut File, ncounters: usize) -> Drainer<'a> {
         let wake_seen = arena.header().pool.wake_word().load(std::sync::atomic::Ordering::Acquire);
         Drainer {
             arena,
@@ -191,7 +191,7 @@ impl<'a> Drainer<'a> {
     }
 
     /// The processes seen.
-    pub fn procs(&self) -> &Procs {
+    pub(crate) fn procs(&self) -> &Procs {
         &self.procs
     }
 
@@ -202,7 +202,7 @@ impl<'a> Drainer<'a> {
 
     /// What the agent served of each (pid, tid) whose slot was freed (and, after
     /// [`Drainer::finish`], of every thread).
-    pub fn served_cpu(&self) -> &FxHashMap<(u32, u32), ServedCpu> {
+    pub(crate) fn served_cpu(&self) -> &FxHashMap<(u32, u32), ServedCpu> {
         &self.served_cpu
     }
 
@@ -231,12 +231,12 @@ impl<'a> Drainer<'a> {
     }
 
     /// The recorder reaped `pid` (the launched command).
-    pub fn reaped(&mut self, pid: u32) {
+    pub(crate) fn reaped(&mut self, pid: u32) {
         self.procs.reaped(pid);
     }
 
     /// Sleeps until an agent wakes the recorder or `timeout` passes.
-    pub fn wait(&mut self, timeout: Duration) {
+    pub(crate) fn wait(&mut self, timeout: Duration) {
         self.arena.wait_for_wake(self.wake_seen, timeout);
         let now = self.arena.header().pool.wake_word().load(std::sync::atomic::Ordering::Acquire);
         if now != self.wake_seen {
@@ -246,7 +246,7 @@ impl<'a> Drainer<'a> {
     }
 
     /// One pass: drains what was published, frees what is done, writes the chunks.
-    pub fn pass(&mut self) -> std::io::Result<()> {
+    pub(crate) fn pass(&mut self) -> std::io::Result<()> {
         self.procs.refresh(self.arena);
         self.scan_served();
         let now = mono_ns();
@@ -441,7 +441,7 @@ impl<'a> Drainer<'a> {
     /// The last pass, once every process ended (or the recording stops): reads every
     /// thread's blocks to their end, then writes each stream's END. `launched` is the
     /// launched command's pid and how it ended.
-    pub fn finish(&mut self, launched: Option<Launched>) -> std::io::Result<Totals> {
+    pub(crate) fn finish(&mut self, launched: Option<Launched>) -> std::io::Result<Totals> {
         if let Some(l) = launched {
             self.procs.reaped(l.pid);
         }
@@ -511,7 +511,7 @@ impl<'a> Drainer<'a> {
 }
 
 /// `CLOCK_MONOTONIC` in ns.
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer for the call.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

@@ -6,15 +6,15 @@
 //! target runs and once more after it ends (however it ends), and passes the target's
 //! exit status on.
 //!
-//! - [`plan`]: the options resolved once (mode and reason, groups, buffers, stacks).
+//! - `plan`: the options resolved once (mode and reason, groups, buffers, stacks).
 //! - `session`: the phases of a recording.
-//! - [`calibrate`]: the calibration process (cost per sample, empty-window baseline).
-//! - [`drain`]: the arena to the file: samples, stacks, threads, losses, mappings, END.
-//! - [`floor`]: the kernel floor (perf's per-CPU rings, inherited by the whole tree).
+//! - `calibrate`: the calibration process (cost per sample, empty-window baseline).
+//! - `drain`: the arena to the file: samples, stacks, threads, losses, mappings, END.
+//! - `floor`: the kernel floor (perf's per-CPU rings, inherited by the whole tree).
 //! - `served`: when the agent served which thread, so no moment is sampled twice.
-//! - [`procs`]: which processes of the recording live, and which streams are done.
-//! - [`stacks`]: each stream's stack table.
-//! - [`signals`]: Ctrl-C and termination while recording.
+//! - `procs`: which processes of the recording live, and which streams are done.
+//! - `stacks`: each stream's stack table.
+//! - `signals`: Ctrl-C and termination while recording.
 //! - `outcome`: what the recording did, and the lines the user should read.
 //!
 //! Owns: the recording's life cycle. Must never take samples itself (the agent and the
@@ -22,17 +22,18 @@
 //! [`RecordOptions`]) or print (it returns a [`Plan`] and a [`Recorded`] for the binary
 //! to render).
 
-pub mod calibrate;
-pub mod drain;
-pub mod floor;
+mod calibrate;
+mod drain;
+mod floor;
 mod outcome;
-pub mod plan;
-pub mod procs;
+mod plan;
+mod procs;
 mod served;
 mod session;
-pub mod signals;
-pub mod stacks;
+mod signals;
+mod stacks;
 
+pub use drain::Totals;
 pub use plan::Plan;
 
 use std::ffi::OsString;
@@ -124,7 +125,7 @@ pub enum RecordError {
     #[error(transparent)]
     Target(#[from] strobe_target::Error),
     /// The agent cannot be injected into it.
-    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it with --mode kernel, or rebuild without -static)", program.display())]
+    #[error("cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, which needs a dynamically linked executable (record it in kernel mode, or rebuild without -static)", program.display())]
     NotInjectable {
         /// The program.
         program: PathBuf,
@@ -132,7 +133,7 @@ pub enum RecordError {
         why: strobe_target::inject::NotInjectable,
     },
     /// The record file cannot be written.
-    #[error("cannot write the output file {}: {source} (choose another path with -o)", path.display())]
+    #[error("cannot write the output file {}: {source} (choose another path for it)", path.display())]
     Output {
         /// The file.
         path: PathBuf,
@@ -146,7 +147,7 @@ pub enum RecordError {
     #[error(transparent)]
     Rings(#[from] strobe_perf::percpu::RingSetError),
     /// `-p` names no running process.
-    #[error("no process {pid} is running (-p takes the ids of running processes)")]
+    #[error("no process {pid} is running (only running processes can be attached to)")]
     NoProcess {
         /// The pid given.
         pid: u32,
@@ -195,7 +196,7 @@ pub enum RecordError {
     #[error("a duration applies to running processes and the whole system; a launched command is recorded until it ends")]
     DurationNeedsAttach,
     /// Kernel mode samples a leader at a fixed period, and none was given.
-    #[error("kernel mode samples {leader} at a fixed period: give one, e.g. -e '{{{leader}/period=1000/}}'")]
+    #[error("kernel mode samples {leader} at a fixed period: give one in the group's spec, e.g. {{{leader}/period=1000/}}")]
     PeriodNeeded {
         /// The leader.
         leader: String,
@@ -230,7 +231,7 @@ pub struct Recorded {
     /// How the launched command ended.
     pub exit: Exit,
     /// Samples (window starts and plain samples), window ends, losses, threads.
-    pub totals: drain::Totals,
+    pub totals: Totals,
     /// Processes (agent instances) that recorded.
     pub processes: usize,
     /// Bytes in the record file.

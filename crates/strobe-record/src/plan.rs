@@ -28,19 +28,19 @@ use crate::{Attach, Mode, RecordError, RecordOptions};
 
 /// The period a time leader samples at in kernel mode when none is given: 1 ms of CPU
 /// time per sample and thread.
-pub const KERNEL_PERIOD_NS: u64 = 1_000_000;
+pub(crate) const KERNEL_PERIOD_NS: u64 = 1_000_000;
 /// The period a hardware leader samples at in kernel mode when none is given (about 1 ms
 /// at 2 GHz).
-pub const KERNEL_HW_PERIOD: u64 = 2_000_000;
+pub(crate) const KERNEL_HW_PERIOD: u64 = 2_000_000;
 /// Bytes of ring buffer per CPU when `--buffer` is not given: `perf record`'s default
 /// (what `kernel.perf_event_mlock_kb` lets an unprivileged user lock on every CPU).
-pub const DEFAULT_RING_BYTES: u64 = 512 << 10;
+pub(crate) const DEFAULT_RING_BYTES: u64 = 512 << 10;
 /// The ring per CPU when samples carry user stack copies and `--buffer` is not given.
-pub const DWARF_RING_BYTES: u64 = 4 << 20;
+pub(crate) const DWARF_RING_BYTES: u64 = 4 << 20;
 /// Bytes of user stack each floor sample copies for a DWARF walk (perf's default).
-pub const USER_STACK_BYTES: u32 = 8192;
+pub(crate) const USER_STACK_BYTES: u32 = 8192;
 /// The smallest shared buffer the agent works with.
-pub const MIN_AGENT_BUFFER: u64 = 64 << 10;
+pub(crate) const MIN_AGENT_BUFFER: u64 = 64 << 10;
 
 /// What the session does.
 #[derive(Debug, Clone)]
@@ -166,7 +166,7 @@ fn kernel_period(spec: &GroupSpec) -> Result<u64, RecordError> {
 }
 
 /// Resolves `opts` into a plan, checking everything a user can get wrong.
-pub fn resolve(opts: &RecordOptions) -> Result<Plan, RecordError> {
+pub(crate) fn resolve(opts: &RecordOptions) -> Result<Plan, RecordError> {
     if opts.wakeup == 0 {
         return Err(RecordError::WakeupZero);
     }

@@ -16,7 +16,7 @@ use strobe_protocol::{Arena, ProcState};
 
 /// One process (one agent instance: a process, or one image of it).
 #[derive(Debug, Clone)]
-pub struct Proc {
+pub(crate) struct Proc {
     /// Its index in the process table.
     pub index: usize,
     /// Its claim's number (later images of a process have higher numbers).
@@ -35,7 +35,7 @@ pub struct Proc {
 
 /// The processes seen so far.
 #[derive(Debug, Default)]
-pub struct Procs {
+pub(crate) struct Procs {
     /// By claim number.
     procs: BTreeMap<u64, Proc>,
     /// Pids the recorder reaped itself (the launched command).
@@ -45,7 +45,7 @@ pub struct Procs {
 /// Whether `pid` is dead: not in /proc, or a zombie whose threads are all gone (only its
 /// parent's wait is missing). A zombie *leader* whose other threads still run (main
 /// called `pthread_exit`) is alive: its threads may still write.
-pub fn pid_dead(pid: u32) -> bool {
+pub(crate) fn pid_dead(pid: u32) -> bool {
     match std::fs::read(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => {
@@ -65,7 +65,14 @@ pub fn pid_dead(pid: u32) -> bool {
 /// The CPU time (ns) of `pid`'s own threads, live or dead, from `/proc/PID/stat`
 /// (utime + stime, in clock ticks): readable until the process is reaped, so a zombie
 /// still gives its whole life's.
-pub fn process_cpu_ns(pid: u32) -> Option<u64> {
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "no caller since the session's rework; its test keeps it honest until one comes"
+    )
+)]
+pub(crate) fn process_cpu_ns(pid: u32) -> Option<u64> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.iter().rposition(|&b| b == b')')?;
     let text = std::str::from_utf8(stat.get(after + 2..)?).ok()?;
@@ -80,7 +87,7 @@ pub fn process_cpu_ns(pid: u32) -> Option<u64> {
 impl Procs {
     /// Reads the process table again and checks the liveness of every process that
     /// could still write.
-    pub fn refresh(&mut self, arena: &Arena) {
+    pub(crate) fn refresh(&mut self, arena: &Arena) {
         let high = arena.proc_high_water();
         for (index, e) in arena.procs().iter().enumerate().take(high) {
             let state = e.state();
@@ -110,7 +117,7 @@ impl Procs {
     }
 
     /// The recorder reaped `pid` itself.
-    pub fn reaped(&mut self, pid: u32) {
+    pub(crate) fn reaped(&mut self, pid: u32) {
         self.reaped.insert(pid);
         for p in self.procs.values_mut().filter(|p| p.pid == pid) {
             p.dead = true;
@@ -118,7 +125,7 @@ impl Procs {
     }
 
     /// Streams whose threads can no longer write.
-    pub fn gone_streams(&self) -> FxHashSet<u32> {
+    pub(crate) fn gone_streams(&self) -> FxHashSet<u32> {
         let mut gone = FxHashSet::default();
         for p in self.procs.values() {
             let replaced = p.state == ProcState::Execed
@@ -132,7 +139,7 @@ impl Procs {
 
     /// Gives back the table entries of processes in `gone` (streams whose data the
     /// caller has drained: nothing will write or read the entries again).
-    pub fn free_gone(&mut self, arena: &Arena, gone: &FxHashSet<u32>) {
+    pub(crate) fn free_gone(&mut self, arena: &Arena, gone: &FxHashSet<u32>) {
         for p in self.procs.values_mut().filter(|p| !p.freed && gone.contains(&p.stream)) {
             arena.free_proc(p.index, p.seq);
             p.freed = true;
@@ -140,30 +147,25 @@ impl Procs {
     }
 
     /// Whether a later image of `p`'s process registered.
-    pub fn replaced(&self, p: &Proc) -> bool {
+    pub(crate) fn replaced(&self, p: &Proc) -> bool {
         self.procs.values().any(|q| q.pid == p.pid && q.seq > p.seq)
     }
 
     /// Processes that may still run (not dead; an Execed entry whose new image has not
     /// registered yet counts as running).
-    pub fn running(&self) -> impl Iterator<Item = &Proc> {
+    pub(crate) fn running(&self) -> impl Iterator<Item = &Proc> {
         let gone = self.gone_streams();
         self.procs.values().filter(move |p| !gone.contains(&p.stream))
     }
 
     /// Every process seen.
-    pub fn all(&self) -> impl Iterator<Item = &Proc> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Proc> {
         self.procs.values()
     }
 
     /// Processes seen.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.procs.len()
-    }
-
-    /// True when no process registered.
-    pub fn is_empty(&self) -> bool {
-        self.procs.is_empty()
     }
 }
 

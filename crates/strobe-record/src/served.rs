@@ -44,7 +44,7 @@ impl Served {
     /// Slot `index` (owned by `tid`) serves from `from` until `to` (0: still serving).
     /// A slot whose owner or start changed began a new stretch: the old one ended at the
     /// new start at the latest.
-    pub fn slot(&mut self, index: usize, tid: u32, from: u64, to: u64) {
+    pub(crate) fn slot(&mut self, index: usize, tid: u32, from: u64, to: u64) {
         if from == 0 {
             return; // claimed, not armed yet
         }
@@ -75,7 +75,7 @@ impl Served {
 
     /// Slot `index` was freed: its last stretch ended (at `to`, or, when the agent could
     /// not say, at `end`: its process died or replaced its image by then).
-    pub fn freed(&mut self, index: usize, tid: u32, from: u64, to: u64, end: u64) {
+    pub(crate) fn freed(&mut self, index: usize, tid: u32, from: u64, to: u64, end: u64) {
         self.slot(index, tid, from, to);
         if let Some((tid, s)) = self.slots.remove(&index) {
             if s.to == u64::MAX {
@@ -85,7 +85,7 @@ impl Served {
     }
 
     /// Whether the agent served `tid` at `time`.
-    pub fn covers(&self, tid: u32, time: u64) -> bool {
+    pub(crate) fn covers(&self, tid: u32, time: u64) -> bool {
         self.by_tid.get(&tid).is_some_and(|v| v.iter().any(|s| s.from <= time && time < s.to))
     }
 }

@@ -32,7 +32,7 @@ fn signal_set() -> libc::sigset_t {
 
 /// The forwarding thread and what it saw.
 #[derive(Debug)]
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     stop: Arc<AtomicBool>,
     interrupted: Arc<AtomicBool>,
     /// The launched child signals are passed on to (0: none yet, or none).
@@ -43,22 +43,16 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Blocks the signals in the calling thread (and so in threads it starts later) and
-    /// starts the thread that takes them and passes those sent to strobe alone on to
-    /// `child`.
-    pub fn start(child: libc::pid_t) -> Forwarder {
-        Forwarder::start_for(Some(child))
-    }
-
-    /// The same without a child to pass signals on to (a recording of running processes
-    /// or of the whole system, which a signal ends): only [`Forwarder::interrupted`]
-    /// tells that one came.
-    pub fn watch() -> Forwarder {
+    /// starts the thread that takes them: those sent to strobe alone go on to the child
+    /// [`Forwarder::set_child`] names, once it does; [`Forwarder::interrupted`] tells
+    /// that one came.
+    pub(crate) fn watch() -> Forwarder {
         Forwarder::start_for(None)
     }
 
     /// From now on, signals sent to strobe alone are passed on to `child` (a session
     /// starts the forwarder before it launches anything, so no signal is missed).
-    pub fn set_child(&self, child: libc::pid_t) {
+    pub(crate) fn set_child(&self, child: libc::pid_t) {
         // Release: the thread that loads it passes signals on to a child that exists.
         self.child.store(child, Ordering::Release);
     }
@@ -105,13 +99,13 @@ impl Forwarder {
     }
 
     /// A signal reached strobe while recording.
-    pub fn interrupted(&self) -> bool {
+    pub(crate) fn interrupted(&self) -> bool {
         self.interrupted.load(Ordering::Acquire)
     }
 
     /// Stops the thread and restores the calling thread's signal mask. A signal taken
     /// meanwhile was already passed on. (Dropping the forwarder does the same.)
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         drop(self);
     }
 }
@@ -128,7 +122,7 @@ impl Drop for Forwarder {
 }
 
 /// Whether the child has exited (its pidfd is readable), without reaping it.
-pub fn exited(child: &HeldChild) -> bool {
+pub(crate) fn exited(child: &HeldChild) -> bool {
     let mut pfd = libc::pollfd {
         fd: std::os::fd::AsRawFd::as_raw_fd(&child.pidfd()),
         events: libc::POLLIN,

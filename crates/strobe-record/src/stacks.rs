@@ -11,7 +11,7 @@ use strobe_format::StackNode;
 
 /// One stream's stack table.
 #[derive(Debug, Default)]
-pub struct StackTable {
+pub(crate) struct StackTable {
     ids: FxHashMap<(u32, u64), u32>,
     /// Nodes created since the last [`StackTable::take_new`].
     fresh: Vec<StackNode>,
@@ -23,7 +23,7 @@ pub struct StackTable {
 
 impl StackTable {
     /// The id of the stack whose callers are `frames` (innermost first); 0 for none.
-    pub fn intern(&mut self, frames: &[u64]) -> u32 {
+    pub(crate) fn intern(&mut self, frames: &[u64]) -> u32 {
         let mut parent = 0u32;
         for &addr in frames.iter().rev() {
             parent = match self.ids.get(&(parent, addr)) {
@@ -44,18 +44,8 @@ impl StackTable {
     }
 
     /// The nodes created since the last call, with the id of the first.
-    pub fn take_new(&mut self) -> Option<(u32, Vec<StackNode>)> {
+    pub(crate) fn take_new(&mut self) -> Option<(u32, Vec<StackNode>)> {
         (!self.fresh.is_empty()).then(|| (self.fresh_first, std::mem::take(&mut self.fresh)))
-    }
-
-    /// Nodes in the table.
-    pub fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    /// True when no stack was interned.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 

@@ -99,7 +99,7 @@ fn file_name(p: &std::path::Path) -> String {
 
 impl Accounting {
     /// A stream began.
-    pub fn process(&mut self, stream: u32, info: &ProcessInfo) {
+    pub(crate) fn process(&mut self, stream: u32, info: &ProcessInfo) {
         let cycle = info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;
         let command = file_name(&info.exe);
         // A process's command is its last image's (that names one).
@@ -111,7 +111,7 @@ impl Accounting {
     }
 
     /// The stream's measured cycle (its END).
-    pub fn cycle(&mut self, stream: u32, cycle: f64) {
+    pub(crate) fn cycle(&mut self, stream: u32, cycle: f64) {
         if let Some(s) = self.streams.get_mut(&stream) {
             if cycle.is_finite() && cycle > 0.0 {
                 s.cycle = cycle;
@@ -121,22 +121,22 @@ impl Accounting {
     }
 
     /// `n` time samples (or samples taken and lost) of thread `tid` in `stream`.
-    pub fn samples(&mut self, stream: u32, tid: u32, n: u64) {
+    pub(crate) fn samples(&mut self, stream: u32, tid: u32, n: u64) {
         *self.samples.entry((stream, tid)).or_insert(0) += n;
     }
 
     /// A thread's name in `stream`.
-    pub fn thread_name(&mut self, stream: u32, tid: u32, name: &str) {
+    pub(crate) fn thread_name(&mut self, stream: u32, tid: u32, name: &str) {
         self.names.insert((stream, tid), name.to_string());
     }
 
     /// The launched command's tree's CPU time (an END's).
-    pub fn tree_cpu(&mut self, ns: u64) {
+    pub(crate) fn tree_cpu(&mut self, ns: u64) {
         self.tree_cpu_ns = Some(self.tree_cpu_ns.map_or(ns, |t| t.max(ns)));
     }
 
     /// Threads' CPU times, written in `stream`.
-    pub fn thread_cpu(&mut self, stream: u32, threads: &[ThreadCpu]) {
+    pub(crate) fn thread_cpu(&mut self, stream: u32, threads: &[ThreadCpu]) {
         let pid = self.streams.get(&stream).map_or(0, |s| s.pid);
         for t in threads {
             self.any_thread_cpu = true;
@@ -198,7 +198,7 @@ impl Accounting {
     }
 
     /// Adds the unaccounted rows to `agg`.
-    pub fn finish(mut self, agg: &mut Aggregator) {
+    pub(crate) fn finish(mut self, agg: &mut Aggregator) {
         if !self.any_thread_cpu {
             agg.add_unsampled(self.old_unsampled);
             return;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 /// One named range of JIT code.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JitSymbol {
+pub(crate) struct JitSymbol {
     /// First address.
     pub start: u64,
     /// One past the last address.
@@ -31,7 +31,7 @@ pub struct JitSymbol {
 
 /// The JIT code of one process, from its perf map and jitdump files.
 #[derive(Debug, Clone, Default)]
-pub struct JitSymbols {
+pub(crate) struct JitSymbols {
     /// start -> (end, name, source index), non-overlapping.
     ranges: BTreeMap<u64, (u64, String, usize)>,
     /// The files the names came from (their file names: `perf-123.map`).
@@ -42,7 +42,7 @@ impl JitSymbols {
     /// Loads the JIT symbol files of process `pid`: `/tmp/perf-PID.map` and the jitdump
     /// file among `mapped` (paths the process had mapped), or in the usual places; under
     /// `symfs` instead of `/` when given (then not in the home directory).
-    pub fn load<'a>(
+    pub(crate) fn load<'a>(
         pid: u32,
         mapped: impl IntoIterator<Item = &'a str>,
         symfs: Option<&Path>,
@@ -83,13 +83,8 @@ impl JitSymbols {
         out
     }
 
-    /// True when no file named anything.
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-
     /// Adds symbols in order: each replaces whatever earlier symbols it overlaps.
-    pub fn add(&mut self, source: &str, syms: Vec<JitSymbol>) {
+    pub(crate) fn add(&mut self, source: &str, syms: Vec<JitSymbol>) {
         let si = self.sources.len();
         self.sources.push(source.to_string());
         for s in syms {
@@ -114,7 +109,7 @@ impl JitSymbols {
     }
 
     /// The symbol holding `addr`, and the file that named it.
-    pub fn find(&self, addr: u64) -> Option<(&str, &str)> {
+    pub(crate) fn find(&self, addr: u64) -> Option<(&str, &str)> {
         let (_, (end, name, si)) = self.ranges.range(..=addr).next_back()?;
         (addr < *end).then(|| (name.as_str(), self.sources.get(*si).map_or("", String::as_str)))
     }
@@ -122,7 +117,7 @@ impl JitSymbols {
 
 /// Parses a perf map file: `START SIZE name` per line (hex, with or without `0x`); lines
 /// that do not parse are skipped.
-pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
+pub(crate) fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     text.lines()
         .filter_map(|line| {
@@ -141,7 +136,7 @@ pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
 
 /// Why a jitdump file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum JitdumpError {
+pub(crate) enum JitdumpError {
     /// The file does not start with the jitdump magic.
     #[error("not a jitdump file (bad magic)")]
     BadMagic,
@@ -168,7 +163,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 /// Parses a jitdump file (little-endian): the code ranges its `JIT_CODE_LOAD` records
 /// name, moved by `JIT_CODE_MOVE` records, in file order. A record cut short (the JIT
 /// was still writing) ends the list.
-pub fn parse_jitdump(b: &[u8]) -> Result<Vec<JitSymbol>, JitdumpError> {
+pub(crate) fn parse_jitdump(b: &[u8]) -> Result<Vec<JitSymbol>, JitdumpError> {
     let magic = u32_at(b, 0).ok_or(JitdumpError::Short)?;
     if magic == JITDUMP_MAGIC.swap_bytes() {
         return Err(JitdumpError::ByteOrder);

@@ -18,8 +18,8 @@
 //! folded stacks), [`flamegraph`] (SVG, coloured by a window metric), [`pprof`]
 //! (profile.proto), [`firefox`] (the Firefox Profiler's processed format), [`html`] (one
 //! self-contained page) and [`diff`] (two recordings compared within their error bars).
-//! [`jit`] names JIT code from the JIT's own symbol files; [`timeline`] keeps samples in
-//! time order for the views that show time.
+//! `jit` names JIT code from the JIT's own symbol files; `timeline` ([`Timeline`]) keeps
+//! samples in time order for the views that show time.
 //!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
 //! engine; [`perfdata`] feeds a Linux perf perf.data file (crate strobe-perfdata).
@@ -38,7 +38,7 @@ pub mod firefox;
 pub mod flamegraph;
 pub mod html;
 pub mod input;
-pub mod jit;
+mod jit;
 pub mod lookup;
 pub mod metrics;
 pub mod perfdata;
@@ -47,11 +47,11 @@ pub mod recording;
 pub mod render;
 mod report;
 mod stacks;
-pub mod stats;
+mod stats;
 mod symbolize;
 mod tally;
 pub mod throughput;
-pub mod timeline;
+mod timeline;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;

@@ -523,13 +523,13 @@ mod tests {
 
     #[inline(never)]
     #[no_mangle]
-    pub extern "C" fn strobe_perfdata_test_hot(n: u64) -> u64 {
+    pub(super) extern "C" fn strobe_perfdata_test_hot(n: u64) -> u64 {
         (0..n).fold(n, |a, i| (a ^ (a >> 3)).wrapping_mul(0x9e37_79b9) ^ i)
     }
 
     #[inline(never)]
     #[no_mangle]
-    pub extern "C" fn strobe_perfdata_test_cold(n: u64) -> u64 {
+    pub(super) extern "C" fn strobe_perfdata_test_cold(n: u64) -> u64 {
         (0..n).fold(n, |a, i| (a ^ (a >> 5)).wrapping_mul(0x85eb_ca6b) ^ i)
     }
 

@@ -14,7 +14,7 @@ use crate::input::StackNode;
 
 /// Every space's stack table.
 #[derive(Debug, Default)]
-pub struct StackTables {
+pub(crate) struct StackTables {
     /// Per space, node `id` at index `id - 1`.
     tables: FxHashMap<u32, Vec<StackNode>>,
     /// Interned nodes: (space, parent, addr) -> id (for [`StackTables::intern`]).
@@ -27,7 +27,7 @@ pub struct StackTables {
 impl StackTables {
     /// Adds nodes to `space`'s table: node `first_id + i` is `nodes[i]`. A gap (a lost
     /// chunk) is filled with roots.
-    pub fn add_nodes(&mut self, space: u32, first_id: u32, nodes: &[StackNode]) {
+    pub(crate) fn add_nodes(&mut self, space: u32, first_id: u32, nodes: &[StackNode]) {
         let Some(at) = (first_id as usize).checked_sub(1) else { return };
         let t = self.tables.entry(space).or_default();
         if t.len() < at {
@@ -38,7 +38,7 @@ impl StackTables {
     }
 
     /// The id of the stack whose callers are `frames` (innermost first) in `space`.
-    pub fn intern(&mut self, space: u32, frames: &[u64]) -> u32 {
+    pub(crate) fn intern(&mut self, space: u32, frames: &[u64]) -> u32 {
         let mut last = self.last.remove(&space).unwrap_or_default();
         // The outer frames the last chain shares keep their ids.
         let shared = frames.iter().rev().zip(&last).take_while(|(&a, &(b, _))| a == b).count();
@@ -63,7 +63,7 @@ impl StackTables {
 
     /// Calls `f` with each frame of stack `id` in `space`, innermost caller first; stops
     /// at the root or at a node whose parent is not an earlier node.
-    pub fn for_each_frame(&self, space: u32, mut id: u32, mut f: impl FnMut(u64)) {
+    pub(crate) fn for_each_frame(&self, space: u32, mut id: u32, mut f: impl FnMut(u64)) {
         let Some(t) = self.tables.get(&space) else { return };
         while let Some(n) = (id as usize).checked_sub(1).and_then(|i| t.get(i)) {
             f(n.addr);
@@ -75,7 +75,7 @@ impl StackTables {
     }
 
     /// Whether any space has a stack.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.tables.values().all(Vec::is_empty)
     }
 }

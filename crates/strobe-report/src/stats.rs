@@ -23,14 +23,14 @@
 //! This module must never look at addresses or names: it is arithmetic on sums.
 
 /// The z value of a two-sided 95% interval.
-pub const Z95: f64 = 1.959_963_984_540_054;
+pub(crate) const Z95: f64 = 1.959_963_984_540_054;
 
 /// Metrics resting on fewer windows than this are marked in the report.
-pub const FEW_WINDOWS: u64 = 30;
+pub(crate) const FEW_WINDOWS: u64 = 30;
 
 /// Index of the product of counters `i <= j` in a packed upper triangle of width `w`.
 #[inline]
-pub fn tri(w: usize, i: usize, j: usize) -> usize {
+pub(crate) fn tri(w: usize, i: usize, j: usize) -> usize {
     let (i, j) = if i <= j { (i, j) } else { (j, i) };
     i * w - i * (i + 1) / 2 + j
 }
@@ -175,7 +175,7 @@ impl Estimate {
 }
 
 /// The Wilson score interval (95%) of a proportion `k` of `n`, in [0, 1].
-pub fn wilson(k: u64, n: u64) -> Estimate {
+pub(crate) fn wilson(k: u64, n: u64) -> Estimate {
     if n == 0 {
         return Estimate { value: 0.0, low: 0.0, high: 1.0 };
     }

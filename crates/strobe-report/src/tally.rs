@@ -15,7 +15,7 @@ use crate::symbolize::{Spaces, SymbolOptions};
 /// address space, and whether it was a fixed-period interval rather than an alternation
 /// window (their baselines differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WindowKey {
+pub(crate) struct WindowKey {
     /// The address space.
     pub space: u32,
     /// The start sample's IP.
@@ -32,7 +32,7 @@ pub struct WindowKey {
 
 /// What was summed over off-CPU intervals with one key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OffCpuSums {
+pub(crate) struct OffCpuSums {
     /// Intervals.
     pub intervals: u64,
     /// Their total length, ns.
@@ -56,7 +56,7 @@ pub struct LostThread {
 
 /// Everything one pass over a recording's samples counted.
 #[derive(Debug)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// The recording's facts.
     pub info: RecordInfo,
     /// Address spaces and their mappings.
@@ -131,7 +131,7 @@ pub struct Tally {
 
 /// One sample as it arrived, for views that show time (the Firefox Profiler).
 #[derive(Debug, Clone, Copy)]
-pub struct RawSample {
+pub(crate) struct RawSample {
     /// The process key the sample was fed under.
     pub pid: u32,
     /// The address space.
@@ -150,7 +150,7 @@ pub struct RawSample {
 
 /// Every sample in arrival order with its counter values (`width` per sample, flat).
 #[derive(Debug, Clone, Default)]
-pub struct RawTimeline {
+pub(crate) struct RawTimeline {
     /// The samples.
     pub samples: Vec<RawSample>,
     /// Their counter values, `width` per sample.
@@ -159,7 +159,7 @@ pub struct RawTimeline {
 
 impl Tally {
     /// An empty tally.
-    pub fn new(info: RecordInfo) -> Tally {
+    pub(crate) fn new(info: RecordInfo) -> Tally {
         Tally {
             info,
             spaces: Spaces::default(),
@@ -197,7 +197,7 @@ impl Tally {
     }
 
     /// Counters per sample.
-    pub fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         self.info.events.len()
     }
 }

@@ -12,7 +12,7 @@ macro_rules! probe_fn {
     ($name:ident, $mul:expr) => {
         #[inline(never)]
         #[no_mangle]
-        pub extern "C" fn $name(n: u64) -> u64 {
+        pub(crate) extern "C" fn $name(n: u64) -> u64 {
             let mut acc = n;
             let mut i = 0;
             while i < n {

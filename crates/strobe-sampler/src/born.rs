@@ -207,10 +207,15 @@ mod tests {
     #[test]
     fn stress_every_thread_gets_one_set() {
         const CREATORS: usize = 2;
-        const EACH: usize = 100_000;
+        // Threads each creator makes: 100,000, or `STROBE_BORN_STRESS_EACH` (ci/san.sh
+        // makes fewer under valgrind, where 100,000 takes more than two minutes).
+        let each: usize = std::env::var("STROBE_BORN_STRESS_EACH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
         struct World {
             table: BornTable<3>,
-            /// Threads of each creator listed in /proc so far (ids `c * EACH ..`).
+            /// Threads of each creator listed in /proc so far (ids `c * each ..`).
             listed: [AtomicUsize; CREATORS],
             sets: Vec<AtomicU32>,
             running: AtomicUsize,
@@ -218,15 +223,15 @@ mod tests {
         let w = Arc::new(World {
             table: BornTable::new(),
             listed: [const { AtomicUsize::new(0) }; CREATORS],
-            sets: (0..CREATORS * EACH).map(|_| AtomicU32::new(0)).collect(),
+            sets: (0..CREATORS * each).map(|_| AtomicU32::new(0)).collect(),
             running: AtomicUsize::new(CREATORS),
         });
         let creators: Vec<_> = (0..CREATORS)
             .map(|c| {
                 let w = w.clone();
                 std::thread::spawn(move || {
-                    for k in 0..EACH {
-                        let id = c * EACH + k;
+                    for k in 0..each {
+                        let id = c * each + k;
                         w.table.coming();
                         w.listed[c].store(k + 1, Ordering::Release);
                         // Every third thread fails to open its events after claiming.
@@ -246,7 +251,7 @@ mod tests {
                 })
             })
             .collect();
-        let mut known = vec![false; CREATORS * EACH];
+        let mut known = vec![false; CREATORS * each];
         let mut armed_known = [0; CREATORS];
         let (mut adopted, mut writer_armed) = (0, 0);
         loop {
@@ -264,7 +269,7 @@ mod tests {
             });
             if pending == 0 {
                 for (c, &n) in listed.iter().enumerate() {
-                    let (from, to) = (c * EACH + armed_known[c], c * EACH + n);
+                    let (from, to) = (c * each + armed_known[c], c * each + n);
                     for (id, k) in known.iter_mut().enumerate().take(to).skip(from) {
                         if !*k {
                             w.sets[id].fetch_add(1, Ordering::Relaxed);

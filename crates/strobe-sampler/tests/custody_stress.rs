@@ -15,7 +15,14 @@ use strobe_sampler::custody::{self, Append, Drain, HeapPool, SharedSlot, SlotEve
 
 const SLOTS: usize = 6;
 const OWNERS_PER_SLOT: u64 = 4;
-const RECORDS_PER_OWNER: u64 = 20_000;
+/// Records each owner appends: 20,000, or `STROBE_CUSTODY_STRESS_RECORDS` (ci/san.sh runs
+/// fewer under valgrind, which runs one thread at a time at a fiftieth of the speed).
+fn records_per_owner() -> u64 {
+    std::env::var("STROBE_CUSTODY_STRESS_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
 
 struct World {
     pool: HeapPool,
@@ -24,6 +31,7 @@ struct World {
 
 #[test]
 fn every_record_arrives_once_in_order_or_is_counted_lost() {
+    let records = records_per_owner();
     // 24 blocks of 64 words: small enough that the pool runs dry now and then.
     let world = Arc::new(World {
         pool: HeapPool::new(24, 64, 8),
@@ -48,7 +56,7 @@ fn every_record_arrives_once_in_order_or_is_counted_lost() {
                 slot.reset_custody(1, tid, 7);
                 slot.ctl.activate();
                 let mut frames = [0u64; 40];
-                for i in 0..RECORDS_PER_OWNER {
+                for i in 0..records {
                     let nframes = (i % 41) as usize;
                     for (k, f) in frames.iter_mut().enumerate().take(nframes) {
                         *f = i.wrapping_mul(31).wrapping_add(k as u64);
@@ -142,11 +150,11 @@ fn every_record_arrives_once_in_order_or_is_counted_lost() {
             let tid = s << 8 | o;
             let (got, l) =
                 (seen.get(&tid).copied().unwrap_or(0), lost.get(&tid).copied().unwrap_or(0));
-            assert_eq!(got + l, RECORDS_PER_OWNER, "owner {tid:#x}: {got} seen + {l} lost");
+            assert_eq!(got + l, records, "owner {tid:#x}: {got} seen + {l} lost");
             total_lost += l;
         }
     }
-    let total = SLOTS as u64 * OWNERS_PER_SLOT * RECORDS_PER_OWNER;
+    let total = SLOTS as u64 * OWNERS_PER_SLOT * records;
     eprintln!("{total_lost} of {total} records lost (a pool of 24 small blocks)");
     assert!(
         total_lost < total / 2,

@@ -355,7 +355,7 @@ bad line
         #[global_allocator]
         static GLOBAL: Counting = Counting;
 
-        pub fn count() -> u64 {
+        pub(super) fn count() -> u64 {
             COUNT.with(Cell::get)
         }
     }

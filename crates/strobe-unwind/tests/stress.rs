@@ -149,7 +149,13 @@ fn dlopen_dlclose_churn_while_unwinding() {
         })
         .collect();
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(2) && !churn.is_finished() {
+    // 2 s, or `STROBE_UNWIND_STRESS_MS` (ci/san.sh gives valgrind, which runs one thread
+    // at a time at a fiftieth of the speed, longer: 2 s made 57 cycles there).
+    let run_for = std::env::var("STROBE_UNWIND_STRESS_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(2), Duration::from_millis);
+    while t.elapsed() < run_for && !churn.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);

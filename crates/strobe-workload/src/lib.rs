@@ -65,9 +65,21 @@ impl Default for Options {
 /// Why the workload could not run or report.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
-    /// Bad options.
-    #[error("{0}")]
-    Options(String),
+    /// The run length is not a positive, finite number of seconds.
+    #[error("the run length must be a positive number of seconds, not {0}")]
+    Seconds(f64),
+    /// No worker threads were asked for.
+    #[error("the workload needs at least 1 thread")]
+    NoThreads,
+    /// A fixed round count of zero.
+    #[error("a fixed number of rounds must be at least 1")]
+    NoRounds,
+    /// A function to run that the workload does not have.
+    #[error("the workload has no function {name}; its functions are {}", FUNCTIONS.join(", "))]
+    UnknownFunction {
+        /// The name given.
+        name: String,
+    },
     /// A worker thread could not start or died.
     #[error("workload thread: {0}")]
     Thread(String),
@@ -563,26 +575,21 @@ fn worker(index: usize, deadline: Instant, rounds: Option<u64>, run: [bool; 6]) 
 /// Runs the workload and returns its ground truth.
 pub fn run(opts: &Options) -> Result<Truth, WorkloadError> {
     if !(opts.seconds > 0.0 && opts.seconds.is_finite()) {
-        return Err(WorkloadError::Options(format!(
-            "--seconds must be a positive number, not {}",
-            opts.seconds
-        )));
+        return Err(WorkloadError::Seconds(opts.seconds));
     }
     if opts.threads == 0 {
-        return Err(WorkloadError::Options("--threads must be at least 1".into()));
+        return Err(WorkloadError::NoThreads);
     }
     if opts.rounds == Some(0) {
-        return Err(WorkloadError::Options("--rounds must be at least 1".into()));
+        return Err(WorkloadError::NoRounds);
     }
     let rounds = opts.rounds;
     let mut run = [opts.only.is_empty(); 6];
     for name in &opts.only {
-        let i = FUNCTIONS.iter().position(|f| f == name).ok_or_else(|| {
-            WorkloadError::Options(format!(
-                "--only {name}: the workload's functions are {}",
-                FUNCTIONS.join(", ")
-            ))
-        })?;
+        let i = FUNCTIONS
+            .iter()
+            .position(|f| f == name)
+            .ok_or_else(|| WorkloadError::UnknownFunction { name: name.clone() })?;
         run[i] = true;
     }
     let started = Instant::now();
@@ -691,11 +698,18 @@ mod tests {
     #[test]
     fn bad_options_are_rejected() {
         let o = Options::default();
-        assert!(run(&Options { seconds: 0.0, ..o.clone() }).is_err());
-        assert!(run(&Options { threads: 0, ..o.clone() }).is_err());
-        assert!(run(&Options { rounds: Some(0), ..o.clone() }).is_err());
+        assert!(matches!(
+            run(&Options { seconds: 0.0, ..o.clone() }),
+            Err(WorkloadError::Seconds(s)) if s == 0.0
+        ));
+        assert!(matches!(run(&Options { threads: 0, ..o.clone() }), Err(WorkloadError::NoThreads)));
+        assert!(matches!(
+            run(&Options { rounds: Some(0), ..o.clone() }),
+            Err(WorkloadError::NoRounds)
+        ));
         let e = run(&Options { only: vec!["nope".into()], ..o }).unwrap_err().to_string();
-        assert!(e.contains("--only nope") && e.contains("workload_sleep"), "{e}");
+        assert!(e.contains("no function nope") && e.contains("workload_sleep"), "{e}");
+        assert!(!e.contains("--"), "a library message names no flag: {e}");
     }
 
     #[test]

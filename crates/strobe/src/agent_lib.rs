@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 static AGENT_SO: &[u8] = include_bytes!(env!("STROBE_AGENT_SO"));
 
 /// The path of a loadable copy of the agent, writing it out if needed.
-pub fn agent_path() -> anyhow::Result<PathBuf> {
+pub(crate) fn agent_path() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("STROBE_AGENT") {
         let p = PathBuf::from(p);
         if !p.is_file() {

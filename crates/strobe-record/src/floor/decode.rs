@@ -95,7 +95,7 @@ fn attr_of(a: &strobe_perf::sys::perf_event_attr) -> Attr {
 
 impl Decoder {
     /// A decoder for `rings`' records, keeping at most `max_depth` frames a sample.
-    pub fn new(rings: &CpuRings, ids: Vec<(u64, Role)>, max_depth: usize) -> Decoder {
+    pub(crate) fn new(rings: &CpuRings, ids: Vec<(u64, Role)>, max_depth: usize) -> Decoder {
         Decoder {
             leader: rings.attr_of(Role::Leader).map(attr_of).unwrap_or_default(),
             off_cpu: rings.attr_of(Role::OffCpu).map(attr_of),
@@ -112,7 +112,7 @@ impl Decoder {
 
     /// Decodes one ring record; `None` for records the writer does not need (throttling,
     /// and anything undecodable, which is counted).
-    pub fn decode(&mut self, rec: Record<'_>) -> Option<Timed> {
+    pub(crate) fn decode(&mut self, rec: Record<'_>) -> Option<Timed> {
         let (kind, misc, body) = match rec {
             Record::Sample { misc, body } => (strobe_perf::sys::PERF_RECORD_SAMPLE, misc, body),
             Record::Lost { kind, body, .. } => (kind, 0, body),

@@ -32,13 +32,13 @@ pub(crate) struct KernelNames {
 
 impl KernelNames {
     /// Names kernel addresses when `allowed` (kernel samples can exist at all).
-    pub fn new(allowed: bool) -> KernelNames {
+    pub(crate) fn new(allowed: bool) -> KernelNames {
         KernelNames { allowed, ..KernelNames::default() }
     }
 
     /// Reads the table now (before the target runs, so that reading it does not compete
     /// with the target for a CPU), where kernel addresses can be recorded at all.
-    pub fn preload(&mut self) {
+    pub(crate) fn preload(&mut self) {
         if self.allowed && self.table.is_none() {
             self.table = Some(Kallsyms::load());
         }
@@ -46,14 +46,14 @@ impl KernelNames {
 
     /// Notes an address of a sample or frame; kernel addresses are named later.
     #[inline]
-    pub fn note(&mut self, addr: u64) {
+    pub(crate) fn note(&mut self, addr: u64) {
         if self.allowed && addr >= KERNEL_START && self.seen.insert(addr) {
             self.pending.push(addr);
         }
     }
 
     /// The symbols first hit since the last call, sorted by address.
-    pub fn take_new(&mut self) -> Vec<KernelSymbol> {
+    pub(crate) fn take_new(&mut self) -> Vec<KernelSymbol> {
         if self.pending.is_empty() {
             return Vec::new();
         }
@@ -74,12 +74,12 @@ impl KernelNames {
     }
 
     /// True when a kernel address was noted.
-    pub fn any_seen(&self) -> bool {
+    pub(crate) fn any_seen(&self) -> bool {
         !self.seen.is_empty()
     }
 
     /// True when `/proc/kallsyms` was read and shows addresses.
-    pub fn readable(&self) -> bool {
+    pub(crate) fn readable(&self) -> bool {
         matches!(self.table, Some(Some(_)))
     }
 }

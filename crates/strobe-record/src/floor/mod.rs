@@ -156,7 +156,7 @@ impl Floor {
     /// Opens the floor for `target` and its writer appending to `file` (the header is
     /// written). A launched process's events start at its exec; the others are enabled
     /// here.
-    pub fn open(
+    pub(crate) fn open(
         cfg: &FloorConfig,
         target: Target<'_>,
         file: File,
@@ -233,12 +233,12 @@ impl Floor {
     }
 
     /// Reads the kernel's symbols now (after the file's header, before the target runs).
-    pub fn preload_kernel_symbols(&mut self) {
+    pub(crate) fn preload_kernel_symbols(&mut self) {
         self.writer.preload_kernel_symbols();
     }
 
     /// Waits up to `timeout` for a ring's wakeup.
-    pub fn wait(&mut self, timeout: Duration) {
+    pub(crate) fn wait(&mut self, timeout: Duration) {
         let ready = poll_readable(&self.rings.ring_fds(), Some(timeout)).unwrap_or_default();
         // A ring is readable past its watermark, or hung up (its task is gone and so is
         // every copy of its events): only the first is a wakeup; the second would make
@@ -252,7 +252,7 @@ impl Floor {
     }
 
     /// Reads every ring into the time order; returns the records read.
-    pub fn drain(&mut self) -> usize {
+    pub(crate) fn drain(&mut self) -> usize {
         let mut n = 0;
         for ring in self.rings.rings_mut() {
             n += ring.read(|rec| {
@@ -266,13 +266,13 @@ impl Floor {
 
     /// Ends a round: writes what can be released in time order (dropping samples of
     /// moments `served` says the agent served) and flushes it to the file.
-    pub fn release(&mut self, served: &Served) -> std::io::Result<()> {
+    pub(crate) fn release(&mut self, served: &Served) -> std::io::Result<()> {
         self.writer.apply(self.order.end_round(), served);
         self.writer.flush()
     }
 
     /// Stops the events and writes everything still in the rings.
-    pub fn stop(&mut self, served: &Served) -> std::io::Result<()> {
+    pub(crate) fn stop(&mut self, served: &Served) -> std::io::Result<()> {
         self.rings.disable();
         self.drain();
         self.writer.apply(self.order.finish(), served);
@@ -280,42 +280,42 @@ impl Floor {
     }
 
     /// The writer (after [`Floor::stop`]: the task counts, the END chunks).
-    pub fn writer(&mut self) -> &mut Writer {
+    pub(crate) fn writer(&mut self) -> &mut Writer {
         &mut self.writer
     }
 
     /// Whether kernel symbols could be read, and whether any kernel address came.
-    pub fn kernel_symbols_readable(&self) -> bool {
+    pub(crate) fn kernel_symbols_readable(&self) -> bool {
         self.writer.kernel_symbols_readable()
     }
 
     /// Whether any kernel address was recorded.
-    pub fn kernel_addresses_seen(&self) -> bool {
+    pub(crate) fn kernel_addresses_seen(&self) -> bool {
         self.writer.kernel_addresses_seen()
     }
 
     /// Off-CPU intervals written.
-    pub fn off_cpu_intervals(&self) -> u64 {
+    pub(crate) fn off_cpu_intervals(&self) -> u64 {
         self.writer.off_cpu_intervals
     }
 
     /// Samples dropped because the agent served their thread at that moment.
-    pub fn served_dropped(&self) -> u64 {
+    pub(crate) fn served_dropped(&self) -> u64 {
         self.writer.served_dropped
     }
 
     /// Process images seen.
-    pub fn processes(&self) -> usize {
+    pub(crate) fn processes(&self) -> usize {
         self.writer.processes()
     }
 
     /// Records that did not decode, and samples of an unknown event.
-    pub fn decode_errors(&self) -> (u64, u64) {
+    pub(crate) fn decode_errors(&self) -> (u64, u64) {
         (self.decoder.malformed, self.decoder.unknown_id)
     }
 
     /// Consumes the floor, returning its writer to finish the file with.
-    pub fn into_writer(self) -> Writer {
+    pub(crate) fn into_writer(self) -> Writer {
         self.writer
     }
 }

@@ -27,7 +27,7 @@ pub(crate) struct Order {
 
 impl Order {
     /// Holds a record read in the current round.
-    pub fn push(&mut self, t: Timed) {
+    pub(crate) fn push(&mut self, t: Timed) {
         self.round_max = self.round_max.max(t.time);
         self.held.push((t.time, self.seq, t));
         self.seq += 1;
@@ -35,14 +35,14 @@ impl Order {
 
     /// Ends a round: returns, in time order, the records up to the latest time of the
     /// previous round.
-    pub fn end_round(&mut self) -> Vec<Timed> {
+    pub(crate) fn end_round(&mut self) -> Vec<Timed> {
         let limit = self.released_to;
         self.released_to = self.round_max;
         self.release(|time| time <= limit)
     }
 
     /// Releases everything held, in time order (the rings are drained for good).
-    pub fn finish(&mut self) -> Vec<Timed> {
+    pub(crate) fn finish(&mut self) -> Vec<Timed> {
         self.release(|_| true)
     }
 
@@ -54,7 +54,7 @@ impl Order {
 
     /// Records held.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.held.len()
     }
 }

@@ -28,7 +28,7 @@ impl UserStack {
     /// From a sample's register dump (the x86-64 registers of
     /// `strobe_perf::percpu::USER_STACK_REGS`) and stack copy; `None` for a thread with
     /// no user registers (a kernel thread) or an empty copy.
-    pub fn of(
+    pub(crate) fn of(
         regs: strobe_perfdata::Regs<'_>,
         stack: strobe_perfdata::StackUser<'_>,
     ) -> Option<Self> {
@@ -103,7 +103,7 @@ impl std::fmt::Debug for Unwinder {
 
 impl Unwinder {
     /// Walks of at most `max_depth` frames.
-    pub fn new(max_depth: usize) -> Unwinder {
+    pub(crate) fn new(max_depth: usize) -> Unwinder {
         Unwinder {
             rules: RuleCache::new(),
             generation: 0,
@@ -116,7 +116,7 @@ impl Unwinder {
     /// Appends to `callers` the user frames of a sample: its user instruction pointer
     /// when the sample was taken in the kernel (`kernel`), then the return addresses the
     /// walk of the copy finds, up to `max` entries in all.
-    pub fn walk(
+    pub(crate) fn walk(
         &mut self,
         maps: &[Mapping],
         pm: &mut ProcModules,

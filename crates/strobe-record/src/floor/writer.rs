@@ -163,7 +163,7 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// A writer appending to `file` (its header already written).
-    pub fn new(
+    pub(crate) fn new(
         file: File,
         sampling: Sampling,
         known: FxHashMap<u32, Known>,
@@ -198,17 +198,17 @@ impl Writer {
     }
 
     /// The launched program's path, for when /proc no longer shows it.
-    pub fn set_launched_exe(&mut self, exe: PathBuf) {
+    pub(crate) fn set_launched_exe(&mut self, exe: PathBuf) {
         self.launched_exe = Some(exe);
     }
 
     /// Processes (images) seen.
-    pub fn processes(&self) -> usize {
+    pub(crate) fn processes(&self) -> usize {
         self.procs.len()
     }
 
     /// The pids whose images the writer follows now (not replaced), each once.
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.by_pid.keys().copied().collect();
         v.sort_unstable();
         v
@@ -216,13 +216,13 @@ impl Writer {
 
     /// The exact counts (CPU time for a time leader) the kernel gave of threads that
     /// ended, per (pid, tid).
-    pub fn task_counts(&self) -> &FxHashMap<(u32, u32), u64> {
+    pub(crate) fn task_counts(&self) -> &FxHashMap<(u32, u32), u64> {
         &self.task_counts
     }
 
     /// Appends a THREADCPU chunk to `pid`'s current stream (creating the stream if the
     /// writer has not seen the process: one that never sampled).
-    pub fn thread_cpu(&mut self, pid: u32, threads: &[strobe_format::ThreadCpu]) {
+    pub(crate) fn thread_cpu(&mut self, pid: u32, threads: &[strobe_format::ThreadCpu]) {
         if threads.is_empty() {
             return;
         }
@@ -232,17 +232,17 @@ impl Writer {
     }
 
     /// Reads the kernel's symbols now, before the target runs.
-    pub fn preload_kernel_symbols(&mut self) {
+    pub(crate) fn preload_kernel_symbols(&mut self) {
         self.ksyms.preload();
     }
 
     /// Whether any kernel address was recorded.
-    pub fn kernel_addresses_seen(&self) -> bool {
+    pub(crate) fn kernel_addresses_seen(&self) -> bool {
         self.ksyms.any_seen()
     }
 
     /// Whether kernel symbols could be read (after the first kernel address).
-    pub fn kernel_symbols_readable(&self) -> bool {
+    pub(crate) fn kernel_symbols_readable(&self) -> bool {
         self.ksyms.readable()
     }
 
@@ -336,7 +336,7 @@ impl Writer {
 
     /// Applies events released in time order. A sample of a thread `served` says the
     /// agent served at its time is dropped (the agent's samples stand for that time).
-    pub fn apply(&mut self, events: Vec<Timed>, served: &Served) {
+    pub(crate) fn apply(&mut self, events: Vec<Timed>, served: &Served) {
         for Timed { time, ev } in events {
             match ev {
                 Ev::Sample(s) => {
@@ -550,7 +550,7 @@ impl Writer {
     }
 
     /// Encodes what the applied events produced and appends it to the file.
-    pub fn flush(&mut self) -> std::io::Result<()> {
+    pub(crate) fn flush(&mut self) -> std::io::Result<()> {
         for p in &mut self.procs {
             if p.maps_dirty {
                 p.maps_dirty = false;
@@ -622,7 +622,7 @@ impl Writer {
 
     /// Writes every stream's END and returns the totals. `launched`: the launched
     /// command's pid, how it ended and its CPU time; `wakeups`: the ring wakeups.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         launched: Option<crate::drain::Launched>,
         wakeups: u64,

@@ -36,7 +36,7 @@ pub(crate) struct Addresses {
 impl Addresses {
     /// The frames of stack `stack` in `space`, innermost first (none for stack 0 or one
     /// no key used).
-    pub fn frames(&self, space: u32, stack: u32) -> &[usize] {
+    pub(crate) fn frames(&self, space: u32, stack: u32) -> &[usize] {
         self.stacks.get(&(space, stack)).map_or(&[], Vec::as_slice)
     }
 }

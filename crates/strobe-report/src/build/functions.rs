@@ -49,13 +49,13 @@ pub(crate) struct Functions {
 impl Functions {
     /// The function of address `a`.
     #[inline]
-    pub fn of(&self, a: usize) -> Option<usize> {
+    pub(crate) fn of(&self, a: usize) -> Option<usize> {
         self.of_addr.get(a).copied()
     }
 
     /// Whether address `a` is in strobe's agent.
     #[inline]
-    pub fn is_agent(&self, a: usize) -> bool {
+    pub(crate) fn is_agent(&self, a: usize) -> bool {
         self.agent.get(a).copied().unwrap_or(false)
     }
 }

@@ -30,14 +30,14 @@ pub(crate) struct Paths {
 
 impl Paths {
     /// No paths yet; their sums will have `width` counters.
-    pub fn new(width: usize) -> Paths {
+    pub(crate) fn new(width: usize) -> Paths {
         Paths { list: Vec::new(), index: FxHashMap::default(), memo: FxHashMap::default(), width }
     }
 
     /// The index of the path of stack `stack` in `space` ending in function `leaf` (at
     /// address `leaf_addr`, whose inlined callers come before it, when given), created
     /// empty when new.
-    pub fn of(
+    pub(crate) fn of(
         &mut self,
         fns: &Functions,
         addrs: &Addresses,
@@ -89,13 +89,13 @@ pub(crate) struct Seen {
 
 impl Seen {
     /// An empty set of functions `0..n`.
-    pub fn new(n: usize) -> Seen {
+    pub(crate) fn new(n: usize) -> Seen {
         Seen { stamp: vec![0; n], generation: 1 }
     }
 
     /// Empties the set.
     #[inline]
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             self.stamp.fill(0);
@@ -105,7 +105,7 @@ impl Seen {
 
     /// Adds `g`; true when it was not in the set (functions out of range never are).
     #[inline]
-    pub fn insert(&mut self, g: usize) -> bool {
+    pub(crate) fn insert(&mut self, g: usize) -> bool {
         match self.stamp.get_mut(g) {
             Some(s) if *s == self.generation => false,
             Some(s) => {
@@ -139,7 +139,7 @@ pub(crate) struct StackFunctions {
 impl StackFunctions {
     /// Sets `out` to the functions of stack `stack` in `space`, outermost first, then
     /// `leaf`.
-    pub fn with_leaf(
+    pub(crate) fn with_leaf(
         &mut self,
         fns: &Functions,
         addrs: &Addresses,

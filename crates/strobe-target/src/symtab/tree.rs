@@ -117,7 +117,7 @@ impl Tree {
 
     /// Inserts the next node (its index is the number of nodes so far) with key `key`;
     /// `key_of` gives the keys of nodes already in.
-    pub fn insert(&mut self, key: u64, key_of: impl Fn(u32) -> u64) -> u32 {
+    pub(super) fn insert(&mut self, key: u64, key_of: impl Fn(u32) -> u64) -> u32 {
         let z = self.nodes.len() as u32;
         let (mut parent, mut at, mut go_left) = (NIL, self.root(), false);
         while at != NIL {
@@ -191,13 +191,13 @@ impl Tree {
     }
 
     /// The first node in key order.
-    pub fn first(&self) -> Option<u32> {
+    pub(super) fn first(&self) -> Option<u32> {
         let r = self.root();
         (r != NIL).then(|| self.minimum(r))
     }
 
     /// The node after `n` in key order.
-    pub fn next(&self, n: u32) -> Option<u32> {
+    pub(super) fn next(&self, n: u32) -> Option<u32> {
         if self.right(n) != NIL {
             return Some(self.minimum(self.right(n)));
         }
@@ -210,7 +210,7 @@ impl Tree {
     }
 
     /// Unlinks `z` (it must be in the tree).
-    pub fn erase(&mut self, z: u32) {
+    pub(super) fn erase(&mut self, z: u32) {
         let (x, x_parent, removed_black);
         if self.left(z) == NIL || self.right(z) == NIL {
             let child = if self.left(z) == NIL { self.right(z) } else { self.left(z) };
@@ -313,7 +313,7 @@ impl Tree {
 
     /// The first node on the path from the root for which `step` says "here" (`Equal`);
     /// `Less` goes left, `Greater` right.
-    pub fn search(&self, step: impl Fn(u32) -> std::cmp::Ordering) -> Option<u32> {
+    pub(super) fn search(&self, step: impl Fn(u32) -> std::cmp::Ordering) -> Option<u32> {
         let mut n = self.root();
         while n != NIL {
             match step(n) {

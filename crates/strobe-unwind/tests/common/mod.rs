@@ -9,7 +9,7 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// Function symbols of one ELF file: `(start, end, name)` by start, in file
 /// addresses, and its loadable segments' bytes.
-pub struct Symbols(Vec<(u64, u64, String)>, Vec<(u64, Vec<u8>)>);
+pub(crate) struct Symbols(Vec<(u64, u64, String)>, Vec<(u64, Vec<u8>)>);
 
 /// x86-64 `rt_sigreturn`: `mov $15, %rax; syscall`, the body of glibc's
 /// `__restore_rt` (a local symbol Debian's stripped libc does not name).
@@ -17,7 +17,7 @@ const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05
 
 impl Symbols {
     /// The function symbols (`.symtab` and `.dynsym`) of `path`.
-    pub fn load(path: &Path) -> Symbols {
+    pub(crate) fn load(path: &Path) -> Symbols {
         let data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let file = object::File::parse(&*data).expect("an ELF file");
         let mut v: Vec<(u64, u64, String)> = file
@@ -43,7 +43,7 @@ impl Symbols {
 
     /// The function containing file address `addr` (`__restore_rt` for the
     /// sigreturn trampoline and the byte before it, whatever the symbols say).
-    pub fn name(&self, addr: u64) -> Option<&str> {
+    pub(crate) fn name(&self, addr: u64) -> Option<&str> {
         if [addr, addr + 1].iter().any(|&a| self.bytes(a, 9) == Some(&SIGRETURN[..])) {
             return Some("__restore_rt");
         }
@@ -55,7 +55,7 @@ impl Symbols {
 
 /// A loaded module: `(bias, code start, code end, path)`.
 #[derive(Clone, Debug)]
-pub struct Mod {
+pub(crate) struct Mod {
     pub bias: u64,
     pub start: u64,
     pub end: u64,
@@ -63,18 +63,18 @@ pub struct Mod {
 }
 
 /// Names run-time addresses through the modules' ELF symbols.
-pub struct Symbolizer {
+pub(crate) struct Symbolizer {
     mods: Vec<Mod>,
     cache: HashMap<PathBuf, Option<Symbols>>,
 }
 
 impl Symbolizer {
-    pub fn new(mods: Vec<Mod>) -> Self {
+    pub(crate) fn new(mods: Vec<Mod>) -> Self {
         Self { mods, cache: HashMap::new() }
     }
 
     /// The modules of the running process.
-    pub fn of_self() -> Self {
+    pub(crate) fn of_self() -> Self {
         let mods = strobe_unwind::modules::loaded()
             .iter()
             .map(|m| Mod {
@@ -92,12 +92,12 @@ impl Symbolizer {
     }
 
     /// The modules.
-    pub fn modules(&self) -> &[Mod] {
+    pub(crate) fn modules(&self) -> &[Mod] {
         &self.mods
     }
 
     /// The function containing `addr`, or "?".
-    pub fn name(&mut self, addr: u64) -> String {
+    pub(crate) fn name(&mut self, addr: u64) -> String {
         let Some(m) = self.mods.iter().find(|m| addr >= m.start && addr < m.end).cloned() else {
             return "?".into();
         };
@@ -111,7 +111,7 @@ impl Symbolizer {
     }
 
     /// The names of a walk's frames (return addresses: looked up at `addr - 1`).
-    pub fn frames(&mut self, frames: &[u64]) -> Vec<String> {
+    pub(crate) fn frames(&mut self, frames: &[u64]) -> Vec<String> {
         frames.iter().map(|&a| self.name(a.wrapping_sub(1))).collect()
     }
 }

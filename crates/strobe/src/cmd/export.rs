@@ -16,7 +16,7 @@ use strobe_report::recording::ReadOptions;
 
 /// The OTLP options of `strobe report`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct OtlpArgs {
+pub(crate) struct OtlpArgs {
     /// Write the recording as an OTLP profiles request (ExportProfilesServiceRequest,
     /// protobuf; gzipped when FILE ends in .gz) to FILE.
     #[arg(long, value_name = "FILE", help_heading = "OpenTelemetry")]
@@ -40,7 +40,7 @@ pub struct OtlpArgs {
 
 impl OtlpArgs {
     /// True when an OTLP output was asked for.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.otlp.is_some() || self.export.is_some()
     }
 }
@@ -58,7 +58,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// The exporter settings `args` and the environment give.
-pub fn config(args: &OtlpArgs) -> anyhow::Result<ExportConfig> {
+pub(crate) fn config(args: &OtlpArgs) -> anyhow::Result<ExportConfig> {
     let cli = CliExport {
         url: args.export.clone(),
         ca_file: args.ca_file.clone(),
@@ -68,7 +68,7 @@ pub fn config(args: &OtlpArgs) -> anyhow::Result<ExportConfig> {
 }
 
 /// Starts a continuous recording's sender (its settings checked now).
-pub fn continuous(
+pub(crate) fn continuous(
     every: Duration,
     export: ExportConfig,
     output: Option<PathBuf>,
@@ -93,7 +93,7 @@ pub fn continuous(
 }
 
 /// The line that says where a continuous recording goes.
-pub fn continuous_line(c: &Continuous, every: Duration, output: Option<&Path>) -> String {
+pub(crate) fn continuous_line(c: &Continuous, every: Duration, output: Option<&Path>) -> String {
     format!(
         "one profile every {} to {}{}",
         human_duration(every),
@@ -115,7 +115,7 @@ fn human_duration(d: Duration) -> String {
 
 /// Ends a continuous recording: the last interval sent, then what was sent and what was
 /// not, said in a line (and the warnings).
-pub fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
+pub(crate) fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
     let url = c.url().to_string();
     let s = c.finish()?;
     for w in &s.warnings {
@@ -167,7 +167,12 @@ pub fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
 }
 
 /// Writes or sends `file` as OTLP profiles.
-pub fn run(file: &Path, read: &ReadOptions, args: &OtlpArgs, quiet: bool) -> anyhow::Result<()> {
+pub(crate) fn run(
+    file: &Path,
+    read: &ReadOptions,
+    args: &OtlpArgs,
+    quiet: bool,
+) -> anyhow::Result<()> {
     // Settings first: a wrong endpoint or CA file is reported before the file is read.
     let exporter = match &args.export {
         Some(url) => {

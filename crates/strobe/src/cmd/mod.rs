@@ -2,13 +2,13 @@
 //!
 //! Must never hold engine logic: sessions live in the library crates.
 
-pub mod bench;
-pub mod export;
-pub mod probe;
-pub mod record;
-pub mod report;
-pub mod watch;
-pub mod workload;
+pub(crate) mod bench;
+pub(crate) mod export;
+pub(crate) mod probe;
+pub(crate) mod record;
+pub(crate) mod report;
+pub(crate) mod watch;
+pub(crate) mod workload;
 
 /// A size for people: bytes below 10 KiB, then KB and MB with one decimal (at least three
 /// significant digits).

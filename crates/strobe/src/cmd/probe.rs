@@ -59,7 +59,7 @@ Examples:
 /// Arguments of `strobe probe`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct Args {
+pub(crate) struct Args {
     /// What to probe (syntax below). At least one, unless --list.
     #[arg(value_name = "PROBE")]
     probes: Vec<String>,
@@ -130,7 +130,7 @@ fn open_output(path: Option<&PathBuf>) -> anyhow::Result<Box<dyn Write>> {
 }
 
 /// Runs `strobe probe`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.list {
         return run_list(&args);
     }
@@ -315,7 +315,7 @@ fn per_s(hits: u64, elapsed: Duration) -> f64 {
 }
 
 /// `812ns`, `12.3us`, `10.07ms`, `1.234s`.
-pub fn fmt_ns(ns: u64) -> String {
+pub(crate) fn fmt_ns(ns: u64) -> String {
     let f = ns as f64;
     if ns < 1_000 {
         format!("{ns}ns")

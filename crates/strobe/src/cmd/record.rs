@@ -15,7 +15,7 @@ use strobe_record::{Attach, Mode, RecordError, RecordOptions, Recorded};
 use crate::agent_lib;
 
 /// The default output file.
-pub const DEFAULT_OUTPUT: &str = "strobe.data";
+pub(crate) const DEFAULT_OUTPUT: &str = "strobe.data";
 
 /// Arguments of `strobe record`.
 #[derive(Debug, clap::Args)]
@@ -76,7 +76,7 @@ sudo strobe record -a --every 10s --export http://collector:4318   # a continuou
 strobe record --every 10s -o run.strobe --rotate 256M -- ./server   # and a local copy\n  \
 strobe report strobe.data"
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The record file to write (replaced if it exists); default strobe.data. With
     /// --every, no file is kept unless this is given: then it is rotated (--rotate).
     #[arg(short, long, value_name = "FILE")]
@@ -349,6 +349,23 @@ fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
         RecordError::DurationNeedsAttach => anyhow::anyhow!(
             "--duration applies to -p and -a; a launched command is recorded until it ends"
         ),
+        RecordError::NotInjectable { program, why } => anyhow::anyhow!(
+            "cannot profile {} in agent mode: {why}; strobe injects its agent with LD_PRELOAD, \
+             which needs a dynamically linked executable (record it with --mode kernel, or \
+             rebuild without -static)",
+            program.display()
+        ),
+        RecordError::Output { path, source } => anyhow::anyhow!(
+            "cannot write the output file {}: {source} (choose another path with -o)",
+            path.display()
+        ),
+        RecordError::NoProcess { pid } => {
+            anyhow::anyhow!("no process {pid} is running (-p takes the ids of running processes)")
+        }
+        RecordError::PeriodNeeded { leader } => anyhow::anyhow!(
+            "kernel mode samples {leader} at a fixed period: give one, e.g. -e \
+             '{{{leader}/period=1000/}}'"
+        ),
         e => e.into(),
     }
 }
@@ -364,7 +381,7 @@ fn export_args(args: &Args) -> Option<super::export::OtlpArgs> {
 }
 
 /// Runs `strobe record`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.export.is_none()
         && args.every.is_none()
         && (args.ca_file.is_some() || args.spool.is_some())
@@ -510,10 +527,10 @@ fn summarize(path: Option<&std::path::Path>, r: &Recorded, continuous: bool) {
 
 /// The hidden subcommand the calibration process runs: the agent preloaded into it does
 /// the work at load; the command itself only exits.
-pub const COSTS_SUBCOMMAND: &str = "__costs";
+pub(crate) const COSTS_SUBCOMMAND: &str = "__costs";
 
 /// `strobe __costs`: nothing to do (see [`COSTS_SUBCOMMAND`]).
-pub fn print_costs() -> anyhow::Result<ExitCode> {
+pub(crate) fn print_costs() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 

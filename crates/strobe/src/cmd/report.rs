@@ -72,7 +72,7 @@ samples are those of one event (--event, or the first that samples), counted as 
 are read with each sample.",
     after_help = after_help()
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The record file written by `strobe record`, or a perf.data file written by
     /// `perf record`.
     #[arg(value_name = "FILE", required_unless_present = "diff")]
@@ -310,7 +310,7 @@ fn run_diff(args: &Args, files: &[PathBuf], opts: &ReadOptions) -> anyhow::Resul
 }
 
 /// Runs `strobe report`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = match args.window_policy {
         PolicyArg::Discard => WindowPolicy::Discard,
         PolicyArg::Fold => WindowPolicy::Fold,

@@ -40,7 +40,7 @@ Hits of a thread that blocks SIGTRAP arrive late and are marked imprecise.";
 /// Arguments of `strobe watch`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = EXAMPLE)]
-pub struct Args {
+pub(crate) struct Args {
     /// What to watch: `[LIB:]SYMBOL[+OFF][:LEN][:w|rw]` (a data symbol of the program or
     /// of a shared library it loads) or `[LIB:]0xADDR[:LEN][:w|rw]`. LEN is 1, 2, 4 or 8 (default: 8, or the symbol's size if
     /// smaller); `w` (default) traps writes, `rw` reads and writes.
@@ -71,7 +71,7 @@ pub struct Args {
 }
 
 /// Runs `strobe watch`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some((program, rest)) = args.command.split_first() else {
         bail!("no program to run: put it after -- (e.g. strobe watch counter -- ./app)");
     };

@@ -24,7 +24,7 @@ strobe workload --rounds 500 --truth truth.json   # fixed work: compare run time
 strobe record -o run.strobe -- strobe workload --threads 4   # what `strobe record` does by default, with 4 threads\n  \
 strobe report run.strobe"
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Wall-clock seconds to run.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     seconds: f64,
@@ -45,15 +45,29 @@ pub struct Args {
     only: Vec<String>,
 }
 
+/// The library's error in the terms of this command's flags: the library speaks of what
+/// an option means, the line the user reads names the flag that set it.
+fn in_flags(e: strobe_workload::WorkloadError) -> anyhow::Error {
+    use strobe_workload::WorkloadError as E;
+    let flag = match &e {
+        E::Seconds(_) => "--seconds",
+        E::NoThreads => "--threads",
+        E::NoRounds => "--rounds",
+        E::UnknownFunction { .. } => "--only",
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{flag}: {e}")
+}
+
 /// Runs `strobe workload`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = strobe_workload::Options {
         seconds: args.seconds,
         threads: args.threads,
         rounds: args.rounds,
         only: args.only.clone(),
     };
-    let truth = strobe_workload::run(&opts)?;
+    let truth = strobe_workload::run(&opts).map_err(in_flags)?;
     if let Some(path) = &args.truth {
         truth.write(path)?;
     }

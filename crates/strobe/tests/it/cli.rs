@@ -12,6 +12,25 @@ fn unknown_benchmark_is_one_clear_line() {
 }
 
 #[test]
+fn bad_workload_options_name_their_flag_in_one_line() {
+    for (args, flag, says) in [
+        (&["--threads", "0"][..], "--threads", "at least 1 thread"),
+        (&["--rounds", "0"][..], "--rounds", "at least 1"),
+        (&["--seconds", "0"][..], "--seconds", "positive number of seconds"),
+        (&["--only", "nope"][..], "--only", "no function nope"),
+    ] {
+        let out = run(strobe().arg("workload").args(args));
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{}", show(&out));
+        assert!(
+            err.starts_with(&format!("strobe: error: {flag}: ")) && err.contains(says),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn every_subcommand_has_help_with_an_example() {
     for sub in ["record", "report", "probe", "watch", "bench", "workload"] {
         let out = run(strobe().args([sub, "--help"]));

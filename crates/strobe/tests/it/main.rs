@@ -7,6 +7,7 @@ mod cli;
 mod coverage;
 mod fleet;
 mod golden;
+mod handler;
 mod kernel;
 mod perfdata;
 mod probe;

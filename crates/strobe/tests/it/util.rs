@@ -7,25 +7,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `strobe` binary under test.
-pub fn strobe() -> Command {
+pub(crate) fn strobe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_strobe"))
 }
 
 /// `strobe record -o FILE`, to which a test adds its options and `-- COMMAND`.
-pub fn record_to(file: &Path) -> Command {
+pub(crate) fn record_to(file: &Path) -> Command {
     let mut cmd = strobe();
     cmd.arg("record").arg("-o").arg(file);
     cmd
 }
 
 /// A fresh scratch directory for one test, removed when dropped.
-pub struct Scratch {
+pub(crate) struct Scratch {
     dir: PathBuf,
 }
 
 impl Scratch {
     /// Creates `target/it-scratch/<name>-<pid>`.
-    pub fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -34,12 +34,12 @@ impl Scratch {
     }
 
     /// A path inside the scratch directory.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
 
     /// The directory itself.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 }
@@ -53,12 +53,12 @@ impl Drop for Scratch {
 }
 
 /// Runs a command, returning its output; panics with the command line if it cannot start.
-pub fn run(cmd: &mut Command) -> Output {
+pub(crate) fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 /// Stdout and stderr of `out`, for assertion messages.
-pub fn show(out: &Output) -> String {
+pub(crate) fn show(out: &Output) -> String {
     format!(
         "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
         out.status,
@@ -75,12 +75,12 @@ pub fn show(out: &Output) -> String {
 static LOAD: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// Held by a test whose values need the machine free of the heavy tests.
-pub fn quiet() -> std::sync::RwLockReadGuard<'static, ()> {
+pub(crate) fn quiet() -> std::sync::RwLockReadGuard<'static, ()> {
     // A test that panicked while holding the lock poisons it; the lock guards nothing.
     LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Held by a test that loads the machine heavily.
-pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+pub(crate) fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
     LOAD.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
