@@ -138,15 +138,22 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
     }
 }
 
+/// The shortest interval between two of the floor's kernel samples of a thread beside
+/// the agent.
+const MIN_FLOOR_SAMPLE_NS: u64 = 250_000;
+
 /// The floor's configuration: beside an agent, the leader alone (time samples) at the
 /// agents' mean cycle; alone, the whole group at kernel mode's period.
 fn floor_config(opts: &RecordOptions, plan: &Plan, agent: Option<&AgentPrep>) -> FloorConfig {
     let (spec, period, explicit, window) = match agent {
         Some(a) => {
-            // Task-clock, whatever the agent's leader: the floor is about CPU time.
-            let spec = strobe_perf::spec::parse("{task-clock}", plan.hardware)
+            // CPU time, whatever the agent's leader, counted by cpu-clock, not task-clock:
+            // a second task-clock event sampling the same task moved the agent's window
+            // metrics (the workload's faults per ms read 1.31-1.35x its truth with a
+            // task-clock floor, 1.06-1.09x with a cpu-clock one or none, same binary).
+            let spec = strobe_perf::spec::parse("{cpu-clock}", plan.hardware)
                 .unwrap_or_else(|_| plan.spec.clone());
-            (spec, a.cycle_ns, a.explicit, 0)
+            (spec, a.cycle_ns.max(MIN_FLOOR_SAMPLE_NS), a.explicit, 0)
         }
         None => (
             plan.spec.clone(),
@@ -168,7 +175,13 @@ fn floor_config(opts: &RecordOptions, plan: &Plan, agent: Option<&AgentPrep>) ->
         wakeup: opts.wakeup,
         off_cpu: opts.off_cpu,
         beside_agent: agent.is_some(),
-        thin: if agent.is_some() { FLOOR_THIN } else { 1 },
+        // Never a kernel sample more often than every MIN_FLOOR_SAMPLE_NS: beside an agent
+        // sampling every 100 us (short-only mode), a floor four times denser was a timer
+        // every 25 us in every thread.
+        thin: match agent {
+            Some(a) => (a.cycle_ns / MIN_FLOOR_SAMPLE_NS).clamp(1, u64::from(FLOOR_THIN)) as u32,
+            None => 1,
+        },
     }
 }
 
