@@ -140,7 +140,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
 
 /// The shortest interval between two of the floor's kernel samples of a thread beside
 /// the agent.
-const MIN_FLOOR_SAMPLE_NS: u64 = 250_000;
+const MIN_FLOOR_SAMPLE_NS: u64 = 100_000;
 
 /// The floor's configuration: beside an agent, the leader alone (time samples) at the
 /// agents' mean cycle; alone, the whole group at kernel mode's period.

@@ -28,10 +28,9 @@ use strobe_format::{ProcessInfo, ThreadCpu};
 use crate::report::{AGENT, UNSAMPLED};
 use crate::Aggregator;
 
-/// The agent samples a thread needs before its served CPU time measures what the
-/// sampler's own time adds to each sample: its count over its served time is that time
-/// over the cycle give or take one (a random first phase), so a thread with k samples
-/// measures the excess within a cycle over k (1% of a cycle at 100).
+/// The agent samples a thread needs before its served CPU time measures the sampler's
+/// own time in it: its count over its served time is that time over the cycle give or
+/// take one (a random first phase), 1% of its samples' worth at 100.
 const MIN_SAMPLES_FOR_UNCOUNTED: u64 = 100;
 
 /// One stream as the accounting needs it.
@@ -53,6 +52,9 @@ struct Thread {
     /// Time the samples stand for, ns (samples times their stream's cycle; streams whose
     /// cycle is not known yet are added at the end).
     sampled_ns: f64,
+    /// The sampler's own time in the thread with its group stopped, when measured
+    /// (`Accounting::measure_sampler`): part of its samples, not a remainder.
+    sampler_ns: f64,
     cpu: ThreadCpu,
     name: String,
     command: String,
@@ -148,20 +150,23 @@ impl Accounting {
         }
     }
 
-    /// Adds to each agent stream's cycle what an agent sample stands for beyond the
-    /// leader's count: the sampler's own time with the group stopped (the handlers, the
-    /// stack walk), which the thread's CPU time holds and the leader does not. Measured
-    /// over the whole recording, exactly: the agent's served CPU time (the kernel's
-    /// per-thread count over the stretches the agent's leader was enabled) less the
-    /// leader's counts (samples times the measured cycle), per agent sample. A
-    /// calibration cannot give it: it depends on the program's stacks (1-4 us without a
-    /// walk, 20 us with DWARF walks of deep stacks).
-    fn add_uncounted(&mut self) {
-        // Per thread: its agent samples, the leader's counts they stand for, and its
-        // served CPU. Only threads with enough samples measure it: a thread's count is
-        // its served time over the cycle give or take one, and short threads (a 3 ms
-        // child, a 1 ms worker) add that one at each end, thousands of times, against the
-        // sampler's few microseconds a sample.
+    /// What a thread's agent samples stand for beyond the leader's counts: the sampler's
+    /// own time with the group stopped (the handlers, the stack walk), which the thread's
+    /// CPU time holds and its leader does not. Measured per thread, exactly: its served
+    /// CPU time (the kernel's count over the stretches its leader was enabled) less the
+    /// leader's counts (samples times the measured cycle). A calibration cannot give it:
+    /// it depends on the thread's stacks (1-4 us a sample without a walk, 20-27 us with
+    /// DWARF walks of deep stacks).
+    ///
+    /// Only threads with enough samples measure it: a thread's count is its served time
+    /// over the cycle give or take one, so a 1 ms worker or a 3 ms child has a cycle of
+    /// counting noise against a few microseconds. And only within the samples' measured
+    /// cost: a thread whose leader missed more had stretches with its group stopped that
+    /// were not the sampler's (a one-shot window's group left disabled while it blocked
+    /// every signal, as pthread_create and posix_spawn do around clone: 54 and 81 us a
+    /// sample against a 35 us cost), the program's time no sample stands for, which stays
+    /// `[not sampled]`.
+    fn measure_sampler(&mut self) {
         let mut per_thread: FxHashMap<(u32, u32), (f64, u64, f64)> = FxHashMap::default();
         for (&(stream, tid), &k) in &self.samples {
             if let Some(s) = self.streams.get(&stream).filter(|s| s.agent) {
@@ -171,28 +176,11 @@ impl Accounting {
                 e.2 += k as f64 * s.cost;
             }
         }
-        // A thread whose leader missed more than a sample's whole measured cost per sample
-        // had stretches with its group stopped that were not the sampler's (a one-shot
-        // window's group left disabled while the thread blocked every signal, as
-        // pthread_create and posix_spawn do around their clone: 54 and 81 us a sample
-        // against a 35 us cost): its excess is the program's time no sample stands for,
-        // which stays `[not sampled]`, and it does not measure the sampler.
-        let (mut extra, mut n) = (0.0, 0u64);
         for (key, (counted, k, cost)) in per_thread {
-            let served = self.threads.get(&key).map_or(0, |t| t.cpu.served_ns);
-            let excess = served as f64 - counted;
-            if k >= MIN_SAMPLES_FOR_UNCOUNTED && served > 0 && (cost == 0.0 || excess <= cost) {
-                extra += excess;
-                n += k;
-            }
-        }
-        if n == 0 {
-            return;
-        }
-        let per_sample = extra / n as f64;
-        if per_sample.is_finite() && per_sample > 0.0 {
-            for s in self.streams.values_mut().filter(|s| s.agent) {
-                s.cycle += per_sample;
+            let Some(t) = self.threads.get_mut(&key) else { continue };
+            let excess = t.cpu.served_ns as f64 - counted;
+            if k >= MIN_SAMPLES_FOR_UNCOUNTED && excess > 0.0 && (cost == 0.0 || excess <= cost) {
+                t.sampler_ns = excess;
             }
         }
     }
@@ -203,7 +191,7 @@ impl Accounting {
             agg.add_unsampled(self.old_unsampled);
             return;
         }
-        self.add_uncounted();
+        self.measure_sampler();
         // The unit a row's samples are in: an agent stream's cycle, else the first
         // stream's (the floor's period equals the agents' mean cycle, so every stream's is
         // about the same).
@@ -218,6 +206,9 @@ impl Accounting {
             if let Some(name) = self.names.get(&(stream, tid)) {
                 t.name = name.clone();
             }
+        }
+        for t in self.threads.values_mut() {
+            t.sampled_ns += t.sampler_ns;
         }
         for (&(stream, tid), name) in &self.names {
             if let Some(s) = self.streams.get(&stream) {

@@ -387,10 +387,15 @@ fn check_against_report(res: &GotResource, json: &Value) {
     assert!(cpu.period > 0, "{cpu:?}");
     let cpu_by = by_function(cpu);
     let mut reported = BTreeSet::new();
+    // By function name: the report's rows of one name in several modules (the
+    // `[not sampled]` rows of each command and thread) are one function in OTLP.
+    let mut rows: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for f in json["functions"].as_array().unwrap() {
-        let name = f["function"].as_str().unwrap().to_string();
-        let samples = f["samples"].as_i64().unwrap();
-        let total = f["total_samples"].as_i64().unwrap();
+        let e = rows.entry(f["function"].as_str().unwrap().to_string()).or_default();
+        e.0 += f["samples"].as_i64().unwrap();
+        e.1 += f["total_samples"].as_i64().unwrap();
+    }
+    for (name, (samples, total)) in rows {
         let (leaf, on, _) = cpu_by.get(&name).copied().unwrap_or_default();
         // Values are whole sampling cycles: value / period is the sample count, exactly.
         assert_eq!(leaf % cpu.period, 0, "{name}");

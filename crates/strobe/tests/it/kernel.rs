@@ -157,7 +157,7 @@ fn spawn_spin(args: &[&str]) -> (Child, u32) {
     (child, pid)
 }
 
-/// CPU time (ms) process `pid` and its descendants' threads ran, from /proc (0 when gone).
+/// CPU time (ms) process `pid` and its descendants ran, from /proc (0 when gone).
 fn tree_cpu_ms(pid: u32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let tick = 1000 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64);
@@ -168,10 +168,18 @@ fn tree_cpu_ms(pid: u32) -> u64 {
             Some((rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?) * tick)
         })
         .unwrap_or(0);
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
+    // Children of every thread (strobe starts its target from another thread than main).
+    let children = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
         .map(tree_cpu_ms)
         .sum::<u64>();
     own + children
