@@ -301,17 +301,19 @@ fn baseline_sample(h: &sampler::Handled) {
         };
         // The loop ran longer than the leader counted: the thread was switched out.
         let away = last.saturating_sub(first)
-            > end.first().map_or(0, |&e| e.wrapping_sub(START[0].load(Ordering::Relaxed)));
+            > end.first().map_or(0, |&e| e.saturating_sub(START[0].load(Ordering::Relaxed)));
         if i < MAX_INTERVALS && first != 0 && last >= first && !away {
             INTERVALS[i * STRIDE].store(last - first, Ordering::Relaxed);
             for (k, &c) in end.iter().enumerate() {
-                let d = c.wrapping_sub(START[k].load(Ordering::Relaxed));
+                // Saturating: a counter read before its start value (a rare reordering under
+                // load) wrapped to 2^64 and one such window put 9e16 ns in a run's mean.
+                let d = c.saturating_sub(START[k].load(Ordering::Relaxed));
                 INTERVALS[i * STRIDE + 1 + k].store(d, Ordering::Relaxed);
             }
             COUNT.store(i + 1, Ordering::Relaxed);
             if h.kind == Kind::WindowEnd && h.overflow.is_some() && i < MAX_INTERVALS {
                 for (k, (&c, &e)) in counters.iter().zip(end).enumerate() {
-                    ENDS[i * MAX_GROUP + k].store(c.wrapping_sub(e), Ordering::Relaxed);
+                    ENDS[i * MAX_GROUP + k].store(c.saturating_sub(e), Ordering::Relaxed);
                 }
                 END_COUNT.store(END_COUNT.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
@@ -324,7 +326,7 @@ fn baseline_sample(h: &sampler::Handled) {
             if i < MAX_INTERVALS {
                 // To the handler's first read, where it measures a call's tail (`since`).
                 for (k, &c) in entry.get(..n).unwrap_or(&[]).iter().enumerate() {
-                    TAILS[i * MAX_GROUP + k].store(c.wrapping_sub(o[k]), Ordering::Relaxed);
+                    TAILS[i * MAX_GROUP + k].store(c.saturating_sub(o[k]), Ordering::Relaxed);
                 }
                 TAIL_COUNT.store(i + 1, Ordering::Relaxed);
             }

@@ -59,7 +59,11 @@ struct AgentPrep {
 /// tail is measured against: the calibration's mean. 0 (tails off) when not measured.
 fn tail_dead(b: &strobe_protocol::Baseline) -> u64 {
     match b.tail.first() {
-        Some(t) if b.windows && t.mean.is_finite() && t.mean > 0.0 => t.mean.round() as u64,
+        Some(t)
+            if b.windows && t.mean.is_finite() && t.mean > 0.0 && t.mean <= b.requested as f64 =>
+        {
+            t.mean.round() as u64
+        }
         _ => 0,
     }
 }
@@ -78,7 +82,9 @@ fn cycle_extra(b: &strobe_protocol::Baseline) -> u64 {
         0.0
     };
     let extra = excess + delay;
-    if extra.is_finite() {
+    // More than the calibration's own period is no measurement (a wrapped counter
+    // difference once made it 9e16 ns, and the floor's period with it).
+    if extra.is_finite() && extra <= b.requested as f64 {
         extra.round() as u64
     } else {
         0
