@@ -770,8 +770,8 @@ fn each_process_of_a_recording_is_its_own_resource_and_they_add_up_to_the_report
     let pids: BTreeSet<&String> = got.iter().map(|r| &r.attrs["process.pid"]).collect();
     assert_eq!(pids.len(), 3, "exec keeps the pid, fork and vfork make new ones: {pids:?}");
 
-    // Per function, the processes' samples add up to the whole recording's report; the
-    // `[not sampled]` estimate is rounded per process, so it may differ by one per process.
+    // Per function, the processes' samples add up to the whole recording's report (the
+    // `[not sampled]` estimate: see below).
     let mut sum: BTreeMap<String, i64> = BTreeMap::new();
     for r in &got {
         let cpu = r.profile("cpu");
@@ -781,12 +781,21 @@ fn each_process_of_a_recording_is_its_own_resource_and_they_add_up_to_the_report
         }
     }
     let json = report_json(&file);
+    // By function name: the report's `[not sampled]` rows of several commands and threads
+    // are one function in OTLP.
+    let mut wanted: BTreeMap<&str, i64> = BTreeMap::new();
     for f in json["functions"].as_array().unwrap() {
-        let name = f["function"].as_str().unwrap();
-        let want = f["samples"].as_i64().unwrap();
+        *wanted.entry(f["function"].as_str().unwrap()).or_default() +=
+            f["samples"].as_i64().unwrap();
+    }
+    for (name, want) in wanted {
         let have = sum.get(name).copied().unwrap_or(0);
         if name == "[not sampled]" {
-            assert!((have - want).abs() <= got.len() as i64, "{name}: {have} vs {want}");
+            // Rounded per process, and named per process: the whole recording's report lets
+            // one process's surplus of samples (sampling noise) cancel another's shortfall
+            // within a command, which separate resources cannot, so a resource set names
+            // at least what the report names, less the rounding.
+            assert!(have >= want - got.len() as i64, "{name}: {have} vs {want}");
         } else {
             assert_eq!(have, want, "{name}");
         }
