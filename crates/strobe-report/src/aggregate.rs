@@ -278,7 +278,7 @@ impl Aggregator {
     fn push_floor(&mut self, space: u32, s: &Sample<'_>) {
         let width = self.t.width();
         let t = &mut self.t;
-        keep_raw(t, space, s, width);
+        keep_raw(t, space, s, width, true);
         if matches!(s.kind, SampleKind::Plain | SampleKind::WindowStart) {
             t.sample_count += 1;
             *t.samples.entry((space, s.ip, s.stack)).or_insert(0) += 1;
@@ -371,7 +371,7 @@ impl Aggregator {
         let n = width.min(s.values.len());
         let Some(slot) = self.slots.get_mut(slot_i) else { return };
         let t = &mut self.t;
-        keep_raw(t, space, s, width);
+        keep_raw(t, space, s, width, false);
         if matches!(s.kind, SampleKind::CallTail | SampleKind::Overflow) {
             // An overflow's own values, for the thread's next sample.
             slot.pending = Some(s.kind);
@@ -598,7 +598,7 @@ fn close_window(
 
 /// Keeps the sample as it was read, when the timeline (views that need every sample)
 /// was asked for.
-fn keep_raw(t: &mut crate::tally::Tally, space: u32, s: &Sample<'_>, width: usize) {
+fn keep_raw(t: &mut crate::tally::Tally, space: u32, s: &Sample<'_>, width: usize, floor: bool) {
     if let Some(tl) = &mut t.timeline {
         tl.samples.push(crate::tally::RawSample {
             pid: s.pid,
@@ -608,6 +608,7 @@ fn keep_raw(t: &mut crate::tally::Tally, space: u32, s: &Sample<'_>, width: usiz
             ip: s.ip,
             stack: s.stack,
             kind: s.kind,
+            floor,
         });
         tl.values.extend((0..width).map(|i| s.values.get(i).copied().unwrap_or(0)));
     }

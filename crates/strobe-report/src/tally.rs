@@ -146,6 +146,8 @@ pub(crate) struct RawSample {
     pub stack: u32,
     /// Its place in the alternation.
     pub kind: SampleKind,
+    /// Taken by the kernel floor: its counters are the floor's, not the agent's leader.
+    pub floor: bool,
 }
 
 /// Every sample in arrival order with its counter values (`width` per sample, flat).

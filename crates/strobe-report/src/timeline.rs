@@ -91,6 +91,22 @@ pub(crate) fn build(
             (tl.threads.len() - 1) as u32
         });
         let Some(vals) = raw.values.get(i * width..(i + 1) * width) else { continue };
+        if s.floor {
+            // A kernel floor's sample: a place in time, with no CPU delta of its own (its
+            // counters are the floor's totals, not the agent leader's, and the time since
+            // the thread's previous sample is counted by the agent's samples).
+            if let Some(&p) = key_path.get(&(s.space, s.ip, s.stack)) {
+                if p != usize::MAX {
+                    tl.samples.push(TimedSample {
+                        thread: th,
+                        time: s.time,
+                        path: p as u32,
+                        leader_delta: 0,
+                    });
+                }
+            }
+            continue;
+        }
         let Some(state) = last.get_mut(th as usize) else { continue };
         let (prev, open, plain) = *state;
         let prev_vals = prev.and_then(|j| raw.values.get(j * width..(j + 1) * width));
