@@ -379,9 +379,16 @@ pub fn profile(report: &Report) -> Profile {
     );
     p.comment.push(s.id(&comment));
 
-    // Mappings by module path.
+    // Mappings by module path: executables first (pprof's main binary is the first
+    // mapping, whose file and build id its tools print), then libraries, then the kernel,
+    // the vDSO and other pseudo modules.
     let mut mapping_of: FxHashMap<&str, u64> = FxHashMap::default();
-    for f in &report.functions {
+    let mut order: Vec<&crate::report::FunctionStats> = report.functions.iter().collect();
+    order.sort_by_key(|f| {
+        let m = f.module_path.as_str();
+        (!m.starts_with('/'), m.contains(".so"))
+    });
+    for f in order {
         if mapping_of.contains_key(f.module_path.as_str()) {
             continue;
         }
