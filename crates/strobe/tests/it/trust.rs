@@ -124,6 +124,7 @@ fn a_sleeping_functions_context_switches_match_its_truth() {
     let truth = truth_of(&t, "workload_sleep")["context_switches_per_ms"].as_f64().unwrap();
     let f = function(&r, "workload_sleep").unwrap();
     let got = f["context_switches_per_ms"].as_f64().unwrap();
+    eprintln!("workload_sleep: {got:.1} switches/ms, truth {truth:.1}");
     assert!(f["windows"].as_u64().unwrap() >= 30, "{table}");
     assert!(rel(got, truth) <= 0.25, "{got:.1} switches/ms, truth {truth:.1}\n{table}");
 }
