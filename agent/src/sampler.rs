@@ -349,6 +349,7 @@ pub fn periods(a: &Agent) -> Periods {
         tail_dead: a.cfg.tail_dead,
         cycle_extra: a.cfg.cycle_extra,
         lateness: a.cfg.lateness,
+        window_dead: a.cfg.window_dead,
     }
 }
 
@@ -722,7 +723,7 @@ pub fn handle_overflow(
             None => counters.get(k).copied(),
         });
         let switched = st.switched(at, at_interrupt, time, delivery(p.tail_dead));
-        st.window_end(&p, at_interrupt, switched)
+        st.window_end(&p, at_interrupt, switched, at)
     } else {
         expiry
     };
@@ -790,6 +791,22 @@ pub fn handle_overflow(
     } else {
         counters
     };
+    if long && !step.close_now {
+        // Where the report will take this window to begin, for the per-switch fit: the
+        // start read, or a call's tail (the overflow, moved on as its record is below,
+        // plus the calibrated delay the report takes off it).
+        let start = start_counters.first().copied().unwrap_or(0);
+        let sw_at = |v: &[u64]| switches.and_then(|k| v.get(k).copied()).unwrap_or(0);
+        let (from, sw) = match overflow.as_ref().filter(|_| step.tail) {
+            Some(o) => {
+                let at = entry_leader.unwrap_or(start);
+                (o[0].wrapping_add(start.wrapping_sub(at)).wrapping_add(p.tail_dead), sw_at(o))
+            }
+            None => (start, sw_at(start_counters)),
+        };
+        st.note_fit_start(from, sw);
+        slot.alt.store(st);
+    }
     if let Some(o) = overflow.as_ref().filter(|_| p.window > 0) {
         let mut v = *o;
         if step.tail {

@@ -759,6 +759,7 @@ mod tests {
             tail_dead: 0,
             cycle_extra: 0,
             lateness: 0,
+            window_dead: 0,
         }
     }
 

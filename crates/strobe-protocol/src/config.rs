@@ -13,7 +13,7 @@ use crate::calibration::Costs;
 use crate::wire::{DecodeError, Reader, Writer};
 
 /// The encoding's version.
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 
 /// How the agent walks the stack of each sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -102,6 +102,11 @@ pub struct RecordConfig {
     /// The leader's count from a window's expiry to its interrupt's read, as the
     /// calibration measured it (0: unknown; see `strobe_sampler::alternate`).
     pub lateness: u64,
+    /// What the leader counts in every window that is not the target's (the baseline the
+    /// report subtracts from each window), as the calibration measured it (0: unknown).
+    /// The agent's per-switch correction (see `strobe_sampler::alternate`) fits windows
+    /// net of it.
+    pub window_dead: u64,
 }
 
 impl RecordConfig {
@@ -120,7 +125,8 @@ impl RecordConfig {
             .bool(self.calibrate)
             .u64(self.tail_dead)
             .u64(self.cycle_extra)
-            .u64(self.lateness);
+            .u64(self.lateness)
+            .u64(self.window_dead);
         match &self.costs {
             None => {
                 w.bool(false);
@@ -155,6 +161,7 @@ impl RecordConfig {
         let tail_dead = r.u64("the tail's dead count")?;
         let cycle_extra = r.u64("the cycle's extra count")?;
         let lateness = r.u64("the windows' lateness")?;
+        let window_dead = r.u64("the window's dead count")?;
         let costs = if r.bool("the costs flag")? {
             Some(Costs {
                 sample_ns: r.u64("the cost per sample")?,
@@ -178,6 +185,7 @@ impl RecordConfig {
             tail_dead,
             cycle_extra,
             lateness,
+            window_dead,
         })
     }
 }
@@ -201,6 +209,7 @@ mod tests {
             tail_dead: 9_300,
             cycle_extra: 61_000,
             lateness: 17_000,
+            window_dead: 3_000,
         }
     }
 
@@ -221,9 +230,9 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(RecordConfig::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
-        let mut v2 = bytes.clone();
-        v2[0] = 2;
-        let e = RecordConfig::decode(&v2).unwrap_err();
+        let mut other = bytes.clone();
+        other[0] = 1;
+        let e = RecordConfig::decode(&other).unwrap_err();
         assert_eq!(e.to_string(), "cannot read a configuration of this version at byte 0");
     }
 

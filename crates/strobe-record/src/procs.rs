@@ -192,6 +192,7 @@ mod tests {
             tail_dead: 0,
             cycle_extra: 0,
             lateness: 0,
+            window_dead: 0,
         };
         let sizes = strobe_protocol::ArenaSizes {
             procs: 2,

@@ -68,6 +68,19 @@ fn tail_dead(b: &strobe_protocol::Baseline) -> u64 {
     }
 }
 
+/// What the leader counts in every window that is not the target's, from the calibration
+/// (the baseline the report subtracts): 0 when there is none or it is no measurement.
+fn window_dead(b: &strobe_protocol::Baseline) -> u64 {
+    match b.counters.first() {
+        Some(c)
+            if b.windows && c.mean.is_finite() && c.mean > 0.0 && c.mean <= b.requested as f64 =>
+        {
+            c.mean.round() as u64
+        }
+        _ => 0,
+    }
+}
+
 /// What the leader counts per sampling cycle beyond the long period and the window, from
 /// the calibration: each measured interval's excess over the one asked for (the window's
 /// overshoot and the handler's counted time), and with windows the delays from each
@@ -109,6 +122,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         tail_dead: 0,
         cycle_extra: 0,
         lateness: 0,
+        window_dead: 0,
     };
     let calibration = crate::calibrate::run(&opts.calibration_command, &opts.agent, &config);
     let baseline = calibration.as_ref().ok().and_then(|c| c.baseline.as_ref());
@@ -118,6 +132,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         tail_dead: baseline.map_or(0, tail_dead),
         cycle_extra: baseline.map_or(0, cycle_extra),
         lateness: calibration.as_ref().map_or(0, |c| c.lateness.max(0.0).round() as u64),
+        window_dead: baseline.map_or(0, window_dead),
         ..config
     };
     let window = spec.window_or_default();

@@ -108,7 +108,16 @@ pub struct Periods {
     /// the thread spent on its CPU (calibrated; each thread then keeps its own running
     /// mean, [`Alternation::late`]).
     pub lateness: u64,
+    /// What the leader counts in every window that is not the target's (the calibrated
+    /// baseline the report subtracts; 0: unknown). The per-switch fit
+    /// ([`Alternation::switch_excess`]) takes windows net of it, as the report will.
+    pub window_dead: u64,
 }
+
+/// Switches a thread's windows must have held, and the thread in all, before the
+/// per-switch fit ([`Alternation::switch_excess`]) is used: below, its error (the spread
+/// of a window's leader per switch over that many switches) exceeds what it corrects.
+pub const MIN_FIT_SWITCHES: u64 = 32;
 
 /// Wall time minus leader time over a window above which the thread was off its CPU in
 /// it (a context switch away and back takes more than this; the two clocks' reads at
@@ -172,6 +181,18 @@ pub struct Alternation {
     /// thread's windows spent on its CPU (a running mean; 0: none yet, the calibrated
     /// [`Periods::lateness`] stands in).
     pub late: u64,
+    /// Where the report will take the current window to begin, in leader units (a call's
+    /// tail: the overflow less the delivery; else the start read), and the group's count
+    /// of context switches there.
+    pub fit_from: u64,
+    /// The group's context switches at `fit_from`.
+    pub fit_switches_from: u64,
+    /// The thread's windows so far, as the report will take them before the per-switch
+    /// correction: their leader counts net of [`Periods::window_dead`], summed, and the
+    /// context switches they held.
+    pub fit_leader: u64,
+    /// The context switches those windows held.
+    pub fit_switches: u64,
 }
 
 impl Alternation {
@@ -188,7 +209,51 @@ impl Alternation {
             start_wall: 0,
             start_switches: 0,
             late: 0,
+            fit_from: 0,
+            fit_switches_from: 0,
+            fit_leader: 0,
+            fit_switches: 0,
         }
+    }
+
+    /// Notes where the report will take the current window to begin (see
+    /// [`Alternation::fit_from`]) and the group's context switches there.
+    #[inline]
+    pub fn note_fit_start(&mut self, leader: u64, switches: u64) {
+        self.fit_from = leader;
+        self.fit_switches_from = switches;
+    }
+
+    /// What a context switch inside a window costs the thread beyond what one costs it
+    /// outside windows, in leader units, from this thread's own counts: its windows'
+    /// leader per switch less the thread's (`leader_total` over `switches_total`, the
+    /// group's counts since it opened, of which windows are a small part). A window's
+    /// timer is always the CPU's next one, so every switch in a window cancels and starts
+    /// it again, a timer reprogramming that the leader counts and the program's own
+    /// clock, outside windows, mostly does not (measured on the VM strobe is developed
+    /// on: 9.9 us of task-clock per 100 us sleep with no timer, 10.3-13.3 us with a 10 ms
+    /// one, 14.4-19.6 us with a 50 us one). Windows are placed at random in the thread's
+    /// time, so without that cost their leader per switch is the thread's. Signed (only
+    /// the signed estimate is right on average); 0 until the thread's windows held
+    /// [`MIN_FIT_SWITCHES`], and 0 while the estimate's standard error (the thread's
+    /// leader per switch over the square root of the windows' switches, the windows'
+    /// count of switches being Poisson-like) exceeds a tenth of the window: a thread
+    /// that switches rarely (a preempted computation, one switch every 500 us) would need
+    /// 10,000 switches in its windows (a correction of that noise moved its few switched
+    /// windows by hundreds of microseconds), a thread of 100 us sleeps (20 us of leader a
+    /// switch) 16.
+    #[inline]
+    pub fn switch_excess(&self, p: &Periods, leader_total: u64, switches_total: u64) -> f64 {
+        if self.fit_switches < MIN_FIT_SWITCHES || switches_total < MIN_FIT_SWITCHES {
+            return 0.0;
+        }
+        let windows = self.fit_leader as f64 / self.fit_switches as f64;
+        let thread = leader_total as f64 / switches_total as f64;
+        let bound = p.window as f64 / 10.0;
+        if thread * thread > bound * bound * self.fit_switches as f64 {
+            return 0.0;
+        }
+        (windows - thread).max(-(p.window as f64)).min(p.window as f64)
     }
 
     /// Notes the read that started the current window: the leader's value, the wall time
@@ -238,8 +303,43 @@ impl Alternation {
     /// switch: its end is the interrupt's value less the thread's mean lateness, learnt
     /// from its windows spent on the CPU (where the lateness is the interrupt's value
     /// less the expiry).
+    ///
+    /// With the group's count of context switches at the interrupt (`switches`), the
+    /// window is also fitted: it joins the thread's sums, and a window the thread was
+    /// switched out of ends earlier by its switches times the thread's
+    /// [`switch_excess`](Self::switch_excess) (never before its start read, never after
+    /// its interrupt).
     #[inline]
-    pub fn window_end(&mut self, p: &Periods, at_interrupt: u64, switched: bool) -> u64 {
+    pub fn window_end(
+        &mut self,
+        p: &Periods,
+        at_interrupt: u64,
+        switched: bool,
+        switches: Option<u64>,
+    ) -> u64 {
+        let end = self.window_end_raw(p, at_interrupt, switched);
+        let Some(now) = switches else { return end };
+        let k = now.saturating_sub(self.fit_switches_from);
+        let excess = self.switch_excess(p, at_interrupt, now);
+        let w = end.saturating_sub(self.fit_from).saturating_sub(p.window_dead);
+        self.fit_leader = self.fit_leader.saturating_add(w);
+        self.fit_switches = self.fit_switches.saturating_add(k);
+        if k == 0 || !switched {
+            return end;
+        }
+        // `as` saturates (a NaN is 0): no rounding needed for nanoseconds.
+        let cut = k as f64 * excess;
+        let moved = if cut >= 0.0 {
+            end.saturating_sub(cut as u64)
+        } else {
+            end.saturating_add((-cut) as u64)
+        };
+        moved.max(self.start_read.min(at_interrupt)).min(at_interrupt)
+    }
+
+    /// [`window_end`](Self::window_end) before the per-switch fit.
+    #[inline]
+    fn window_end_raw(&mut self, p: &Periods, at_interrupt: u64, switched: bool) -> u64 {
         let expiry = self.armed_at.wrapping_add(self.armed_period);
         if expiry > at_interrupt {
             return at_interrupt;
@@ -391,6 +491,10 @@ pub struct AltCell {
     start_wall: AtomicU64,
     start_switches: AtomicU64,
     late: AtomicU64,
+    fit_from: AtomicU64,
+    fit_switches_from: AtomicU64,
+    fit_leader: AtomicU64,
+    fit_switches: AtomicU64,
     windows: AtomicU64,
     window_sum: AtomicU64,
 }
@@ -411,6 +515,10 @@ impl AltCell {
                 start_wall: AtomicU64::new(0),
                 start_switches: AtomicU64::new(0),
                 late: AtomicU64::new(0),
+                fit_from: AtomicU64::new(0),
+                fit_switches_from: AtomicU64::new(0),
+                fit_leader: AtomicU64::new(0),
+                fit_switches: AtomicU64::new(0),
                 windows: AtomicU64::new(0),
                 window_sum: AtomicU64::new(0),
             }
@@ -438,6 +546,10 @@ impl AltCell {
             start_wall: self.start_wall.load(Ordering::Relaxed),
             start_switches: self.start_switches.load(Ordering::Relaxed),
             late: self.late.load(Ordering::Relaxed),
+            fit_from: self.fit_from.load(Ordering::Relaxed),
+            fit_switches_from: self.fit_switches_from.load(Ordering::Relaxed),
+            fit_leader: self.fit_leader.load(Ordering::Relaxed),
+            fit_switches: self.fit_switches.load(Ordering::Relaxed),
         }
     }
 
@@ -454,6 +566,10 @@ impl AltCell {
         self.start_wall.store(a.start_wall, Ordering::Relaxed);
         self.start_switches.store(a.start_switches, Ordering::Relaxed);
         self.late.store(a.late, Ordering::Relaxed);
+        self.fit_from.store(a.fit_from, Ordering::Relaxed);
+        self.fit_switches_from.store(a.fit_switches_from, Ordering::Relaxed);
+        self.fit_leader.store(a.fit_leader, Ordering::Relaxed);
+        self.fit_switches.store(a.fit_switches, Ordering::Relaxed);
     }
 
     /// Counts a completed window of leader length `delta`.
@@ -503,6 +619,7 @@ mod tests {
         tail_dead: 0,
         cycle_extra: 0,
         lateness: 0,
+        window_dead: 0,
     };
 
     #[test]
@@ -654,13 +771,13 @@ mod tests {
         // Interrupt 17 us late, on the CPU: the expiry, and the thread learns its
         // lateness.
         assert!(!a.switched(Some(3), 1_037_000, 7_060_000, 20_000));
-        assert_eq!(a.window_end(&p, 1_037_000, false), 1_020_000);
+        assert_eq!(a.window_end(&p, 1_037_000, false, None), 1_020_000);
         assert_eq!(a.late, 17_000, "the first on-CPU window sets the mean");
         // Switched out, 25 us past the expiry: the interrupt less the thread's own
         // lateness, never before the expiry.
         assert!(a.switched(Some(4), 1_045_000, 7_060_000, 20_000));
-        assert_eq!(a.window_end(&p, 1_045_000, true), 1_028_000);
-        assert_eq!(a.window_end(&p, 1_030_000, true), 1_020_000);
+        assert_eq!(a.window_end(&p, 1_045_000, true, None), 1_028_000);
+        assert_eq!(a.window_end(&p, 1_030_000, true, None), 1_020_000);
         // Without a switch counter: wall time past what the leader counted, the delivery
         // and a margin.
         assert!(!a.switched(None, 1_037_000, 7_000_000 + 33_000 + 20_000 + 2_000, 20_000));
@@ -669,9 +786,58 @@ mod tests {
         let mut b = Alternation::new(1, 1_000_000);
         b.on_overflow(&p, 1_000_000, None);
         b.note_start(1_004_000, 7_000_000, 0);
-        assert_eq!(b.window_end(&p, 1_060_000, true), 1_045_000);
+        assert_eq!(b.window_end(&p, 1_060_000, true, None), 1_045_000);
         // An interrupt "before" the expiry (a timer restarted short) ends the window.
-        assert_eq!(b.window_end(&p, 1_010_000, false), 1_010_000);
+        assert_eq!(b.window_end(&p, 1_010_000, false, None), 1_010_000);
+    }
+
+    /// The per-switch fit: a thread whose windows count more leader per switch than the
+    /// thread does has its switched windows ended earlier by that excess per switch; a
+    /// thread that switches rarely gets no correction (its estimate is noise).
+    #[test]
+    fn switched_windows_lose_the_windows_excess_per_switch() {
+        let p = Periods { window: 50_000, lateness: 10_000, window_dead: 3_000, ..P };
+        // The thread: 20 us of leader a switch; its windows: 25 us a switch (3 switches
+        // and 78 us of leader each, 3 of it the baseline).
+        let mut a = Alternation::new(1, 1_000_000);
+        let (mut leader, mut switches) = (0u64, 0u64);
+        for i in 0..20 {
+            leader += 1_000_000;
+            switches += 50;
+            a.on_overflow(&p, leader, None);
+            a.note_start(leader, 0, switches);
+            a.note_fit_start(leader, switches);
+            let at = leader + 78_000 + 10_000;
+            let end = a.window_end(&p, at, true, Some(switches + 3));
+            if i < 11 {
+                // Fewer than 32 switches fitted before this window: no correction.
+                assert_eq!(end, at - 10_000, "window {i}");
+            } else {
+                let excess = a.switch_excess(&p, at, switches + 3);
+                assert!((excess - 5_000.0).abs() < 1_500.0, "{excess}");
+                assert_eq!(end, at - 10_000 - (3.0 * excess) as u64, "window {i}");
+            }
+            a.on_overflow(&p, at, None);
+            leader = at;
+            switches += 3;
+        }
+        assert_eq!(a.fit_switches, 60);
+        assert_eq!(a.fit_leader, 20 * 75_000);
+        // A window spent on the CPU is never moved, and still fitted.
+        a.on_overflow(&p, leader + 1_000_000, None);
+        a.note_start(leader + 1_000_000, 0, switches);
+        a.note_fit_start(leader + 1_000_000, switches);
+        let expiry = a.armed_at + a.armed_period;
+        assert_eq!(a.window_end(&p, expiry + 9_000, false, Some(switches)), expiry);
+        assert_eq!(a.fit_switches, 60);
+        // A thread that switches once every 500 us: the estimate's error (500 us over the
+        // square root of its windows' switches) is far above a tenth of the window.
+        let mut b = Alternation::new(1, 1_000_000);
+        b.fit_leader = 60 * 600_000;
+        b.fit_switches = 60;
+        assert_eq!(b.switch_excess(&p, 500_000 * 1_000, 1_000), 0.0);
+        b.fit_switches = 20;
+        assert_eq!(b.switch_excess(&p, 20_000 * 1_000, 1_000), 0.0, "too few switches");
     }
 
     /// Records of a timer that fired again before the handler re-programmed it are not

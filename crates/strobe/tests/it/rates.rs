@@ -183,7 +183,8 @@ fn fault_rates_of_the_second_family_match_their_own_counts() {
 
 /// Context switches per ms of functions that sleep 5 us and 100 us a call, beside system
 /// calls on a pipe and computation, on two threads (a sleeping function uses little CPU:
-/// 4 s of it each gives its windows about 400 switches).
+/// 4 s of it each gave its windows 267-488 switches, below the 400 a judged metric needs
+/// in some runs; 6 s gives 400-730).
 #[test]
 fn switch_rates_of_sleeping_functions_match_their_own_counts() {
     let _quiet = crate::util::quiet();
@@ -192,7 +193,7 @@ fn switch_rates_of_sleeping_functions_match_their_own_counts() {
         &dir,
         "sleeps",
         2,
-        4.0,
+        6.0,
         &["nap_5us", "nap_100us", "pipe_rw", "compute"],
         &["context_switches_per_ms"],
     );
