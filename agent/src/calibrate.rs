@@ -15,7 +15,10 @@
 //! expiry (see `sampler`, "Where a window begins and ends"); between the read and the
 //! target's next instruction the handler finishes (its last record), returns and calls
 //! `sigreturn`: time the leader counts that is not the target's. Measured here: 2.5-3.5
-//! us, with a spread of about 2.5 us between windows. (Before the window began at the
+//! us, with a spread of about 2.5 us between windows; `strobe record -- true` every 16 s
+//! for 25 minutes at load averages 3.8-15 printed 2.3-11.9 us, median 3.6 us (89 runs; the
+//! loaded runs higher). The golden report files' 34-47 us come from recordings made
+//! before the window rework, not from this calibration. (Before the window began at the
 //! timer's start with the group stopped, a window's sampler time was 30-38 us, 22-38 us
 //! from one run to the next, and depended on the timer queue: see `sampler`.)
 //!

@@ -46,6 +46,12 @@
 //! running mean of what the leader counts from the timer's start to the handler's read
 //! that starts the window (the enable's own timer reprogramming, 10-15 us there).
 //!
+//! A window the thread was switched out of ends at its interrupt less the thread's mean
+//! lateness, and earlier again by its switches times what a switch inside a window costs
+//! the thread beyond what one costs it outside windows ([`Alternation::switch_excess`]:
+//! the window's timer, always the CPU's next one, is cancelled and restarted at each
+//! switch), fitted per thread from its own windows and its own counts.
+//!
 //! Owns: the state machine ([`Alternation`]: which sample is a window start or end, the
 //! next period to program and how to arm it, whether an overflow record belongs to the
 //! current long period), the jitter generator, and [`AltCell`], the per-thread copy of
