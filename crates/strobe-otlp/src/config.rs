@@ -129,7 +129,7 @@ impl ExportConfig {
     ) -> Result<ExportConfig, OtlpError> {
         let url = match cli.url.as_deref().filter(|u| !u.trim().is_empty()) {
             Some(u) => {
-                check_url(u.trim(), "--export")?;
+                check_url(u.trim(), "the export URL")?;
                 signal_url(u)
             }
             None => match first(&var, &["OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT"]) {

@@ -25,13 +25,16 @@ pub enum OtlpError {
     #[error("{0}")]
     Config(String),
     /// The CA file could not be used.
-    #[error("cannot use the CA certificates in {path}: {why}; give a PEM file of CA certificates (--ca-file or OTEL_EXPORTER_OTLP_CERTIFICATE)")]
+    #[error("cannot use the CA certificates in {path}: {why}; give a PEM file of CA certificates")]
     Ca {
         /// The file.
         path: PathBuf,
         /// Why.
         why: String,
     },
+    /// An https endpoint, no CA file given, and no system CA bundle to trust.
+    #[error("no CA bundle found on this system for https; give a PEM file of CA certificates")]
+    NoCaBundle,
     /// Sending failed for good; the message names the endpoint and the cause.
     #[error("{0}")]
     Send(String),

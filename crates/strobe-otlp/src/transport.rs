@@ -21,6 +21,11 @@ use crate::config::ExportConfig;
 use crate::error::OtlpError;
 use crate::proto::{ExportProfilesServiceResponse, Status};
 
+/// What a failed TLS handshake's message ends with: the remedy, which a caller with its
+/// own name for the CA-file setting (a command-line flag) can add to.
+pub const PRIVATE_CA_HINT: &str = "if the collector's certificate comes from a private CA, give \
+     that CA's PEM file (OTEL_EXPORTER_OTLP_CERTIFICATE)";
+
 /// What became of one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -90,11 +95,7 @@ impl Transport {
                 None => std::env::var_os("SSL_CERT_FILE")
                     .map(PathBuf::from)
                     .or_else(|| SYSTEM_BUNDLES.iter().map(PathBuf::from).find(|p| p.exists()))
-                    .ok_or_else(|| {
-                        OtlpError::Config(
-                            "no CA bundle found on this system for https; give one with --ca-file or OTEL_EXPORTER_OTLP_CERTIFICATE".into(),
-                        )
-                    })?,
+                    .ok_or(OtlpError::NoCaBundle)?,
             };
             tls = tls.root_certs(RootCerts::Specific(Arc::new(load_ca(&file)?)));
         }
@@ -170,9 +171,7 @@ impl Transport {
     fn classify(&self, e: ureq::Error) -> Outcome {
         let url = &self.url;
         let tls_fail = |e: &dyn std::fmt::Display| {
-            Outcome::Fail(format!(
-                "TLS with {url} failed: {e}; if the collector's certificate comes from a private CA, give that CA with --ca-file or OTEL_EXPORTER_OTLP_CERTIFICATE"
-            ))
+            Outcome::Fail(format!("TLS with {url} failed: {e}; {PRIVATE_CA_HINT}"))
         };
         match e {
             // rustls reports a failed handshake through the socket's I/O error.
@@ -243,7 +242,7 @@ mod tests {
         let f = dir.path().join("ca.pem");
         std::fs::write(&f, "not a certificate").unwrap();
         let err = load_ca(&f).unwrap_err().to_string();
-        assert!(err.contains("holds no certificate") && err.contains("--ca-file"), "{err}");
+        assert!(err.contains("holds no certificate") && err.contains("PEM file"), "{err}");
         let err = load_ca(&dir.path().join("missing.pem")).unwrap_err().to_string();
         assert!(err.contains("missing.pem"), "{err}");
     }

@@ -104,7 +104,7 @@ pub enum RingSetError {
     /// Off-CPU recording was asked for where the kernel's scheduler samples are not
     /// allowed.
     #[error(
-        "--off-cpu samples each thread's stack as the kernel switches it out, which needs \
+        "off-CPU recording samples each thread's stack as the kernel switches it out, which needs \
          kernel events: kernel.perf_event_paranoid is {level}, needs 1 or lower (as root: \
          sysctl -w kernel.perf_event_paranoid=1), or run strobe with CAP_PERFMON"
     )]

@@ -2,44 +2,20 @@
 //! allocates nothing, and attach/detach cycles while other threads fire leak
 //! nothing (every consumer and list is freed after its grace period).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
 use strobe_probe::{attach, probe, Action, Consumer};
 
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-thread_local! {
-    static MINE: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counters do not allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(1, Ordering::Relaxed);
-        let _ = MINE.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: strobe_alloc_count::Counting = strobe_alloc_count::Counting;
 
 /// Tests here read the process-wide live count: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn mine() -> u64 {
-    MINE.with(Cell::get)
+    strobe_alloc_count::thread_calls()
 }
 
 #[inline(never)]
@@ -107,7 +83,7 @@ fn cycles(n: usize) {
 
 fn settled_live() -> i64 {
     strobe_rcu::barrier();
-    LIVE.load(Ordering::Relaxed)
+    strobe_alloc_count::live()
 }
 
 #[test]

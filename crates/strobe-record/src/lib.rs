@@ -86,8 +86,6 @@ pub struct RecordOptions {
     pub wakeup: u64,
     /// Bytes of the shared sample buffer.
     pub buffer_bytes: u64,
-    /// Profile forked children too.
-    pub follow_fork: bool,
     /// How stacks are walked.
     pub call_graph: CallGraph,
     /// The most caller frames a sample keeps.
@@ -212,6 +210,16 @@ pub enum RecordError {
     /// The arena has no path the target can open.
     #[error("the shared buffer has no path the program can open")]
     ArenaPath,
+}
+
+impl RecordError {
+    /// Off-CPU recording was asked for where the kernel refuses its scheduler samples.
+    pub fn is_off_cpu_refused(&self) -> bool {
+        matches!(
+            self,
+            RecordError::Rings(strobe_perf::percpu::RingSetError::OffCpuNotAllowed { .. })
+        )
+    }
 }
 
 /// The parameters the first profiled process used.

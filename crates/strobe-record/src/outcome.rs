@@ -92,7 +92,7 @@ fn floor_warnings(opts: &RecordOptions, plan: &Plan, f: &Facts, w: &mut Vec<Stri
     if f.floor_totals.lost > 0 {
         w.push(format!(
             "the kernel dropped {} samples: its ring buffers filled faster than strobe read \
-             them (a larger --buffer, a smaller --wakeup or a longer period keeps them)",
+             them (a larger ring buffer, a smaller wakeup threshold or a longer period keeps them)",
             f.floor_totals.lost
         ));
     }

@@ -122,7 +122,7 @@ fn mode_of(opts: &RecordOptions) -> Result<(RecordMode, String, Option<PathBuf>)
     let exe = Command::new(program.clone(), args.iter().cloned()).resolve_program()?;
     let floor = "the kernel floor samples every task the agent does not serve";
     match opts.mode {
-        Mode::Kernel => Ok((RecordMode::Kernel, "asked for with --mode kernel".into(), Some(exe))),
+        Mode::Kernel => Ok((RecordMode::Kernel, "asked for".into(), Some(exe))),
         Mode::Agent => {
             if let Some(why) = strobe_target::inject::check_injectable(&exe)? {
                 return Err(RecordError::NotInjectable { program: exe, why });
@@ -216,14 +216,7 @@ pub(crate) fn resolve(opts: &RecordOptions) -> Result<Plan, RecordError> {
         && strobe_perf::percpu::USER_STACK_REGS != 0;
     let ring_bytes =
         opts.ring_bytes.unwrap_or(if floor_dwarf { DWARF_RING_BYTES } else { DEFAULT_RING_BYTES });
-    let mut notices = spec.warnings();
-    if opts.follow_fork {
-        notices.push(
-            "--follow-fork is the default now (every process of the tree is recorded); the \
-             option changes nothing"
-                .into(),
-        );
-    }
+    let notices = spec.warnings();
     Ok(Plan {
         mode,
         reason,

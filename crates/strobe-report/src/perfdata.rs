@@ -324,11 +324,11 @@ fn kernel_symbols(
     reading: Option<std::thread::JoinHandle<Option<String>>>,
 ) -> Result<KernelTable, &'static str> {
     if let Some(file) = kallsyms {
-        let text =
-            std::fs::read_to_string(file).map_err(|_| "the --kallsyms file is unreadable")?;
+        let text = std::fs::read_to_string(file)
+            .map_err(|_| "the kernel symbol file given is unreadable")?;
         return strobe_target::kallsyms::Kallsyms::parse(&text)
             .map(KernelTable::Parsed)
-            .ok_or("the --kallsyms file lists no text symbol with an address");
+            .ok_or("the kernel symbol file given lists no text symbol with an address");
     }
     recorded_here(data)?;
     let text = match reading {
@@ -476,7 +476,10 @@ fn source_line(data: &PerfData<'_>, chosen: usize, group: bool) -> String {
         .map(|(_, a)| a.name.as_str())
         .collect();
     if !others.is_empty() {
-        line.push_str(&format!("; also in the file: {} (choose with --event)", others.join(", ")));
+        line.push_str(&format!(
+            "; also in the file: {} (choose one by its event name)",
+            others.join(", ")
+        ));
     }
     line
 }

@@ -2,36 +2,10 @@
 //! key has been seen, feeding more samples leaves the allocation count unchanged.
 //! Counted with a global allocator, so any hidden allocation fails the test.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use strobe_report::{Aggregator, Mapping, RecordInfo, Sample, SampleKind};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: a counter read after the measured code on the same thread.
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `alloc`'s contract, passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as for `alloc` and `dealloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: strobe_alloc_count::Counting = strobe_alloc_count::Counting;
 
 #[test]
 fn pushing_samples_of_known_keys_does_not_allocate() {
@@ -69,9 +43,9 @@ fn pushing_samples_of_known_keys_does_not_allocate() {
     };
     // Warm up: every thread, IP and (start, end) pair appears, tables grow to size.
     feed(&mut agg, 64);
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = strobe_alloc_count::allocations();
     feed(&mut agg, 100_000);
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = strobe_alloc_count::allocations();
     assert_eq!(after - before, 0, "allocations while aggregating 800,000 samples");
     assert_eq!(agg.samples_seen(), 4 * 100_064);
 }

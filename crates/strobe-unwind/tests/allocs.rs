@@ -2,42 +2,14 @@
 //! taken in a signal handler and in normal context, with rule-cache misses
 //! (a fresh cache, and a new module table after a rescan) and hits.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use strobe_unwind::{modules, walk_dwarf, walk_fp, walk_fp_in, Regs, StackBounds, ThreadCache};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counter is a const-initialised,
-// destructor-free thread-local (no allocation, usable in a signal handler).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.with(|c| c.set(c.get() + 1));
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: strobe_alloc_count::Counting = strobe_alloc_count::Counting;
 
+/// This thread's allocator calls (usable in the signal handler).
 fn count() -> u64 {
-    ALLOCS.with(Cell::get)
+    strobe_alloc_count::thread_calls()
 }
 
 static mut STATE: Option<(StackBounds, ThreadCache, [u64; 128], u64, usize)> = None;

@@ -140,7 +140,7 @@ impl std::fmt::Display for Warning {
                 f,
                 "{program} wrote no probe-point report: it does not link strobe-probe (Rust) or \
                  libstrobe_probe_c (C); for a C program built with STROBE_PROBE_OPTIONAL, give \
-                 --probe-lib PATH/libstrobe_probe_c.so"
+                 the path of its libstrobe_probe_c.so"
             ),
             Warning::UnknownPoint { name, hint } => write!(
                 f,
@@ -149,7 +149,7 @@ impl std::fmt::Display for Warning {
             ),
             Warning::TraceShowsKernelProbesOnly => write!(
                 f,
-                "--trace shows kernel probes only: probe points are counted by the probe \
+                "tracing shows kernel probes only: probe points are counted by the probe \
                  library, which reports at exit"
             ),
         }

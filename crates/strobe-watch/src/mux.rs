@@ -40,11 +40,12 @@ pub enum Policy {
 /// Why a schedule could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MuxError {
-    /// `--no-multiplex` with more watchpoints than slots.
+    /// Multiplexing turned off with more watchpoints than slots.
     #[error(
         "{requested} watchpoints but a thread has only {slots} hardware debug registers, and \
-         --no-multiplex forbids rotating them; watch at most {slots} locations, or drop \
-         --no-multiplex to arm them in turn (the report then gives each one's armed fraction)"
+         multiplexing is off, which forbids rotating them; watch at most {slots} locations, or \
+         let strobe multiplex them to arm them in turn (the report then gives each one's armed \
+         fraction)"
     )]
     TooMany {
         /// Watchpoints asked for.
@@ -375,7 +376,7 @@ mod tests {
     fn no_multiplex_refuses_more_than_the_slots() {
         let e = Multiplexer::new(5, 4, Policy::NoMultiplex).unwrap_err();
         assert_eq!(e, MuxError::TooMany { requested: 5, slots: 4 });
-        assert!(e.to_string().contains("drop --no-multiplex"), "{e}");
+        assert!(e.to_string().contains("let strobe multiplex them"), "{e}");
         assert!(Multiplexer::new(5, 4, Policy::Multiplex).is_ok());
         assert_eq!(Multiplexer::new(1, 0, Policy::Multiplex).unwrap_err(), MuxError::NoSlots);
     }

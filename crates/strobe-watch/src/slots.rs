@@ -303,7 +303,7 @@ pub enum SlotError {
     #[error(
         "thread {tid} needs {requested} hardware watchpoint slot{} but {in_use} of its \
          {capacity} are in use; watch fewer locations in this thread, or let strobe multiplex \
-         them (drop --no-multiplex)",
+         them",
         if *.requested == 1 { "" } else { "s" }
     )]
     Exhausted {

@@ -9,6 +9,7 @@
 //! closed stdout (`strobe report | head`) is not an error. A panic prints one
 //! line asking for a report, never a backtrace.
 
+mod advice;
 mod agent_lib;
 mod cmd;
 
@@ -59,7 +60,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("strobe: error: {err:#}");
+            match advice::flags_for(&err) {
+                Some(flags) => eprintln!("strobe: error: {err:#} ({flags})"),
+                None => eprintln!("strobe: error: {err:#}"),
+            }
             ExitCode::FAILURE
         }
     }

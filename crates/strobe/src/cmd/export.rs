@@ -151,7 +151,10 @@ pub(crate) fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
     eprintln!("{line}");
     let lost = e.not_sent + e.rejected;
     if lost > 0 || e.spooled > 0 {
-        let why = e.last_error.clone().unwrap_or_else(|| "no reason given".into());
+        let why = e
+            .last_error
+            .as_deref()
+            .map_or_else(|| "no reason given".to_string(), crate::advice::send_failure);
         eprintln!(
             "strobe: warning: {} of {} profiles could not be sent to {url}: {why}{}",
             lost + e.spooled,
@@ -231,7 +234,10 @@ pub(crate) fn run(
     let total = payload.profiles;
     exporter.submit(payload);
     let stats = exporter.finish(wait);
-    let why = stats.last_error.clone().unwrap_or_else(|| "no reason given".into());
+    let why = stats
+        .last_error
+        .as_deref()
+        .map_or_else(|| "no reason given".to_string(), crate::advice::send_failure);
     let lost = stats.not_sent + stats.rejected;
     if lost > 0 {
         anyhow::bail!(

@@ -189,7 +189,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     })?;
     for w in &report.warnings {
-        eprintln!("strobe: warning: {w}");
+        // The flag that answers the warning, where one does.
+        let flag = match w {
+            strobe_uprobe::Warning::NoPointReport { .. } => " (with --probe-lib)",
+            strobe_uprobe::Warning::TraceShowsKernelProbesOnly => " (--trace)",
+            _ => "",
+        };
+        eprintln!("strobe: warning: {w}{flag}");
     }
     if args.json {
         write_json(&mut out, &args, &report)?;

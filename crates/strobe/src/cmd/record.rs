@@ -310,7 +310,6 @@ fn options(args: &Args) -> anyhow::Result<RecordOptions> {
         overhead_ppm,
         wakeup: args.wakeup,
         buffer_bytes: given_buffer.unwrap_or(64 << 20),
-        follow_fork: args.follow_fork,
         call_graph,
         max_depth: args.max_depth,
         command,
@@ -403,6 +402,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
+    if args.follow_fork {
+        eprintln!(
+            "strobe: note: --follow-fork is the default now (every process of the tree is \
+             recorded); the option changes nothing"
+        );
+    }
     for n in &plan.notices {
         eprintln!("strobe: note: {n}");
     }

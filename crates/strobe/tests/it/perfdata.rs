@@ -341,7 +341,7 @@ fn each_of_two_events_counts_as_perf_report() {
     assert_eq!(json["events"], serde_json::json!([clock]));
     let source = json["source"].as_str().unwrap();
     assert!(
-        source.contains(&format!("also in the file: {faults} (choose with --event)")),
+        source.contains(&format!("also in the file: {faults} (choose one by its event name)")),
         "{source}"
     );
     assert_same_counts(&file, &sections[0].1, &strobe_counts(&json));

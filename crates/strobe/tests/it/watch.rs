@@ -155,6 +155,7 @@ fn no_multiplex_refuses_more_watchpoints_than_registers_before_running() {
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("5 watchpoints but a thread has only 4"), "{err}");
+    assert!(err.contains("--no-multiplex"), "the flag that turned multiplexing off: {err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"), "the program did not run");
 }
 
