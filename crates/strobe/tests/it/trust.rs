@@ -102,7 +102,9 @@ fn window_metrics_match_the_workloads_own_counts_in_both_modes() {
     );
     let f = function(&s, "workload_page_faults").unwrap();
     let short = f["page_faults_per_ms"].as_f64().unwrap();
-    eprintln!("workload_page_faults: windows {got:.1}, short-only {short:.1} faults/ms, truth {truth:.1}");
+    eprintln!(
+        "workload_page_faults: windows {got:.1}, short-only {short:.1} faults/ms, truth {truth:.1}"
+    );
     assert!(
         rel(short, truth) <= 0.25,
         "short-only: {short:.1} faults/ms, truth {truth:.1}\n{stable}"
