@@ -207,7 +207,7 @@ extern "C" fn agent_init() {
         hidden_env::hide();
     }
     // SAFETY: registering plain extern "C" fns; they run in fork's context.
-    unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+    unsafe { libc::pthread_atfork(Some(atfork_prepare), Some(atfork_parent), Some(atfork_child)) };
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: `key` is a valid out-pointer; the destructor is a plain extern "C" fn.
     if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
@@ -516,8 +516,20 @@ pub unsafe extern "C" fn pthread_create(
     rc
 }
 
+/// Before a fork, in the parent: the child's first thread's first-period draw is the
+/// parent's next (see `sampler`'s "A fair first period").
+extern "C" fn atfork_prepare() {
+    sampler::draw_before_fork();
+}
+
+/// After a fork, in the parent: the point taken for the child is the child's alone.
+extern "C" fn atfork_parent() {
+    sampler::draw_after_fork_in_parent();
+}
+
 extern "C" fn atfork_child() {
     let cpu_from = sampler::thread_cpu_ns();
+    sampler::draw_after_fork_in_child();
     // The parent's threads' signal stacks came along: this thread's gives way to the
     // program's own setting, the copies go.
     altstack::forget_in_child(own_slot());

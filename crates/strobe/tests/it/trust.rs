@@ -102,7 +102,9 @@ fn window_metrics_match_the_workloads_own_counts_in_both_modes() {
     );
     let f = function(&s, "workload_page_faults").unwrap();
     let short = f["page_faults_per_ms"].as_f64().unwrap();
-    eprintln!("workload_page_faults: windows {got:.1}, short-only {short:.1} faults/ms, truth {truth:.1}");
+    eprintln!(
+        "workload_page_faults: windows {got:.1}, short-only {short:.1} faults/ms, truth {truth:.1}"
+    );
     assert!(
         rel(short, truth) <= 0.25,
         "short-only: {short:.1} faults/ms, truth {truth:.1}\n{stable}"
@@ -140,7 +142,7 @@ fn a_sleeping_functions_context_switches_match_its_truth() {
 /// points for the 0.3 ms threads (three runs: -2.0, +1.0, +3.2), too close to the 3
 /// allowed; at 500 us four runs were within 1.9.
 #[test]
-#[ignore = "reads short_worker 3.3-4.0 points high at this explicit 500 us period since the floor and one-shot windows were merged (threads_shorter in the closing note of issue 21); the default-period case is coverage::short_threads_at_the_default_period_get_their_share"]
+#[ignore = "a cause of its own: at this explicit 500 us period short_worker is now within 2 points (-1.2 to +1.9 over six runs), but main_work reads 2.9-3.7 points low in the 1 ms case and 1.1-2.8 high in the 0.3 ms case (docs/BENCHMARKS.md, short threads at the default options); the default-period case is coverage::short_threads_at_the_default_period_get_their_share"]
 fn threads_shorter_than_a_period_get_their_share() {
     let _quiet = crate::util::quiet();
     let dir = Scratch::new("trust-short");
