@@ -210,6 +210,17 @@ fn switch_rates_of_sleeping_functions_match_their_own_counts() {
     );
 }
 
+/// Context switches per ms of functions that sleep 5 us and 100 us a call, on one thread:
+/// the second CPU is idle, so every sleep lets it go idle and a window's timer is the
+/// CPU's next one at each switch (before the switch-excess fit, one thread of 100 us
+/// sleeps read 0.70-0.91x its switches per ms).
+#[test]
+fn switch_rates_of_sleeping_functions_on_one_thread_match_their_own_counts() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("rates-sleeps-one");
+    judge(&dir, "sleeps1", 1, 6.0, &["nap_5us", "nap_100us"], &["context_switches_per_ms"]);
+}
+
 /// Eight threads on two CPUs: one-page and 256-page touching, system calls and
 /// computation. (Sleeping functions among eight threads on two CPUs read 0.6x their
 /// switches per ms: `strobe bench accuracy` shows them, docs/BENCHMARKS.md says what was
