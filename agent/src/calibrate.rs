@@ -42,7 +42,8 @@ use strobe_protocol::calibration::{Baseline, Calibration, Costs, CounterBaseline
 use strobe_sampler::custody::SharedSlot;
 use strobe_sampler::Kind;
 
-use crate::sampler::{self, close_slot, mono_ns, open_slot, read_group, take_sample, READ_HEAD};
+use crate::clock::mono_ns;
+use crate::sampler::{self, close_slot, open_slot, read_group, take_sample, READ_HEAD};
 use crate::slots::{Local, LOCAL};
 use crate::{arena, Agent};
 
@@ -104,7 +105,7 @@ fn stable_min(mut f: impl FnMut() -> Option<u64>) -> Option<u64> {
     best
 }
 
-/// The handler in a calibration mode (called by `sampler::on_sigtrap`).
+/// The handler in a calibration mode (called by `signal::on_sigtrap`).
 pub fn on_overflow(
     a: &Agent,
     index: usize,

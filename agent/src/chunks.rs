@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use strobe_format::{Encoder, Mapping, MapsSnapshot, Note, NoteLevel};
 
-use crate::sampler::mono_ns;
+use crate::clock::mono_ns;
 use crate::Agent;
 
 /// Writes all of `bytes` to `fd` (one call per buffer when the kernel allows).

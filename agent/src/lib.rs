@@ -69,11 +69,13 @@
 mod altstack;
 mod calibrate;
 mod chunks;
+mod clock;
 mod fds;
 mod hidden_env;
 mod sampler;
 mod session;
 mod sigmask;
+mod signal;
 mod slots;
 mod stack;
 mod watch;
@@ -214,7 +216,7 @@ extern "C" fn agent_init() {
         KEY.store(u64::from(key), Ordering::Relaxed);
     }
     sigmask::resolve();
-    if let Err(e) = sampler::install_handler() {
+    if let Err(e) = signal::install_handler() {
         session::note_to_path(
             &cfg.output,
             &format!("strobe agent: cannot install the SIGTRAP handler: {e}"),
@@ -318,7 +320,7 @@ fn start(cfg: RecordConfig, origin: ProcessOrigin, cpu_from: u64) {
         ppid: ppid as u32,
         origin,
         exe: std::fs::read_link("/proc/self/exe").unwrap_or_default(),
-        start_mono_ns: sampler::mono_ns(),
+        start_mono_ns: clock::mono_ns(),
         period,
         window,
         jitter,
@@ -657,7 +659,7 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
-    if let Some(rc) = sampler::virtual_sigaction(sig, act, old) {
+    if let Some(rc) = signal::virtual_sigaction(sig, act, old) {
         return rc;
     }
     // SAFETY: forwarded with the caller's pointers, under sigaction's own contract.
@@ -694,7 +696,7 @@ pub unsafe extern "C" fn signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    if let Some(old) = sampler::virtual_signal(sig, handler) {
+    if let Some(old) = signal::virtual_signal(sig, handler) {
         return old;
     }
     if let Some(old) = watch::virtual_signal(sig, handler) {
@@ -740,7 +742,7 @@ pub unsafe extern "C" fn sigset(
 ) -> libc::sighandler_t {
     const SIG_HOLD: libc::sighandler_t = 2;
     if handler != SIG_HOLD {
-        if let Some(old) = sampler::virtual_signal(sig, handler) {
+        if let Some(old) = signal::virtual_signal(sig, handler) {
             return old;
         }
     }
@@ -764,7 +766,7 @@ pub unsafe extern "C" fn sysv_signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    if let Some(old) = sampler::virtual_sysv_signal(sig, handler) {
+    if let Some(old) = signal::virtual_sysv_signal(sig, handler) {
         return old;
     }
     type F = unsafe extern "C" fn(libc::c_int, libc::sighandler_t) -> libc::sighandler_t;
@@ -784,7 +786,7 @@ pub unsafe extern "C" fn sysv_signal(
 /// Same contract as libc's `siginterrupt`.
 #[no_mangle]
 pub unsafe extern "C" fn siginterrupt(sig: libc::c_int, flag: libc::c_int) -> libc::c_int {
-    if let Some(rc) = sampler::virtual_siginterrupt(sig, flag) {
+    if let Some(rc) = signal::virtual_siginterrupt(sig, flag) {
         return rc;
     }
     type F = unsafe extern "C" fn(libc::c_int, libc::c_int) -> libc::c_int;

@@ -50,7 +50,7 @@ pub fn new_stream_id() -> u32 {
         // SAFETY: fills 4 bytes of a live local.
         unsafe { libc::getrandom((&mut stream as *mut u32).cast(), 4, 0) };
         if stream == 0 {
-            stream = crate::sampler::mono_ns() as u32 | 1;
+            stream = crate::clock::mono_ns() as u32 | 1;
         }
     }
     stream
