@@ -310,9 +310,10 @@ fn maybe_jit(path: &str) -> bool {
 /// caller groups its reports in batches ([`SymbolCache::end_batch`]: a continuous
 /// recording's interval, one report per process), and a table used in the batch that
 /// just ended is never dropped, so a file is parsed at most once a batch and once for
-/// as long as some process that maps it keeps sampling. Tables that the last batch did
-/// not use are kept up to [`SymbolCache::MAX_TABLE_BYTES`] in all, least recently used
-/// dropped first. The memory this holds follows the files the host's sampled
+/// as long as some process that maps it keeps sampling. Of the tables that neither the
+/// current batch nor the last one used, up to [`SymbolCache::MAX_TABLE_BYTES`] are kept,
+/// least recently used dropped first (a shell or a libm that no process sampled for a
+/// batch is not parsed again when one does). The memory this holds follows the files the host's sampled
 /// processes map (a compiler's libraries hold tens of megabytes of symbols each).
 #[derive(Debug, Clone, Default)]
 pub struct SymbolCache(std::sync::Arc<std::sync::Mutex<CacheInner>>);
@@ -385,17 +386,18 @@ impl CacheInner {
     }
 
     /// Drops the least recently used tables that neither this batch nor the last one
-    /// used, while the tables hold more than [`SymbolCache::MAX_TABLE_BYTES`].
+    /// used, while those hold more than [`SymbolCache::MAX_TABLE_BYTES`].
     fn trim(&mut self) {
-        let mut bytes: usize = self.tables.iter().map(|t| t.bytes).sum();
+        let idle = |t: &Parsed| !t.used && !t.used_last;
+        let mut bytes: usize = self.tables.iter().filter(|t| idle(t)).map(|t| t.bytes).sum();
         let mut i = 0;
         while bytes > SymbolCache::MAX_TABLE_BYTES && i < self.tables.len() {
             let t = &self.tables[i];
-            if t.used || t.used_last {
-                i += 1;
-            } else {
+            if idle(t) {
                 bytes -= t.bytes;
                 self.tables.remove(i);
+            } else {
+                i += 1;
             }
         }
     }
@@ -410,8 +412,8 @@ struct CachedFile {
 impl SymbolCache {
     /// The most addresses kept (about 150 bytes each).
     pub const MAX_ENTRIES: usize = 1 << 16;
-    /// The most bytes of parsed symbol tables kept beyond those the last two batches
-    /// used.
+    /// The most bytes of parsed symbol tables kept of those the last two batches did
+    /// not use.
     pub const MAX_TABLE_BYTES: usize = 32 << 20;
 
     /// Addresses kept now.
@@ -843,15 +845,15 @@ mod tests {
     }
 
     /// The symbol cache keeps a table for as long as batches use it, whatever its size,
-    /// and drops it (least recently used first, past the bound) once a whole batch went
-    /// by without it.
+    /// and once a whole batch went by without it, keeps it only within the bound on such
+    /// tables (least recently used dropped first).
     #[test]
     fn symbol_cache_keeps_what_the_batches_use() {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let table =
             std::sync::Arc::new(strobe_target::symtab::FunctionTable::open(&exe, None).unwrap());
         let cache = SymbolCache::default();
-        let big = SymbolCache::MAX_TABLE_BYTES;
+        let big = SymbolCache::MAX_TABLE_BYTES / 3 * 2;
         let keep = |path: &str| {
             let mut c = cache.0.lock().unwrap();
             c.keep_table(path, None, std::sync::Arc::clone(&table), None);
@@ -865,16 +867,18 @@ mod tests {
         keep("/a");
         cache.end_batch();
         keep("/b");
-        // Twice the bound: /a was used by the last batch, /b by this one.
-        assert_eq!(held(), ["/a", "/b"]);
         cache.end_batch();
-        // /a went a whole batch unused: past the bound, it goes.
-        assert_eq!(held(), ["/b"]);
-        assert!(cache.0.lock().unwrap().table("/b", None).is_some());
+        // /a went a whole batch unused, but within the bound.
+        assert_eq!(held(), ["/a", "/b"]);
         keep("/c");
         cache.end_batch();
+        // /a and /b unused for a batch: past the bound, the older goes; /c stays
+        // whatever the bound.
         assert_eq!(held(), ["/b", "/c"]);
         assert_eq!(cache.table_bytes(), 2 * big);
+        assert!(cache.0.lock().unwrap().table("/c", None).is_some());
+        cache.end_batch();
+        assert_eq!(held(), ["/b", "/c"]);
         cache.end_batch();
         // Neither used since: only the most recent fits the bound.
         assert_eq!(held(), ["/c"]);
