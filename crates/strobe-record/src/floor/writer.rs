@@ -509,7 +509,10 @@ impl Writer {
                     let parent_name =
                         self.threads.get(&ptid).map(|t| t.name.clone()).unwrap_or_default();
                     self.threads.insert(tid, Thread { name: parent_name, ..Thread::default() });
-                    if pid != ppid && !self.by_pid.contains_key(&pid) {
+                    // A forgotten image's pid, reused: a new process too.
+                    let followed =
+                        self.by_pid.get(&pid).is_some_and(|&i| self.procs[i].live.is_some());
+                    if pid != ppid && !followed {
                         // A new process: its parent's address space, copied.
                         let maps = self
                             .by_pid
@@ -948,5 +951,75 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert!(a.len() > 8, "{a:#?}");
         assert_eq!(a, b);
+    }
+
+    /// A process that reuses a forgotten process's pid is a new process: it gets a
+    /// stream of its own, with its parent's mappings, not the forgotten one's.
+    #[test]
+    fn a_reused_pid_of_a_forgotten_process_is_a_new_stream() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dir = std::env::temp_dir().join(format!("strobe-writer-reuse-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let mut f = File::create(&path).unwrap();
+        let mut e = Encoder::new();
+        e.preamble();
+        e.header(&header());
+        f.write_all(e.as_bytes()).unwrap();
+        let mut w = Writer::new(f, sampling(), FxHashMap::default(), None, false, 1);
+        let mut time = crate::drain::mono_ns() - 10_000_000_000;
+        let mut round = |w: &mut Writer, evs: Vec<Ev>, after_now: bool| {
+            if after_now {
+                time = crate::drain::mono_ns() + 1;
+            }
+            let evs = evs
+                .into_iter()
+                .map(|ev| {
+                    time += 1_000;
+                    Timed { time, ev }
+                })
+                .collect();
+            w.apply(evs, &Served::default());
+            w.flush().unwrap();
+            w.last_forget = 0;
+            w.forget_gone();
+        };
+        round(
+            &mut w,
+            vec![
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                sample(dead, dead, 0x40_0010, vec![0x40_0100]),
+                Ev::Exit { pid: dead, tid: dead },
+            ],
+            false,
+        );
+        round(&mut w, vec![sample(me, me, 0x50_0010, vec![])], true);
+        assert_eq!(w.forgotten, 1);
+        // The pid comes back, forked by this process, which maps a file.
+        round(
+            &mut w,
+            vec![
+                Ev::Mmap {
+                    pid: me,
+                    start: 0x60_0000,
+                    len: 0x1000,
+                    pgoff: 0,
+                    path: PathBuf::from("/bin/sh"),
+                },
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                sample(dead, dead, 0x60_0010, vec![]),
+            ],
+            false,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let i = w.by_pid[&dead];
+        let p = &w.procs[i];
+        assert_eq!(p.stream, 3, "streams: the first image 1, this process 2, the new one 3");
+        assert_eq!(p.samples, 1);
+        let maps = &p.live.as_ref().expect("followed").maps;
+        assert_eq!(maps.len(), 1, "its parent's mappings: {maps:?}");
     }
 }
