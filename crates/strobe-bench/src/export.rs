@@ -23,7 +23,9 @@
 //! 10 ms of CPU) every 100 ms, so processes keep coming and going. Reported: the strobe
 //! process's CPU share of one CPU from a tenth of the run to its end (and per thread:
 //! the recorder, the interval cutter, the sender), its resident memory at a tenth of the
-//! run (minute 1) and at its end (minute 10), and the profiles sent and not sent.
+//! run (minute 1) and at its end (minute 10), the profiles sent and not sent, and the
+//! process reports it built (one per process with samples per interval: the machine's
+//! own processes count, so the share depends on what else runs) with the CPU per report.
 //!
 //! This module must never be linked into the agent; it drives strobe and the collector
 //! as a user would.
@@ -516,6 +518,13 @@ fn continuous(
         l[..i].split_whitespace().last()?.parse().ok()
     };
     let sent = err.lines().find_map(|l| num_before(l, " profiles sent to ")).unwrap_or(0);
+    // The processes it handled: one report per process with samples per interval. The
+    // CPU per report is the window's CPU over the reports of the window, taken as the
+    // run's reports in proportion to the window's part of the run.
+    let reports = err.lines().find_map(|l| num_before(l, " process reports")).unwrap_or(0);
+    let per_interval = reports as f64 / (seconds / every) as f64;
+    let window_reports = reports as f64 * wall / seconds as f64;
+    let cpu_us_per_report = if window_reports > 0.0 { 1e6 * total / window_reports } else { 0.0 };
     let dropped = err
         .lines()
         .find(|l| l.contains("profiles could not be sent"))
@@ -544,6 +553,10 @@ fn continuous(
         seconds as f64 - 3.0,
         if growth.abs() <= 10.0 { "met" } else { "missed" }
     );
+    let _ = writeln!(
+        text,
+        "process reports {reports} ({per_interval:.0} per interval), CPU per process report {cpu_us_per_report:.0} us"
+    );
     let _ = writeln!(text, "profiles sent {sent}, not sent {dropped}\n{summary}");
     let json = vec![
         ("continuous_seconds".to_string(), json!(seconds)),
@@ -560,6 +573,9 @@ fn continuous(
         ("rss_minute_10_mb".to_string(), json!(r3(rss10))),
         ("profiles_sent".to_string(), json!(sent)),
         ("profiles_dropped".to_string(), json!(dropped)),
+        ("process_reports".to_string(), json!(reports)),
+        ("process_reports_per_interval".to_string(), json!(r3(per_interval))),
+        ("cpu_us_per_process_report".to_string(), json!(r3(cpu_us_per_report))),
     ];
     Ok(ContinuousRun { text, json })
 }

@@ -302,8 +302,19 @@ fn maybe_jit(path: &str) -> bool {
 /// Entries are keyed by the file's path and the address's file offset, and belong to
 /// the file as it was when they were made (its device, inode, size and modification
 /// time): a file replaced on disk is read again. Every entry is dropped when the
-/// [`SymbolOptions`] change or when the cache holds [`SymbolCache::MAX_ENTRIES`].
-/// Kernel, JIT and pseudo-mapping names are not kept (they are cheap, or change).
+/// [`SymbolOptions`] change; the names (not the parsed tables) when the cache holds
+/// [`SymbolCache::MAX_ENTRIES`]. Kernel, JIT and pseudo-mapping names are not kept
+/// (they are cheap, or change).
+///
+/// Parsed symbol tables (and code indexes) are kept while the reports use them: the
+/// caller groups its reports in batches ([`SymbolCache::end_batch`]: a continuous
+/// recording's interval, one report per process), and a table used in the batch that
+/// just ended is never dropped, so a file is parsed at most once a batch and once for
+/// as long as some process that maps it keeps sampling. Of the tables that neither the
+/// current batch nor the last one used, up to [`SymbolCache::MAX_TABLE_BYTES`] are kept,
+/// least recently used dropped first (a shell or a libm that no process sampled for a
+/// batch is not parsed again when one does). The memory this holds follows the files the host's sampled
+/// processes map (a compiler's libraries hold tens of megabytes of symbols each).
 #[derive(Debug, Clone, Default)]
 pub struct SymbolCache(std::sync::Arc<std::sync::Mutex<CacheInner>>);
 
@@ -312,46 +323,82 @@ struct CacheInner {
     opts: Option<SymbolOptions>,
     files: FxHashMap<String, CachedFile>,
     entries: usize,
-    /// Parsed symbol tables, least recently used first, and the bytes they hold: a new
+    /// Parsed symbol tables (and code indexes), least recently used first: a new
     /// address in a file already read costs a lookup, not a parse.
-    tables: Vec<(String, Option<FileId>, std::sync::Arc<strobe_target::symtab::FunctionTable>)>,
-    table_bytes: usize,
+    tables: Vec<Parsed>,
 }
 
 type FileId = (u64, u64, u64, i64, i64);
 
+type Table = std::sync::Arc<strobe_target::symtab::FunctionTable>;
+/// A file's code index (FDE ranges, MiniDebugInfo), once looked for: `None` inside when
+/// the file has none that can be read.
+type Index = Option<std::sync::Arc<strobe_target::debuginfo::CodeIndex>>;
+
+/// What was parsed of one file.
+#[derive(Debug)]
+struct Parsed {
+    path: String,
+    id: Option<FileId>,
+    table: Table,
+    /// Parsed only when an address needed it (one no symbol names, or DWARF by vaddr).
+    index: Option<Index>,
+    bytes: usize,
+    /// Used in the current batch.
+    used: bool,
+    /// Used in the batch that ended last.
+    used_last: bool,
+}
+
+impl Parsed {
+    fn new(path: &str, id: Option<FileId>, table: Table, index: Option<Index>) -> Parsed {
+        let index_bytes = index.as_ref().and_then(Option::as_ref).map_or(0, |i| {
+            i.fde_ranges.capacity() * 16
+                + i.mini_symbols.iter().map(|m| m.name.capacity() + 48).sum::<usize>()
+        });
+        let bytes = table.heap_bytes() + index_bytes;
+        Parsed { path: path.to_string(), id, table, index, bytes, used: true, used_last: false }
+    }
+}
+
 impl CacheInner {
-    fn table(
-        &mut self,
-        path: &str,
-        id: Option<FileId>,
-    ) -> Option<std::sync::Arc<strobe_target::symtab::FunctionTable>> {
-        let i = self.tables.iter().position(|t| t.0 == path && t.1 == id)?;
-        let t = self.tables.remove(i);
-        let table = std::sync::Arc::clone(&t.2);
+    fn table(&mut self, path: &str, id: Option<FileId>) -> Option<(Table, Option<Index>)> {
+        let i = self.tables.iter().position(|t| t.path == path && t.id == id)?;
+        let mut t = self.tables.remove(i);
+        t.used = true;
+        let found = (std::sync::Arc::clone(&t.table), t.index.clone());
         self.tables.push(t);
-        Some(table)
+        Some(found)
     }
 
-    fn keep_table(
-        &mut self,
-        path: &str,
-        id: Option<FileId>,
-        table: std::sync::Arc<strobe_target::symtab::FunctionTable>,
-    ) {
-        if self.tables.iter().any(|t| t.0 == path && t.1 == id) {
+    fn keep_table(&mut self, path: &str, id: Option<FileId>, table: Table, index: Option<Index>) {
+        let kept = self.tables.iter().find(|t| t.path == path && t.id == id);
+        if kept.is_some_and(|t| t.index.is_some() || index.is_none()) {
             return;
         }
-        let bytes = table.heap_bytes();
-        if bytes > SymbolCache::MAX_TABLE_BYTES / 2 {
-            return;
-        }
-        self.tables.retain(|t| t.0 != path);
-        self.tables.push((path.to_string(), id, table));
-        self.table_bytes = self.tables.iter().map(|t| t.2.heap_bytes()).sum();
-        while self.table_bytes > SymbolCache::MAX_TABLE_BYTES && self.tables.len() > 1 {
-            let old = self.tables.remove(0);
-            self.table_bytes -= old.2.heap_bytes();
+        // New, or its code index parsed since it was kept.
+        let used_last = kept.is_some_and(|t| t.used_last);
+        self.tables.retain(|t| t.path != path);
+        let mut parsed = Parsed::new(path, id, table, index);
+        parsed.used_last = used_last;
+        self.tables.push(parsed);
+        self.trim();
+    }
+
+    /// Drops the least recently used tables that neither this batch nor the last one
+    /// used, while those hold more than [`SymbolCache::MAX_TABLE_BYTES`].
+    fn trim(&mut self) {
+        let idle = |t: &Parsed| !t.used && !t.used_last;
+        let mut bytes: usize = self.tables.iter().filter(|t| idle(t)).map(|t| t.bytes).sum();
+        let mut i = 0;
+        while bytes > SymbolCache::MAX_TABLE_BYTES && i < self.tables.len() {
+            let t = &self.tables[i];
+            if idle(t) {
+                bytes -= t.bytes;
+                self.tables.remove(i);
+            } else {
+                i += 1;
+            }
         }
     }
 }
@@ -365,8 +412,8 @@ struct CachedFile {
 impl SymbolCache {
     /// The most addresses kept (about 150 bytes each).
     pub const MAX_ENTRIES: usize = 1 << 16;
-    /// The most bytes of parsed symbol tables kept (a table larger than half of it
-    /// is parsed each time it is needed).
+    /// The most bytes of parsed symbol tables kept of those the last two batches did
+    /// not use.
     pub const MAX_TABLE_BYTES: usize = 32 << 20;
 
     /// Addresses kept now.
@@ -377,6 +424,21 @@ impl SymbolCache {
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Ends a batch of reports: from now on, the tables it did not use may be dropped.
+    pub fn end_batch(&self) {
+        if let Ok(mut c) = self.0.lock() {
+            for t in &mut c.tables {
+                t.used_last = std::mem::take(&mut t.used);
+            }
+            c.trim();
+        }
+    }
+
+    /// Bytes of parsed tables held now.
+    pub fn table_bytes(&self) -> usize {
+        self.0.lock().map_or(0, |c| c.tables.iter().map(|t| t.bytes).sum())
     }
 }
 
@@ -450,20 +512,25 @@ pub(crate) fn symbolize_with(
             }
         }
         let named: Vec<(u64, usize)> = if guard.is_some() { offs.clone() } else { Vec::new() };
-        let table = guard.as_deref_mut().and_then(|c| c.table(path, id));
+        let (table, index) = guard.as_deref_mut().and_then(|c| c.table(path, id)).unzip();
         let file = FileToName {
             path,
             symbolizer: &symbolizer,
             debug_dirs: &debug_dirs,
             table: std::cell::RefCell::new(table),
+            index: std::cell::RefCell::new(index.flatten()),
         };
         file.name(spaces, opts, offs, &mut out);
         if let Some(c) = guard.as_deref_mut() {
             if let Some(t) = file.table.into_inner() {
-                c.keep_table(path, id, t);
+                c.keep_table(path, id, t, file.index.into_inner());
             }
             if c.entries + named.len() > SymbolCache::MAX_ENTRIES {
-                *c = CacheInner { opts: Some(opts.clone()), ..CacheInner::default() };
+                // The names go; the parsed tables stay (a name is looked up again in
+                // them at the cost of a search, a table is parsed again at the cost
+                // of reading the file).
+                c.files.clear();
+                c.entries = 0;
             }
             let entry = c.files.entry(path.to_string()).or_default();
             entry.id = id;
@@ -551,7 +618,9 @@ struct FileToName<'a> {
     symbolizer: &'a Symbolizer,
     debug_dirs: &'a [std::path::PathBuf],
     /// Its symbol table, parsed already (kept by a [`SymbolCache`]), or once parsed.
-    table: std::cell::RefCell<Option<std::sync::Arc<strobe_target::symtab::FunctionTable>>>,
+    table: std::cell::RefCell<Option<Table>>,
+    /// Its code index, likewise.
+    index: std::cell::RefCell<Option<Index>>,
 }
 
 impl FileToName<'_> {
@@ -595,9 +664,15 @@ impl FileToName<'_> {
     ) -> Option<Vec<Option<Frame>>> {
         use strobe_target::debuginfo::{debug_file_by_build_id, CodeIndex};
         use strobe_target::symtab::FunctionTable;
-        let debug = match image {
-            Some(_) => None,
-            None => debug_file_by_build_id(file, self.debug_dirs),
+        // The separate debug file: looked for when the table is parsed or DWARF read.
+        let debug_cell = std::cell::OnceCell::new();
+        let debug = || -> Option<&Path> {
+            debug_cell
+                .get_or_init(|| match image {
+                    Some(_) => None,
+                    None => debug_file_by_build_id(file, self.debug_dirs),
+                })
+                .as_deref()
         };
         let cached = self.table.borrow().clone();
         let table = match cached {
@@ -605,7 +680,7 @@ impl FileToName<'_> {
             None => {
                 let table = match image {
                     Some(bytes) => FunctionTable::parse(file, bytes, None),
-                    None => FunctionTable::open(file, debug.as_deref()),
+                    None => FunctionTable::open(file, debug()),
                 };
                 // Unreadable or not ELF: every address stays "[unknown in <module>]".
                 let t = std::sync::Arc::new(table.ok()?);
@@ -614,19 +689,23 @@ impl FileToName<'_> {
             }
         };
         // What a stripped file still says (its segments, FDE boundaries, MiniDebugInfo).
-        let mut index: Option<Option<CodeIndex>> = None;
-        let open_index = || match image {
-            Some(bytes) => CodeIndex::parse(file, bytes).ok(),
-            None => CodeIndex::open(file).ok(),
+        let index = || -> Index {
+            self.index
+                .borrow_mut()
+                .get_or_insert_with(|| {
+                    match image {
+                        Some(bytes) => CodeIndex::parse(file, bytes).ok(),
+                        None => CodeIndex::open(file).ok(),
+                    }
+                    .map(std::sync::Arc::new)
+                })
+                .clone()
         };
         // Lines and inlined frames: DWARF, of files (a module with no file has none).
         let dwarf = match image {
             Some(_) => None,
             None if opts.names_only && !opts.inline => None,
-            None => {
-                let index = index.get_or_insert_with(open_index);
-                self.dwarf(file, debug.as_deref(), index.as_ref(), unique)
-            }
+            None => self.dwarf(file, debug(), index().as_deref(), unique),
         };
         let module = module_name(self.path);
         let frames = unique
@@ -650,7 +729,7 @@ impl FileToName<'_> {
                     Some((name, _)) if name.plt => format!("{}@plt", demangled(name.raw)),
                     Some((name, _)) => demangled(name.raw),
                     None => {
-                        let index = index.get_or_insert_with(open_index).as_ref()?;
+                        let index = index()?;
                         let vaddr = index.offset_to_vaddr(off)?;
                         match index.mini_symbol_at(vaddr) {
                             Some(s) => demangled(&s.name),
@@ -763,5 +842,45 @@ mod tests {
         assert_eq!((f[0].function.as_str(), f[0].module.as_str()), ("clear_page_erms", "[kernel]"));
         assert_eq!((f[1].function.as_str(), f[1].module.as_str()), ("ext4_read", "[ext4]"));
         assert_eq!(f[2].function, "[unknown in [kernel]]");
+    }
+
+    /// The symbol cache keeps a table for as long as batches use it, whatever its size,
+    /// and once a whole batch went by without it, keeps it only within the bound on such
+    /// tables (least recently used dropped first).
+    #[test]
+    fn symbol_cache_keeps_what_the_batches_use() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let table =
+            std::sync::Arc::new(strobe_target::symtab::FunctionTable::open(&exe, None).unwrap());
+        let cache = SymbolCache::default();
+        let big = SymbolCache::MAX_TABLE_BYTES / 3 * 2;
+        let keep = |path: &str| {
+            let mut c = cache.0.lock().unwrap();
+            c.keep_table(path, None, std::sync::Arc::clone(&table), None);
+            // Each as large as the bound.
+            c.tables.iter_mut().for_each(|t| t.bytes = big);
+            c.trim();
+        };
+        let held = || -> Vec<String> {
+            cache.0.lock().unwrap().tables.iter().map(|t| t.path.clone()).collect()
+        };
+        keep("/a");
+        cache.end_batch();
+        keep("/b");
+        cache.end_batch();
+        // /a went a whole batch unused, but within the bound.
+        assert_eq!(held(), ["/a", "/b"]);
+        keep("/c");
+        cache.end_batch();
+        // /a and /b unused for a batch: past the bound, the older goes; /c stays
+        // whatever the bound.
+        assert_eq!(held(), ["/b", "/c"]);
+        assert_eq!(cache.table_bytes(), 2 * big);
+        assert!(cache.0.lock().unwrap().table("/c", None).is_some());
+        cache.end_batch();
+        assert_eq!(held(), ["/b", "/c"]);
+        cache.end_batch();
+        // Neither used since: only the most recent fits the bound.
+        assert_eq!(held(), ["/c"]);
     }
 }

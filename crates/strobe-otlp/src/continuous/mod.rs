@@ -86,6 +86,8 @@ pub struct Summary {
     pub requests: u64,
     /// Time samples given to intervals.
     pub time_samples: u64,
+    /// Process reports built: processes with samples, summed over the intervals.
+    pub process_reports: u64,
     /// Samples that came after their interval was cut (sent in the next one).
     pub late: u64,
     /// The exporter's counts (in profiles, as OTLP counts them: one per sample type and
@@ -315,6 +317,9 @@ impl Follower {
             while now >= mono_of(end_unix) + grace {
                 let parts = cutter.cut(Some(mono_of(end_unix)), &pid_alive);
                 self.send(&mut sum, parts, start_unix, end_unix)?;
+                // The interval's reports are done: the symbol tables too large for the
+                // cache's bound that no report of the interval used go.
+                self.symbols.end_batch();
                 start_unix = end_unix;
                 end_unix += every;
                 // What an interval's reports freed goes back to the system: glibc keeps
@@ -374,6 +379,7 @@ impl Follower {
         let mut reports = Vec::new();
         for p in parts.into_iter().filter(|p| p.time_samples > 0) {
             sum.time_samples += p.time_samples;
+            sum.process_reports += 1;
             let len = p.bytes.len() as u64;
             let reader = Reader::new(Cursor::new(p.bytes), "an interval of the recording")?;
             let loaded = read_from(reader, len, &read, &mut |_, _| {})?;

@@ -268,7 +268,9 @@ impl Floor {
     /// moments `served` says the agent served) and flushes it to the file.
     pub(crate) fn release(&mut self, served: &Served) -> std::io::Result<()> {
         self.writer.apply(self.order.end_round(), served);
-        self.writer.flush()
+        self.writer.flush()?;
+        self.writer.forget_gone();
+        Ok(())
     }
 
     /// Stops the events and writes everything still in the rings.

@@ -32,6 +32,10 @@ use crate::drain::Totals;
 use crate::served::Served;
 use crate::stacks::StackTable;
 
+/// How many of [`Writer::forget_gone`]'s looks at `/proc` pass between two that look at
+/// every process, not only those whose EXIT was seen.
+const FORGET_ALL_EVERY: u64 = 30;
+
 /// What `/proc` showed of a process that ran before the recording started.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Known {
@@ -68,21 +72,37 @@ pub(crate) struct Sampling {
     pub floor: bool,
 }
 
-/// One process image.
+/// One process image: what its END needs, and while it may still have records, the
+/// state its records are built with.
 #[derive(Debug)]
 struct Proc {
     pid: u32,
     stream: u32,
-    maps: Vec<Mapping>,
-    maps_dirty: bool,
-    /// The unwind tables of `maps`, for walks of stack copies.
-    modules: ProcModules,
-    stacks: StackTable,
+    /// `None` once the image is forgotten (see [`Writer::forget_gone`]).
+    live: Option<Box<ProcState>>,
     samples: u64,
     window_ends: u64,
     lost: u64,
     exited: bool,
     replaced: bool,
+    /// When `/proc` first showed the process gone (monotonic ns).
+    gone_at: Option<u64>,
+}
+
+/// What the records of a process image are built with.
+#[derive(Debug, Default)]
+struct ProcState {
+    maps: Vec<Mapping>,
+    maps_dirty: bool,
+    /// The unwind tables of `maps`, for walks of stack copies.
+    modules: ProcModules,
+    stacks: StackTable,
+}
+
+impl Proc {
+    fn state(&mut self) -> &mut ProcState {
+        self.live.get_or_insert_with(Box::default)
+    }
 }
 
 /// A thread switched out, waiting for its switch-in.
@@ -133,6 +153,8 @@ pub(crate) struct Writer {
     enc: Encoder,
     sampling: Sampling,
     procs: Vec<Proc>,
+    /// Indices into `procs` of the images not forgotten.
+    active: Vec<usize>,
     /// pid -> index of its current image in `procs`.
     by_pid: FxHashMap<u32, usize>,
     threads: FxHashMap<u32, Thread>,
@@ -159,6 +181,13 @@ pub(crate) struct Writer {
     totals: Totals,
     /// Off-CPU intervals written.
     pub off_cpu_intervals: u64,
+    /// The latest time of an event applied (events are applied in time order).
+    applied_to: u64,
+    /// When [`Writer::forget_gone`] last looked at `/proc`.
+    last_forget: u64,
+    /// Process images forgotten.
+    pub forgotten: u64,
+    forget_checks: u64,
 }
 
 impl Writer {
@@ -176,6 +205,7 @@ impl Writer {
             enc: Encoder::with_capacity(1 << 20),
             sampling,
             procs: Vec::new(),
+            active: Vec::new(),
             by_pid: FxHashMap::default(),
             threads: FxHashMap::default(),
             known,
@@ -194,6 +224,10 @@ impl Writer {
             served_dropped: 0,
             totals: Totals::default(),
             off_cpu_intervals: 0,
+            applied_to: 0,
+            last_forget: 0,
+            forgotten: 0,
+            forget_checks: 0,
         }
     }
 
@@ -226,7 +260,11 @@ impl Writer {
         if threads.is_empty() {
             return;
         }
-        let i = self.proc_of(pid, crate::drain::mono_ns(), None);
+        // A forgotten image's stream is still its stream.
+        let i = match self.by_pid.get(&pid) {
+            Some(&i) => i,
+            None => self.proc_of(pid, crate::drain::mono_ns(), None),
+        };
         let stream = self.procs[i].stream;
         self.enc.thread_cpu(stream, threads);
     }
@@ -248,9 +286,14 @@ impl Writer {
 
     /// The stream of `pid`'s current image, creating it (PROCESS chunk, and the
     /// mappings `/proc` showed for a process older than the recording) on first sight.
+    /// A forgotten image (its pid reused by a new process) is not reused: the new
+    /// process gets a stream of its own.
     fn proc_of(&mut self, pid: u32, time: u64, origin: Option<(ProcessOrigin, u32)>) -> usize {
         if let Some(&i) = self.by_pid.get(&pid) {
-            return i;
+            if self.procs[i].live.is_some() {
+                return i;
+            }
+            self.by_pid.remove(&pid);
         }
         let known = self.known.remove(&pid);
         let (origin, ppid) = match (origin, &known) {
@@ -305,19 +348,67 @@ impl Writer {
         self.procs.push(Proc {
             pid,
             stream,
-            maps,
-            maps_dirty,
-            modules: ProcModules::default(),
-            stacks: StackTable::default(),
+            live: Some(Box::new(ProcState {
+                maps,
+                maps_dirty,
+                modules: ProcModules::default(),
+                stacks: StackTable::default(),
+            })),
             samples: 0,
             window_ends: 0,
             lost: 0,
             exited: false,
             replaced: false,
+            gone_at: None,
         });
         let i = self.procs.len() - 1;
         self.by_pid.insert(pid, i);
+        self.active.push(i);
         i
+    }
+
+    /// Forgets the state (mappings, unwind tables, stack table) of process images that
+    /// can have no more records, keeping what their END and THREADCPU chunks need: an
+    /// image an exec replaced, and a process `/proc` shows dead once an event later than
+    /// that moment was applied (events are applied in time order, and a dead process's
+    /// threads made theirs before it died). Called after [`Writer::flush`], so what an
+    /// image's records need is in the file before it is forgotten. `/proc` is read at
+    /// most once a second, for processes whose leader's EXIT was seen, and every
+    /// [`FORGET_ALL_EVERY`] of those times for all (an EXIT the kernel lost). The
+    /// launched command is never forgotten.
+    pub(crate) fn forget_gone(&mut self) {
+        let now = crate::drain::mono_ns();
+        if now < self.last_forget + 1_000_000_000 {
+            return;
+        }
+        self.last_forget = now;
+        self.forget_checks += 1;
+        let all = self.forget_checks % FORGET_ALL_EVERY == 0;
+        let (applied, launched) = (self.applied_to, self.launched);
+        let procs = &mut self.procs;
+        let mut forgotten = 0;
+        self.active.retain(|&i| {
+            let p = &mut procs[i];
+            if launched == Some(p.pid) && !p.replaced {
+                return true;
+            }
+            let gone = match p.gone_at {
+                _ if p.replaced => true,
+                Some(t) => applied > t,
+                None => {
+                    if (p.exited || all) && crate::procs::pid_dead(p.pid) {
+                        p.gone_at = Some(now);
+                    }
+                    false
+                }
+            };
+            if gone {
+                p.live = None;
+                forgotten += 1;
+            }
+            !gone
+        });
+        self.forgotten += forgotten;
     }
 
     /// Names thread `tid` in `stream` if it was not named there yet.
@@ -338,6 +429,7 @@ impl Writer {
     /// agent served at its time is dropped (the agent's samples stand for that time).
     pub(crate) fn apply(&mut self, events: Vec<Timed>, served: &Served) {
         for Timed { time, ev } in events {
+            self.applied_to = self.applied_to.max(time);
             match ev {
                 Ev::Sample(s) => {
                     // Thinning counts every sample the kernel took, served or not: the
@@ -360,8 +452,8 @@ impl Writer {
                 Ev::SwitchOut { pid, tid, leaf, callers } => {
                     let i = self.proc_of(pid, time, None);
                     let p = &mut self.procs[i];
-                    let stack = p.stacks.intern(&callers);
                     let stream = p.stream;
+                    let stack = p.state().stacks.intern(&callers);
                     self.threads.entry(tid).or_default().out =
                         Some(Out { stream, start: time, ip: leaf, stack, preempted: false });
                     self.name_thread(stream, pid, tid);
@@ -388,7 +480,7 @@ impl Writer {
                 }
                 Ev::Mmap { pid, start, len, pgoff, path } => {
                     let i = self.proc_of(pid, time, None);
-                    let p = &mut self.procs[i];
+                    let p = self.procs[i].state();
                     let end = start.saturating_add(len);
                     p.maps.retain(|m| m.end <= start || m.start >= end);
                     p.maps.push(Mapping { start, end, file_offset: pgoff, path });
@@ -417,24 +509,28 @@ impl Writer {
                     let parent_name =
                         self.threads.get(&ptid).map(|t| t.name.clone()).unwrap_or_default();
                     self.threads.insert(tid, Thread { name: parent_name, ..Thread::default() });
-                    if pid != ppid && !self.by_pid.contains_key(&pid) {
+                    // A forgotten image's pid, reused: a new process too.
+                    let followed =
+                        self.by_pid.get(&pid).is_some_and(|&i| self.procs[i].live.is_some());
+                    if pid != ppid && !followed {
                         // A new process: its parent's address space, copied.
                         let maps = self
                             .by_pid
                             .get(&ppid)
-                            .map(|&i| self.procs[i].maps.clone())
+                            .and_then(|&i| self.procs[i].live.as_ref())
+                            .map(|l| l.maps.clone())
                             .unwrap_or_default();
                         let i = self.proc_of(pid, time, Some((ProcessOrigin::Fork, ppid)));
-                        let p = &mut self.procs[i];
+                        let p = self.procs[i].state();
                         p.maps_dirty = !maps.is_empty();
                         p.maps = maps;
                         p.modules.stale = true;
                     }
                 }
                 Ev::Exit { pid, tid } => {
-                    if let Some(t) = self.threads.get_mut(&tid) {
-                        t.out = None;
-                    }
+                    // A thread that exited has no more records (a new thread with its
+                    // tid starts at its FORK).
+                    self.threads.remove(&tid);
                     if pid == tid {
                         if let Some(&i) = self.by_pid.get(&pid) {
                             self.procs[i].exited = true;
@@ -474,7 +570,7 @@ impl Writer {
     fn sample(&mut self, time: u64, mut s: SampleEv) {
         let i = self.proc_of(s.pid, time, None);
         if let (Some(u), Some(w)) = (s.user.take(), self.unwinder.as_mut()) {
-            let p = &mut self.procs[i];
+            let p = self.procs[i].state();
             let max = self.sampling.user_walk_depth;
             // The kernel's frame-pointer chain of the user frames, kept aside.
             let fp_user = s.user_at.map(|at| s.callers.split_off(at)).unwrap_or_default();
@@ -499,8 +595,8 @@ impl Writer {
             self.ksyms.note(a);
         }
         let p = &mut self.procs[i];
-        let stack = p.stacks.intern(&s.callers);
         let stream = p.stream;
+        let stack = p.state().stacks.intern(&s.callers);
         let kind = match self.sampling.hf_window {
             Some(w) if s.period == w => SampleKind::WindowEnd,
             Some(_) => SampleKind::WindowStart,
@@ -551,16 +647,19 @@ impl Writer {
 
     /// Encodes what the applied events produced and appends it to the file.
     pub(crate) fn flush(&mut self) -> std::io::Result<()> {
-        for p in &mut self.procs {
-            if p.maps_dirty {
-                p.maps_dirty = false;
-                let mut maps = p.maps.clone();
+        for &i in &self.active {
+            let p = &mut self.procs[i];
+            let stream = p.stream;
+            let Some(l) = p.live.as_deref_mut() else { continue };
+            if l.maps_dirty {
+                l.maps_dirty = false;
+                let mut maps = l.maps.clone();
                 maps.sort_by_key(|m| m.start);
                 self.enc
-                    .maps(p.stream, &MapsSnapshot { time_mono_ns: crate::drain::mono_ns(), maps });
+                    .maps(stream, &MapsSnapshot { time_mono_ns: crate::drain::mono_ns(), maps });
             }
-            if let Some((first, nodes)) = p.stacks.take_new() {
-                self.enc.stacks(p.stream, first, &nodes);
+            if let Some((first, nodes)) = l.stacks.take_new() {
+                self.enc.stacks(stream, first, &nodes);
             }
         }
         let mut names = std::mem::take(&mut self.names);
@@ -670,5 +769,257 @@ impl Writer {
         self.totals.threads = self.seen_tids.len();
         self.totals.wakeups = wakeups;
         Ok(self.totals)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::floor::decode::SampleEv;
+    use strobe_format::{CallGraph, EventDesc, Header, Reader, RecordMode};
+
+    fn sampling() -> Sampling {
+        Sampling {
+            period: 1_000_000,
+            period_source: PeriodSource::Budget,
+            hf_window: None,
+            group_read: false,
+            ncounters: 1,
+            user_walk_depth: 0,
+            leader_is_time: true,
+            thin: 1,
+            floor: false,
+        }
+    }
+
+    fn header() -> Header {
+        Header {
+            minor_version: strobe_format::MINOR_VERSION,
+            strobe_version: "test".into(),
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["-a".into()],
+            events: vec![EventDesc {
+                name: "task-clock".into(),
+                type_: 1,
+                config: 1,
+                is_time: true,
+                is_hardware: false,
+                exclude_user: false,
+                exclude_kernel: true,
+            }],
+            period: Some(1_000_000),
+            window: Some(0),
+            jitter: Some(0),
+            wakeup: 1,
+            buffer_bytes: 1 << 20,
+            overhead_ppm: 20_000,
+            follow_fork: true,
+            mode: RecordMode::Kernel,
+            mode_reason: String::new(),
+            call_graph: CallGraph::Fp,
+            max_depth: 127,
+        }
+    }
+
+    fn sample(pid: u32, tid: u32, ip: u64, callers: Vec<u64>) -> Ev {
+        Ev::Sample(SampleEv {
+            pid,
+            tid,
+            ip,
+            kernel: false,
+            cpu: 0,
+            period: 1_000_000,
+            n: 1,
+            values: [0; MAX_COUNTERS],
+            callers,
+            user_at: Some(0),
+            user: None,
+        })
+    }
+
+    /// The records of the file at `path`, printed, with the times the writer takes from
+    /// the clock (a MAPS snapshot's, an END's) and the file's path left out.
+    fn records(path: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in Reader::open(path).unwrap() {
+            let s = format!("{:?}", r.unwrap()).replace(&*path.to_string_lossy(), "_");
+            let mut t = String::new();
+            for (k, part) in s.split("time_mono_ns: ").enumerate() {
+                if k > 0 {
+                    t.push_str("time_mono_ns: _");
+                    t.push_str(part.trim_start_matches(|c: char| c.is_ascii_digit()));
+                } else {
+                    t.push_str(part);
+                }
+            }
+            out.push(t);
+        }
+        out
+    }
+
+    /// A writer that forgets the processes that ended writes the same file as one that
+    /// keeps them all, and holds no state of the dead ones: a child that forked, mapped,
+    /// sampled, exec'd (the image it replaced is forgotten at once), sampled again and
+    /// exited (forgotten once an event later than its death is applied), with its pid
+    /// a real one that is dead.
+    #[test]
+    fn forgetting_ended_processes_leaves_the_file_as_it_was() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dir = std::env::temp_dir().join(format!("strobe-writer-test-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths = [dir.join("keeps"), dir.join("forgets")];
+        let mut writers: Vec<Writer> = paths
+            .iter()
+            .map(|p| {
+                let mut f = File::create(p).unwrap();
+                let mut e = Encoder::new();
+                e.preamble();
+                e.header(&header());
+                f.write_all(e.as_bytes()).unwrap();
+                Writer::new(f, sampling(), FxHashMap::default(), None, false, 1)
+            })
+            .collect();
+        let t0 = crate::drain::mono_ns() - 10_000_000_000;
+        let mmap = |path: &str| Ev::Mmap {
+            pid: dead,
+            start: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0,
+            path: PathBuf::from(path),
+        };
+        let rounds: Vec<Vec<Ev>> = vec![
+            vec![
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                mmap("/bin/sh"),
+                sample(dead, dead, 0x40_0010, vec![0x40_0100, 0x40_0200]),
+                sample(me, me, 0x50_0010, vec![0x50_0100]),
+            ],
+            vec![
+                Ev::Comm { pid: dead, tid: dead, name: "true".into(), exec: true },
+                mmap("/bin/true"),
+                sample(dead, dead, 0x40_0020, vec![0x40_0300]),
+                Ev::Lost { pid: Some(dead), tid: Some(dead), lost: 3 },
+                Ev::Exit { pid: dead, tid: dead },
+            ],
+            // After the forgetting writer saw the pid dead: an event later than that.
+            vec![sample(me, me, 0x50_0020, vec![0x50_0100])],
+        ];
+        let mut time = t0;
+        for (k, round) in rounds.into_iter().enumerate() {
+            if k == 2 {
+                // Events of this round come after the forgetting writer's look at /proc.
+                time = crate::drain::mono_ns() + 1;
+            }
+            let events: Vec<Timed> = round
+                .into_iter()
+                .map(|ev| {
+                    time += 1_000;
+                    Timed { time, ev }
+                })
+                .collect();
+            for (i, w) in writers.iter_mut().enumerate() {
+                w.apply(events.clone(), &Served::default());
+                w.flush().unwrap();
+                if i == 1 {
+                    w.last_forget = 0;
+                    w.forget_gone();
+                }
+            }
+            if k == 1 {
+                // The replaced image is forgotten at once; the exited one not yet.
+                assert_eq!(writers[1].forgotten, 1);
+            }
+        }
+        assert_eq!(writers[1].forgotten, 2, "both images of the dead pid are forgotten");
+        assert_eq!(writers[1].active.len(), 1, "only this process's state is held");
+        assert!(writers[0].procs.iter().all(|p| p.live.is_some()));
+        for w in &mut writers {
+            w.thread_cpu(
+                dead,
+                &[strobe_format::ThreadCpu { tid: dead, cpu_ns: 7, served_ns: 0, agent_ns: 0 }],
+            );
+        }
+        let mut writers = writers.into_iter();
+        let (keeps, forgets) = (writers.next().unwrap(), writers.next().unwrap());
+        keeps.finish(None, 0).unwrap();
+        forgets.finish(None, 0).unwrap();
+        let (a, b) = (records(&paths[0]), records(&paths[1]));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(a.len() > 8, "{a:#?}");
+        assert_eq!(a, b);
+    }
+
+    /// A process that reuses a forgotten process's pid is a new process: it gets a
+    /// stream of its own, with its parent's mappings, not the forgotten one's.
+    #[test]
+    fn a_reused_pid_of_a_forgotten_process_is_a_new_stream() {
+        let me = std::process::id();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let dir = std::env::temp_dir().join(format!("strobe-writer-reuse-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let mut f = File::create(&path).unwrap();
+        let mut e = Encoder::new();
+        e.preamble();
+        e.header(&header());
+        f.write_all(e.as_bytes()).unwrap();
+        let mut w = Writer::new(f, sampling(), FxHashMap::default(), None, false, 1);
+        let mut time = crate::drain::mono_ns() - 10_000_000_000;
+        let mut round = |w: &mut Writer, evs: Vec<Ev>, after_now: bool| {
+            if after_now {
+                time = crate::drain::mono_ns() + 1;
+            }
+            let evs = evs
+                .into_iter()
+                .map(|ev| {
+                    time += 1_000;
+                    Timed { time, ev }
+                })
+                .collect();
+            w.apply(evs, &Served::default());
+            w.flush().unwrap();
+            w.last_forget = 0;
+            w.forget_gone();
+        };
+        round(
+            &mut w,
+            vec![
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                sample(dead, dead, 0x40_0010, vec![0x40_0100]),
+                Ev::Exit { pid: dead, tid: dead },
+            ],
+            false,
+        );
+        round(&mut w, vec![sample(me, me, 0x50_0010, vec![])], true);
+        assert_eq!(w.forgotten, 1);
+        // The pid comes back, forked by this process, which maps a file.
+        round(
+            &mut w,
+            vec![
+                Ev::Mmap {
+                    pid: me,
+                    start: 0x60_0000,
+                    len: 0x1000,
+                    pgoff: 0,
+                    path: PathBuf::from("/bin/sh"),
+                },
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                sample(dead, dead, 0x60_0010, vec![]),
+            ],
+            false,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let i = w.by_pid[&dead];
+        let p = &w.procs[i];
+        assert_eq!(p.stream, 3, "streams: the first image 1, this process 2, the new one 3");
+        assert_eq!(p.samples, 1);
+        let maps = &p.live.as_ref().expect("followed").maps;
+        assert_eq!(maps.len(), 1, "its parent's mappings: {maps:?}");
     }
 }

@@ -132,6 +132,7 @@ pub(crate) fn finish_continuous(c: Continuous) -> anyhow::Result<()> {
     if e.sent_from_spool > 0 {
         line.push_str(&format!(" ({} kept from earlier)", e.sent_from_spool));
     }
+    line.push_str(&format!(" from {} process reports", s.process_reports));
     if s.late > 0 {
         line.push_str(&format!(
             "; {} samples came after their interval was sent and went in the next",
