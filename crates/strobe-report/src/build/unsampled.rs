@@ -106,7 +106,11 @@ mod tests {
         let rows = vec![
             ("[not sampled] sh".to_string(), "strobe".to_string(), 4.2),
             (AGENT.to_string(), "strobe".to_string(), 3.0),
-            ("[not sampled] cc1: starts and exits".to_string(), "strobe".to_string(), 0.3),
+            (
+                "[not sampled] cc1: starts, exits and switches".to_string(),
+                "strobe".to_string(),
+                0.3,
+            ),
         ];
         assert_eq!(add_unaccounted(rows, 1, &mut fns, &mut paths), 7);
         let got: Vec<(&str, u64)> = fns.iter().map(|f| (f.function.as_str(), f.samples)).collect();

@@ -113,7 +113,7 @@ impl Case {
     }
 
     /// The CPU time strobe knows of but cannot place in any process's samples or
-    /// threads (the `[not sampled] ...: starts and exits` rows: the tree's rusage beyond
+    /// threads (the `[not sampled] ...: starts, exits and switches` rows: the tree's rusage beyond
     /// the kernel's per-task counts), percent: any function's share may hold part of it.
     fn unplaced(&self) -> f64 {
         self.report["functions"]
@@ -122,7 +122,9 @@ impl Case {
             .iter()
             .filter(|f| {
                 f["function"] == "[not sampled]"
-                    && f["module"].as_str().is_some_and(|m| m.ends_with(": starts and exits"))
+                    && f["module"]
+                        .as_str()
+                        .is_some_and(|m| m.ends_with(": starts, exits and switches"))
             })
             .map(|f| f["time_pct"].as_f64().unwrap())
             .sum()
