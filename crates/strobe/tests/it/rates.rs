@@ -244,8 +244,12 @@ fn fault_rates_hold_on_eight_threads() {
 /// single-stepping the agent's handler with ptrace, `tests/c/step_handler.c`): from the
 /// group read that starts a window to the handler's `rt_sigreturn`, and, before that
 /// read, from the `ioctl` that starts the window's timer (the window's lead). The
-/// figures are printed (docs/BENCHMARKS.md quotes them); a run whose handler could not
-/// be stepped fails.
+/// figures are printed (docs/BENCHMARKS.md quotes them). Stepping a handler resets the
+/// tracee's SIGTRAP disposition (a step trap inside a SIGTRAP handler is forced on the
+/// task), so a process whose first stepped handler is not a window start, or is cut by
+/// another signal, dies at its next overflow and the tracer says `No such process` (one
+/// CI run): such a recording is tried again, at most six for the three figures, and the
+/// test fails when fewer than three handlers could be stepped.
 #[test]
 fn the_user_instructions_a_window_carries_are_counted() {
     if !cfg!(target_arch = "x86_64") {
@@ -256,7 +260,11 @@ fn the_user_instructions_a_window_carries_are_counted() {
     let dir = Scratch::new("rates-steps");
     let prog = strobe_testprogs::path("step_handler");
     let mut counts = Vec::new();
-    for i in 0..3 {
+    let mut lost = Vec::new();
+    for i in 0..6 {
+        if counts.len() == 3 {
+            break;
+        }
         let file = dir.path(&format!("s{i}.strobe"));
         let mut rec = record_to(&file)
             .arg("--")
@@ -278,7 +286,10 @@ fn the_user_instructions_a_window_carries_are_counted() {
         let out = run(std::process::Command::new(&prog).args(["trace", &pid]));
         let _ = rec.wait();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "{}", show(&out));
+        if !out.status.success() {
+            lost.push(show(&out));
+            continue;
+        }
         let kv: BTreeMap<&str, u64> = text
             .split_whitespace()
             .filter_map(|p| p.split_once('='))
@@ -288,6 +299,7 @@ fn the_user_instructions_a_window_carries_are_counted() {
         assert!(lead > 0 && tail > 0, "{text}");
         counts.push((lead, tail));
     }
+    assert_eq!(counts.len(), 3, "handlers stepped: {counts:?}; runs lost: {lost:#?}");
     eprintln!(
         "user instructions a window carries that are not the target's: after its start read \
          {:?}; lead (timer start to that read) {:?}",

@@ -212,6 +212,17 @@ fn spawn_in_own_group(file: &Path, args: &[&str]) -> std::process::Child {
     let mut cmd = record_to(file);
     cmd.arg("--").arg(prog("crash_end")).args(args).stdout(Stdio::null()).stderr(Stdio::piped());
     cmd.process_group(0);
+    // SIGINT and SIGTERM at their defaults, as at a terminal: a test binary started by a
+    // non-interactive shell's `&` inherits SIGINT ignored, and so would the target (which,
+    // as without strobe, would then ignore Ctrl-C and run its whole minute).
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     cmd.spawn().unwrap()
 }
 
