@@ -756,6 +756,10 @@ static DRAW_NEXT: AtomicU64 = AtomicU64::new(0);
 static DRAW_FORKED: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The point the last fork took for its child (the parent's `pthread_atfork` prepare).
 static DRAW_FOR_CHILD: AtomicU64 = AtomicU64::new(u64::MAX);
+// Relaxed throughout: each of these is a value on its own that publishes no other memory.
+// The start is set once by a compare-exchange (threads racing for it agree on one), the
+// index is a fetch_add (each thread its own point), and the fork handlers run on the
+// forking thread, before and after fork(2), which orders them with the child's first read.
 
 /// Point `k` of the sequence, as a 64-bit fraction.
 fn weyl_point(k: u64) -> u64 {
