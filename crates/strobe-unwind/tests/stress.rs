@@ -155,7 +155,13 @@ fn dlopen_dlclose_churn_while_unwinding() {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(Duration::from_secs(2), Duration::from_millis);
-    while t.elapsed() < run_for && !churn.is_finished() {
+    // At least `run_for`, and on until both sides did a hundred rounds (valgrind's
+    // scheduler can starve the walkers: 95 walks beside 4454 cycles in 10 s of one CI
+    // run), for at most six times `run_for`.
+    let enough =
+        || cycles.load(Ordering::Relaxed) >= 100 && counts.walks.load(Ordering::Relaxed) >= 100;
+    while (t.elapsed() < run_for || !enough()) && t.elapsed() < 6 * run_for && !churn.is_finished()
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
