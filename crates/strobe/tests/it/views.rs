@@ -66,8 +66,12 @@ fn functions(json: &serde_json::Value) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// A function's samples over every row of that name, as pprof and the flame graph add them
+/// (the report keeps `[not sampled]` apart per process and cause, for instance).
 fn samples_of(json: &serde_json::Value, name: &str) -> Option<u64> {
-    functions(json).into_iter().find(|(n, _)| n == name).map(|(_, s)| s)
+    let rows: Vec<u64> =
+        functions(json).into_iter().filter(|(n, _)| n == name).map(|(_, s)| s).collect();
+    (!rows.is_empty()).then(|| rows.iter().sum())
 }
 
 fn have(tool: &str) -> bool {
