@@ -76,7 +76,13 @@ int main(int argc, char **argv) {
         int status;
         if (wait(&status) > 0) {
             running--;
-            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                failed++;
+                if (WIFSIGNALED(status))
+                    fprintf(stderr, "zoo_children: a child was killed by signal %d\n", WTERMSIG(status));
+                else
+                    fprintf(stderr, "zoo_children: a child exited with status %d\n", WEXITSTATUS(status));
+            }
         }
     }
     close(p[1]);
