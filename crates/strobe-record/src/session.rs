@@ -58,24 +58,21 @@ struct AgentPrep {
 /// The delay between an overflow in user code and the handler's read, which a window's
 /// tail is measured against: the calibration's mean. 0 (tails off) when not measured.
 fn tail_dead(b: &strobe_protocol::Baseline) -> u64 {
-    match b.tail.first() {
-        Some(t)
-            if b.windows && t.mean.is_finite() && t.mean > 0.0 && t.mean <= b.requested as f64 =>
-        {
-            t.mean.round() as u64
-        }
-        _ => 0,
-    }
+    measured_mean(b, b.tail.first().map(|t| t.mean))
 }
 
 /// What the leader counts in every window that is not the target's, from the calibration
 /// (the baseline the report subtracts): 0 when there is none or it is no measurement.
 fn window_dead(b: &strobe_protocol::Baseline) -> u64 {
-    match b.counters.first() {
-        Some(c)
-            if b.windows && c.mean.is_finite() && c.mean > 0.0 && c.mean <= b.requested as f64 =>
-        {
-            c.mean.round() as u64
+    measured_mean(b, b.counters.first().map(|c| c.mean))
+}
+
+/// A calibrated leader mean in ns when it is a measurement (windows, finite, positive,
+/// within the window asked for); 0 otherwise.
+fn measured_mean(b: &strobe_protocol::Baseline, mean: Option<f64>) -> u64 {
+    match mean {
+        Some(m) if b.windows && m.is_finite() && m > 0.0 && m <= b.requested as f64 => {
+            m.round() as u64
         }
         _ => 0,
     }
