@@ -194,14 +194,8 @@ fn a_share_of_page_faults_rests_on_faults() {
     // One fault in four windows, less a baseline of 0.2 a window: 0.2 of a fault in all.
     let mut s = Stream::new(SW);
     s.agg.set_baseline(crate::input::Baseline {
-        windows: true,
-        requested: 20_000,
-        intervals: 100,
-        work_ns: 20_000.0,
         counters: vec![counter(0.0), counter(0.2), counter(0.0)],
-        tail: vec![counter(0.0), counter(0.0), counter(0.0)],
-        end: vec![counter(0.0), counter(0.0), counter(0.0)],
-        uncounted: 0.0,
+        ..tail_baseline()
     });
     for f in [1, 0, 0, 0] {
         s.window(1, alpha(0), alpha(4), &[20_000, f, 0]);
