@@ -199,14 +199,16 @@ fn delivery(fallback: u64) -> u64 {
 /// Programs the next period and arms the leader as the state machine says.
 #[inline]
 fn program(local: &Local, period: u64, arm: Arm) {
-    if local.paused.load(Ordering::Relaxed) {
-        return;
-    }
     // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
     // ignored: a leader that cannot be re-armed stops sampling, which the recorder's
     // accounting shows.
     let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
     let _ = fd.set_period(period);
+    if local.paused.load(Ordering::Relaxed) {
+        // Its owner paused it while this overflow was on its way (`pause`): the period
+        // is the state machine's, so `arm` resumes where it stands, but nothing starts.
+        return;
+    }
     let _ = match arm {
         Arm::Running => Ok(()),
         Arm::OneShot => fd.refresh(1),
@@ -227,14 +229,14 @@ fn stop(local: &Local) {
 /// one, whose timer is cancelled and started inside the call.
 #[inline]
 fn program_stopped(local: &Local, period: u64, arm: Arm) {
-    if local.paused.load(Ordering::Relaxed) {
-        // Left stopped: the owner paused sampling while this overflow was on its way.
-        return;
-    }
     // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
     // ignored as in `program`: the recorder's accounting shows a leader that stopped.
     let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
     let _ = fd.set_period(period);
+    if local.paused.load(Ordering::Relaxed) {
+        // Left stopped, as in `program`.
+        return;
+    }
     let _ = match arm {
         Arm::OneShot => fd.refresh(1),
         Arm::Running | Arm::Enable => fd.enable(),
