@@ -253,7 +253,7 @@ fn write_strobe(
 }
 
 /// Runs `strobe bench report`.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let strobe = opts
         .strobe_exe
         .clone()
