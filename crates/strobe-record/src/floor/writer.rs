@@ -776,7 +776,7 @@ impl Writer {
 mod tests {
     use super::*;
     use crate::floor::decode::SampleEv;
-    use strobe_format::{CallGraph, EventDesc, Header, Reader, RecordMode};
+    use strobe_format::{CallGraph, Header, Reader, RecordMode};
 
     fn sampling() -> Sampling {
         Sampling {
@@ -794,20 +794,8 @@ mod tests {
 
     fn header() -> Header {
         Header {
-            minor_version: strobe_format::MINOR_VERSION,
             strobe_version: "test".into(),
-            start_unix_ns: 0,
-            start_mono_ns: 0,
             command: vec!["-a".into()],
-            events: vec![EventDesc {
-                name: "task-clock".into(),
-                type_: 1,
-                config: 1,
-                is_time: true,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: true,
-            }],
             period: Some(1_000_000),
             window: Some(0),
             jitter: Some(0),
@@ -816,9 +804,9 @@ mod tests {
             overhead_ppm: 20_000,
             follow_fork: true,
             mode: RecordMode::Kernel,
-            mode_reason: String::new(),
             call_graph: CallGraph::Fp,
             max_depth: 127,
+            ..Header::task_clock()
         }
     }
 
