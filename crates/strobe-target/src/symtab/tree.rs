@@ -399,6 +399,55 @@ mod tests {
         }
     }
 
+    /// Inserts and erasures in a random order, down to an empty tree, against a
+    /// `BTreeMap` keyed by (key, node): after every step the red-black properties hold
+    /// and the in-order walk is the map's order (equal keys in insertion order).
+    #[test]
+    fn random_inserts_and_erasures_walk_as_a_btreemap() {
+        use std::collections::BTreeMap;
+        for seed in 1..200u64 {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut rand = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let (mut t, mut ks, mut live) = (Tree::default(), Vec::new(), Vec::new());
+            let mut model: BTreeMap<(u64, u32), ()> = BTreeMap::new();
+            let steps = 300 + rand() % 300;
+            for step in 0..steps {
+                // Two inserts for each erasure, then erasures only, to the empty tree.
+                if step < steps / 2 && (live.is_empty() || rand() % 3 != 0) {
+                    let k = rand() % 48;
+                    ks.push(k);
+                    let n = t.insert(k, |n| ks[n as usize]);
+                    model.insert((k, n), ());
+                    live.push(n);
+                } else if !live.is_empty() {
+                    let n = live.swap_remove((rand() % live.len() as u64) as usize);
+                    t.erase(n);
+                    assert!(model.remove(&(ks[n as usize], n)).is_some());
+                }
+                t.check(&|n| ks[n as usize]);
+                let mut order = Vec::new();
+                let mut n = t.first();
+                while let Some(i) = n {
+                    order.push(i);
+                    n = t.next(i);
+                }
+                let want: Vec<u32> = model.keys().map(|&(_, n)| n).collect();
+                assert_eq!(order, want, "seed {seed}, step {step}");
+            }
+            while let Some(n) = live.pop() {
+                t.erase(n);
+                model.remove(&(ks[n as usize], n));
+                t.check(&|n| ks[n as usize]);
+            }
+            assert!(t.first().is_none() && model.is_empty(), "seed {seed}");
+        }
+    }
+
     #[test]
     fn a_search_stops_at_the_first_node_that_holds_the_key() {
         // Ranges [key, key + 10): 0, 5, 20; 5 overlaps 0. Inserted 0, 5, 20: 5 becomes
