@@ -16,6 +16,23 @@
 /// No node.
 const NIL: u32 = u32::MAX;
 
+/// A side of a node; the deletion fix-up is written for one side and runs mirrored for
+/// the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+impl Side {
+    fn mirror(self) -> Side {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Node {
     left: u32,
@@ -43,6 +60,13 @@ impl Tree {
 
     fn right(&self, n: u32) -> u32 {
         self.nodes.get(n as usize).map_or(NIL, |x| x.right)
+    }
+
+    fn child(&self, n: u32, side: Side) -> u32 {
+        match side {
+            Side::Left => self.left(n),
+            Side::Right => self.right(n),
+        }
     }
 
     fn parent(&self, n: u32) -> u32 {
@@ -113,6 +137,14 @@ impl Tree {
         self.replace_child(x, y);
         self.set_right(y, x);
         self.set_parent(x, y);
+    }
+
+    /// Rotates `x` down to its `side`: its child on the other side takes its place.
+    fn rotate(&mut self, x: u32, side: Side) {
+        match side {
+            Side::Left => self.rotate_left(x),
+            Side::Right => self.rotate_right(x),
+        }
     }
 
     /// Inserts the next node (its index is the number of nodes so far) with key `key`;
@@ -246,67 +278,41 @@ impl Tree {
         }
     }
 
+    /// Restores the red-black properties after a black node was unlinked: `x` (possibly
+    /// NIL) took its place under `parent` and is short one black. The textbook cases,
+    /// written for `x` on its parent's `side`, with `w` its sibling on the other.
     fn erase_fixup(&mut self, mut x: u32, mut parent: u32) {
         while x != self.root() && !self.is_red(x) && parent != NIL {
-            if x == self.left(parent) {
-                let mut w = self.right(parent);
-                if self.is_red(w) {
-                    self.set_red(w, false);
-                    self.set_red(parent, true);
-                    self.rotate_left(parent);
-                    w = self.right(parent);
-                }
-                if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
-                    self.set_red(w, true);
-                    x = parent;
-                    parent = self.parent(x);
-                    continue;
-                }
-                if !self.is_red(self.right(w)) {
-                    let wl = self.left(w);
-                    self.set_red(wl, false);
-                    self.set_red(w, true);
-                    self.rotate_right(w);
-                    w = self.right(parent);
-                }
-                let pr = self.is_red(parent);
-                self.set_red(w, pr);
-                self.set_red(parent, false);
-                let wr = self.right(w);
-                self.set_red(wr, false);
-                self.rotate_left(parent);
-                x = self.root();
-                parent = NIL;
-            } else {
-                let mut w = self.left(parent);
-                if self.is_red(w) {
-                    self.set_red(w, false);
-                    self.set_red(parent, true);
-                    self.rotate_right(parent);
-                    w = self.left(parent);
-                }
-                if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
-                    self.set_red(w, true);
-                    x = parent;
-                    parent = self.parent(x);
-                    continue;
-                }
-                if !self.is_red(self.left(w)) {
-                    let wr = self.right(w);
-                    self.set_red(wr, false);
-                    self.set_red(w, true);
-                    self.rotate_left(w);
-                    w = self.left(parent);
-                }
-                let pr = self.is_red(parent);
-                self.set_red(w, pr);
-                self.set_red(parent, false);
-                let wl = self.left(w);
-                self.set_red(wl, false);
-                self.rotate_right(parent);
-                x = self.root();
-                parent = NIL;
+            let side = if x == self.left(parent) { Side::Left } else { Side::Right };
+            let other = side.mirror();
+            let mut w = self.child(parent, other);
+            if self.is_red(w) {
+                self.set_red(w, false);
+                self.set_red(parent, true);
+                self.rotate(parent, side);
+                w = self.child(parent, other);
             }
+            if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
+                self.set_red(w, true);
+                x = parent;
+                parent = self.parent(x);
+                continue;
+            }
+            if !self.is_red(self.child(w, other)) {
+                let near = self.child(w, side);
+                self.set_red(near, false);
+                self.set_red(w, true);
+                self.rotate(w, other);
+                w = self.child(parent, other);
+            }
+            let pr = self.is_red(parent);
+            self.set_red(w, pr);
+            self.set_red(parent, false);
+            let far = self.child(w, other);
+            self.set_red(far, false);
+            self.rotate(parent, side);
+            x = self.root();
+            parent = NIL;
         }
         self.set_red(x, false);
     }
