@@ -16,8 +16,8 @@
 /// No node.
 const NIL: u32 = u32::MAX;
 
-/// A side of a node; the deletion fix-up is written for one side and runs mirrored for
-/// the other.
+/// A side of a node; the rotations and fix-ups are written for one side and run mirrored
+/// for the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Left,
@@ -96,6 +96,13 @@ impl Tree {
         }
     }
 
+    fn set_child(&mut self, n: u32, side: Side, c: u32) {
+        match side {
+            Side::Left => self.set_left(n, c),
+            Side::Right => self.set_right(n, c),
+        }
+    }
+
     fn set_parent(&mut self, n: u32, p: u32) {
         if let Some(x) = self.nodes.get_mut(n as usize) {
             x.parent = p;
@@ -119,32 +126,16 @@ impl Tree {
         self.set_parent(new, p);
     }
 
-    fn rotate_left(&mut self, x: u32) {
-        let y = self.right(x);
-        let b = self.left(y);
-        self.set_right(x, b);
-        self.set_parent(b, x);
-        self.replace_child(x, y);
-        self.set_left(y, x);
-        self.set_parent(x, y);
-    }
-
-    fn rotate_right(&mut self, x: u32) {
-        let y = self.left(x);
-        let b = self.right(y);
-        self.set_left(x, b);
-        self.set_parent(b, x);
-        self.replace_child(x, y);
-        self.set_right(y, x);
-        self.set_parent(x, y);
-    }
-
     /// Rotates `x` down to its `side`: its child on the other side takes its place.
     fn rotate(&mut self, x: u32, side: Side) {
-        match side {
-            Side::Left => self.rotate_left(x),
-            Side::Right => self.rotate_right(x),
-        }
+        let other = side.mirror();
+        let y = self.child(x, other);
+        let b = self.child(y, side);
+        self.set_child(x, other, b);
+        self.set_parent(b, x);
+        self.replace_child(x, y);
+        self.set_child(y, side, x);
+        self.set_parent(x, y);
     }
 
     /// Inserts the next node (its index is the number of nodes so far) with key `key`;
@@ -169,47 +160,31 @@ impl Tree {
         z
     }
 
+    /// Restores the red-black properties after `z` was linked in red: the textbook
+    /// cases, written for `z`'s parent on the grandparent's `side`.
     fn insert_fixup(&mut self, mut z: u32) {
         while self.is_red(self.parent(z)) {
             let p = self.parent(z);
             let g = self.parent(p);
-            if p == self.left(g) {
-                let uncle = self.right(g);
-                if self.is_red(uncle) {
-                    self.set_red(p, false);
-                    self.set_red(uncle, false);
-                    self.set_red(g, true);
-                    z = g;
-                    continue;
-                }
-                if z == self.right(p) {
-                    z = p;
-                    self.rotate_left(z);
-                }
-                let p = self.parent(z);
-                let g = self.parent(p);
+            let side = if p == self.left(g) { Side::Left } else { Side::Right };
+            let other = side.mirror();
+            let uncle = self.child(g, other);
+            if self.is_red(uncle) {
                 self.set_red(p, false);
+                self.set_red(uncle, false);
                 self.set_red(g, true);
-                self.rotate_right(g);
-            } else {
-                let uncle = self.left(g);
-                if self.is_red(uncle) {
-                    self.set_red(p, false);
-                    self.set_red(uncle, false);
-                    self.set_red(g, true);
-                    z = g;
-                    continue;
-                }
-                if z == self.left(p) {
-                    z = p;
-                    self.rotate_right(z);
-                }
-                let p = self.parent(z);
-                let g = self.parent(p);
-                self.set_red(p, false);
-                self.set_red(g, true);
-                self.rotate_left(g);
+                z = g;
+                continue;
             }
+            if z == self.child(p, other) {
+                z = p;
+                self.rotate(z, side);
+            }
+            let p = self.parent(z);
+            let g = self.parent(p);
+            self.set_red(p, false);
+            self.set_red(g, true);
+            self.rotate(g, other);
         }
         let r = self.root();
         self.set_red(r, false);
