@@ -145,33 +145,11 @@ const PROBE_SPECS: &[&str] = &[
 ];
 
 fn header() -> Header {
-    Header {
-        minor_version: MINOR_VERSION,
+    let mut h = Header {
         strobe_version: "0.1.0".into(),
         start_unix_ns: 1_700_000_000_000_000_000,
         start_mono_ns: 7_000_000_000_000,
         command: vec!["./prog".into(), "--flag".into()],
-        events: vec![
-            EventDesc {
-                name: "task-clock".into(),
-                type_: 1,
-                config: 1,
-                is_time: true,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: true,
-            },
-            EventDesc {
-                name: "page-faults".into(),
-                type_: 1,
-                config: 2,
-                is_time: false,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: false,
-            },
-        ],
-        period: None,
         window: Some(20_000),
         jitter: Some(0),
         wakeup: 512,
@@ -179,10 +157,20 @@ fn header() -> Header {
         overhead_ppm: 20_000,
         follow_fork: true,
         mode: RecordMode::Agent,
-        mode_reason: String::new(),
         call_graph: CallGraph::Dwarf,
         max_depth: 128,
-    }
+        ..Header::task_clock()
+    };
+    h.events.push(EventDesc {
+        name: "page-faults".into(),
+        type_: 1,
+        config: 2,
+        is_time: false,
+        is_hardware: false,
+        exclude_user: false,
+        exclude_kernel: false,
+    });
+    h
 }
 
 /// A recording with one chunk of every kind.

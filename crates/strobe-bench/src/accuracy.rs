@@ -51,7 +51,7 @@ const GOAL_COVERAGE: f64 = 0.90;
 /// Events a metric's windows must hold (at the truth's rate) for its error to be judged
 /// against 10%: with fewer, a Poisson count alone strays by more than 10% in one run of
 /// twenty (two standard deviations, 2/sqrt(400)).
-pub const MIN_EVENTS: f64 = 400.0;
+pub(crate) const MIN_EVENTS: f64 = 400.0;
 
 /// Functions whose truth share is below this are not judged for time shares (their
 /// error is a fraction of a point anyway).
@@ -533,7 +533,7 @@ fn coverage(runs: &[Vec<Value>]) -> (u64, u64) {
 }
 
 /// Runs every case of the `accuracy` benchmark.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let exe: PathBuf = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Other(
             "the accuracy benchmark drives the strobe executable; run it as `strobe bench \

@@ -60,7 +60,7 @@ use strobe_watch::{Access, HitCounters, Len, RcuHashMap, SlotTable, ThreadMultiM
 use crate::report::{machine_summary, row};
 use crate::slotmaps::{ArrayMap, ListMap, MutexHashMap};
 use crate::stats::median;
-use crate::{BenchError, BenchOpts, BenchReport, Row};
+use crate::{BenchError, BenchOpts, BenchReport};
 
 /// Registered (or live) threads the reservation variants run at.
 const THREADS: [usize; 4] = [1, 64, 512, 4096];
@@ -120,7 +120,7 @@ impl Plan {
 }
 
 /// Runs every variant of the `breakpoint` benchmark side by side.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let plan = Plan::new(opts);
     let repeats = opts.repeats.max(1);
     let mut report = BenchReport::new("breakpoint");
@@ -1061,11 +1061,6 @@ fn render(r: &RenderInput) -> String {
         let _ = writeln!(s, "note: {n}");
     }
     s
-}
-
-/// The rows of a report for one variant (for tests and callers that post-process).
-pub fn rows_of<'a>(report: &'a BenchReport, variant: &'a str) -> impl Iterator<Item = &'a Row> {
-    report.rows.iter().filter(move |r| r["variant"] == variant)
 }
 
 #[cfg(test)]

@@ -1118,7 +1118,7 @@ fn loadavg() -> String {
 }
 
 /// Runs `strobe bench coverage`.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let exe = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Other(
             "the coverage benchmark drives the strobe executable; run it as `strobe bench \

@@ -264,7 +264,7 @@ fn measure(
 }
 
 /// Runs the benchmark.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let strobe = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Unsupported(
             "strobe bench export drives the strobe binary; run it through `strobe bench`".into(),

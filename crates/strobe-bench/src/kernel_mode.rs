@@ -229,7 +229,7 @@ fn best_time(
 }
 
 /// Runs every variant of `strobe bench kernel-mode`.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let exe = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Other("the kernel-mode benchmark drives the strobe executable: run it as `strobe bench kernel-mode`".into())
     })?;

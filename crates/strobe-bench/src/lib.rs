@@ -10,26 +10,33 @@
 //! pulls in comparison crates (crossbeam-epoch, seize, arc-swap) that strobe's
 //! own mechanisms replace.
 
-pub mod report;
-pub mod stats;
+mod report;
+mod stats;
 
 mod drive;
 
-pub mod accuracy;
-pub mod breakpoint;
-pub mod coverage;
-pub mod export;
-pub mod kernel_mode;
-pub mod probe;
-pub mod probe_uprobe;
-pub mod readside;
-pub mod reclaim;
-pub mod sampling;
-pub mod slotmaps;
-pub mod stacks;
-pub mod views;
+mod accuracy;
+mod breakpoint;
+mod coverage;
+mod export;
+mod kernel_mode;
+mod probe;
+mod probe_uprobe;
+mod readside;
+mod reclaim;
+mod sampling;
+mod slotmaps;
+mod stacks;
+mod views;
 
 pub use report::{BenchOpts, BenchReport, Row};
+
+// The rest is private to the benchmarks; these are the pieces other crates use: the
+// slot tables the breakpoint benchmark compares, checked by strobe-watch's contract test
+// (tests/slotmaps.rs), and the kernel-uprobe rows of `strobe bench probe`, runnable alone
+// (examples/probe_uprobe.rs).
+pub use probe_uprobe::rows as probe_uprobe_rows;
+pub use slotmaps::{ArrayMap, ListMap, MutexHashMap};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]

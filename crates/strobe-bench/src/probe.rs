@@ -43,10 +43,10 @@ use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport, Row};
 
 /// Thread counts of the table.
-pub const THREADS: [usize; 4] = [1, 2, 4, 8];
+pub(crate) const THREADS: [usize; 4] = [1, 2, 4, 8];
 
 /// The variants this module measures, in table order.
-pub const VARIANTS: [&str; 7] =
+pub(crate) const VARIANTS: [&str; 7] =
     ["mutex", "rwlock", "strobe", "disabled", "strobe-churn", "strobe-churn-exp", "strobe-private"];
 
 /// The probe names of `strobe-private`, one per worker thread.
@@ -261,7 +261,7 @@ fn cell(rows: &[Row], variant: &str, threads: usize) -> Option<f64> {
 }
 
 /// Runs every variant of the `probe` benchmark side by side.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let window = if opts.quick { Duration::from_millis(40) } else { Duration::from_millis(300) };
     let repeats = if opts.quick { opts.repeats.min(3) } else { opts.repeats };
     let s = setup()?;

@@ -33,7 +33,7 @@ use crate::{BenchError, BenchOpts, Row};
 
 /// The thread counts every variant is measured at (the last two oversubscribe a 2-CPU
 /// machine).
-pub const THREADS: [usize; 4] = [1, 2, 4, 8];
+pub(crate) const THREADS: [usize; 4] = [1, 2, 4, 8];
 
 /// The variants, with the function each one probes.
 #[cfg(target_arch = "x86_64")]

@@ -33,7 +33,7 @@ fn obj(v: u64) -> Obj {
 }
 
 /// The variants, in table order.
-pub const VARIANTS: &[&str] = &[
+pub(crate) const VARIANTS: &[&str] = &[
     "strobe-rcu",
     "memb-floor",
     "strobe-rcu-fences",
@@ -283,7 +283,7 @@ fn measure(r: &Arc<dyn Reader + Send>, threads: usize, n: u64) -> Result<f64, Be
 }
 
 /// Runs every variant of the `readside` benchmark side by side.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let n: u64 = if opts.quick { 3_000_000 } else { 10_000_000 };
     let repeats = if opts.quick { 3 } else { opts.repeats.max(1) };
     let mut rep = BenchReport::new("readside");

@@ -38,7 +38,7 @@ use crate::stats::median;
 use crate::{BenchError, BenchOpts, BenchReport};
 
 /// The variants, in table order.
-pub const VARIANTS: &[&str] =
+pub(crate) const VARIANTS: &[&str] =
     &["immediate", "per-object", "strobe-bulk", "crossbeam-epoch", "seize-32", "seize-512"];
 
 /// Objects allocated per loop (rcuscale's kfree_alloc_num default).
@@ -373,7 +373,7 @@ fn run_once(variant: &str, threads: usize, loops: usize) -> Result<RunResult, Be
 }
 
 /// Runs every variant of the `reclaim` benchmark side by side.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let loops = if opts.quick { 500 } else { 4000 };
     let repeats = if opts.quick { 3 } else { opts.repeats.max(1) };
     let mut rep = BenchReport::new("reclaim");

@@ -62,18 +62,13 @@ impl BenchReport {
 }
 
 /// Builds a row from `(field, value)` pairs.
-///
-/// ```
-/// let r = strobe_bench::report::row([("variant", "strobe".into()), ("threads", 2.into())]);
-/// assert_eq!(r["threads"], 2);
-/// ```
-pub fn row<const N: usize>(fields: [(&str, Value); N]) -> Row {
+pub(crate) fn row<const N: usize>(fields: [(&str, Value); N]) -> Row {
     fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// One line naming the machine a benchmark ran on (CPU model, online CPUs,
 /// kernel release), for the report header and docs/BENCHMARKS.md.
-pub fn machine_summary() -> String {
+pub(crate) fn machine_summary() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -88,4 +83,17 @@ pub fn machine_summary() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown kernel".to_string());
     format!("{model}, {cpus} CPUs, Linux {kernel}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_keeps_each_field() {
+        let r = row([("variant", "strobe".into()), ("threads", 2.into())]);
+        assert_eq!(r["variant"], "strobe");
+        assert_eq!(r["threads"], 2);
+        assert_eq!(r.len(), 2);
+    }
 }

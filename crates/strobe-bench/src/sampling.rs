@@ -151,7 +151,7 @@ struct Measured {
 }
 
 /// Runs every variant of the `sampling` benchmark side by side.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let exe = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Other(
             "the sampling benchmark drives the strobe executable; run it as `strobe bench sampling`"

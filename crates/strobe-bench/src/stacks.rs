@@ -195,7 +195,7 @@ impl Target {
 }
 
 /// Runs `strobe bench stacks`.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let exe = opts.strobe_exe.clone().ok_or_else(|| {
         BenchError::Other(
             "the stacks benchmark drives the strobe executable; run it as `strobe bench stacks`"

@@ -5,7 +5,7 @@
 
 /// The median of `xs` (the mean of the middle two for an even count).
 /// Returns NaN for an empty slice. NaNs sort last.
-pub fn median(xs: &[f64]) -> f64 {
+pub(crate) fn median(xs: &[f64]) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
     }
@@ -20,7 +20,7 @@ pub fn median(xs: &[f64]) -> f64 {
 }
 
 /// Runs `f` `repeats` times and returns the median of its results.
-pub fn median_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
+pub(crate) fn median_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
     let xs: Vec<f64> = (0..repeats.max(1)).map(|_| f()).collect();
     median(&xs)
 }
@@ -31,7 +31,7 @@ pub fn median_of(repeats: usize, mut f: impl FnMut() -> f64) -> f64 {
 /// `(low, high, coverage)`; with too few values for `confidence` it returns
 /// the whole range and the (lower) coverage that range has. `None` when empty or
 /// when there are more than 1000 values (the binomial weights underflow).
-pub fn median_interval(xs: &[f64], confidence: f64) -> Option<(f64, f64, f64)> {
+pub(crate) fn median_interval(xs: &[f64], confidence: f64) -> Option<(f64, f64, f64)> {
     if xs.is_empty() {
         return None;
     }

@@ -41,8 +41,8 @@ use std::time::Instant;
 use inferno::collapse::Collapse;
 use serde_json::json;
 use strobe_format::{
-    CallGraph, Encoder, EventDesc, Header, MapsSnapshot, PeriodSource, ProcessInfo, ProcessOrigin,
-    RecordMode, SampleKind, StackNode, MINOR_VERSION,
+    CallGraph, Encoder, Header, MapsSnapshot, PeriodSource, ProcessInfo, ProcessOrigin, RecordMode,
+    SampleKind, StackNode,
 };
 
 use crate::drive::{check, io, Scratch};
@@ -165,31 +165,14 @@ fn write_strobe(
     let mut e = Encoder::new();
     e.preamble();
     e.header(&Header {
-        minor_version: MINOR_VERSION,
         strobe_version: "bench".into(),
-        start_unix_ns: 0,
-        start_mono_ns: 0,
         command: vec![exe.display().to_string()],
-        events: vec![EventDesc {
-            name: "task-clock".into(),
-            type_: 1,
-            config: 1,
-            is_time: true,
-            is_hardware: false,
-            exclude_user: false,
-            exclude_kernel: true,
-        }],
         period: Some(PERIOD_NS),
-        window: None,
-        jitter: None,
-        wakeup: 0,
-        buffer_bytes: 0,
-        overhead_ppm: 0,
-        follow_fork: false,
         mode: RecordMode::Agent,
         mode_reason: "converted from perf.data by strobe bench report".into(),
         call_graph: CallGraph::Fp,
         max_depth: 128,
+        ..Header::task_clock()
     });
     e.process(
         STREAM,
@@ -253,7 +236,7 @@ fn write_strobe(
 }
 
 /// Runs `strobe bench report`.
-pub fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
+pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     let strobe = opts
         .strobe_exe
         .clone()

@@ -1,9 +1,9 @@
 //! Concurrent reserve/release on a shared slot table over each map the breakpoint
-//! benchmark compares (`strobe_bench::slotmaps`), with strobe-watch's own contract check
+//! benchmark compares (`src/slotmaps.rs`), with strobe-watch's own contract check
 //! (`strobe_watch::conformance::stress`): no thread is ever given more slots than it has,
 //! and no slot is ever handed out twice.
 
-use strobe_bench::slotmaps::{ArrayMap, ListMap, MutexHashMap};
+use strobe_bench::{ArrayMap, ListMap, MutexHashMap};
 use strobe_watch::conformance::stress;
 
 #[test]

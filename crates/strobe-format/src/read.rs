@@ -282,7 +282,7 @@ impl<R: Read> Reader<R> {
             resync_from: None,
             done: false,
             follow: false,
-            header: empty_header(),
+            header: Header::empty(),
         };
         r.fill(PREAMBLE_LEN)?;
         let pre = &r.buf[..r.buf.len().min(PREAMBLE_LEN)];
@@ -827,28 +827,6 @@ impl<R: Read> Iterator for Reader<R> {
     }
 }
 
-fn empty_header() -> Header {
-    Header {
-        minor_version: 0,
-        strobe_version: String::new(),
-        start_unix_ns: 0,
-        start_mono_ns: 0,
-        command: Vec::new(),
-        events: Vec::new(),
-        period: None,
-        window: None,
-        jitter: None,
-        wakeup: 0,
-        buffer_bytes: 0,
-        overhead_ppm: 0,
-        follow_fork: false,
-        mode: RecordMode::Agent,
-        mode_reason: String::new(),
-        call_graph: CallGraph::None,
-        max_depth: 0,
-    }
-}
-
 fn parse_header(payload: &[u8], base: u64, path: &Path) -> Result<Header, FormatError> {
     let mut c = Cursor::new(payload);
     let bad = |c: &Cursor<'_>, what: &str| FormatError::Corrupt {
@@ -857,7 +835,7 @@ fn parse_header(payload: &[u8], base: u64, path: &Path) -> Result<Header, Format
         what: format!("bad {what} in the header"),
     };
     let v = |c: &mut Cursor<'_>, what: &str| c.varint().ok_or_else(|| bad(c, what));
-    let mut h = empty_header();
+    let mut h = Header::empty();
     h.minor_version = v(&mut c, "minor version")? as u32;
     let s = |c: &mut Cursor<'_>, what: &str| {
         c.bytes().map(|b| String::from_utf8_lossy(b).into_owned()).ok_or_else(|| bad(c, what))

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::MAX_COUNTERS;
+use crate::{MAX_COUNTERS, MINOR_VERSION};
 
 /// Which writer a chunk came from. `0` is the recorder (`strobe record`, which writes
 /// the header); each agent instance (a process, or a new image after exec) picks a random
@@ -74,6 +74,51 @@ pub struct Header {
     pub call_graph: CallGraph,
     /// The most caller frames a sample keeps.
     pub max_depth: u32,
+}
+
+impl Header {
+    /// A header of this format version for a recording sampled on user-mode task-clock
+    /// (the only event), with every other field zero, empty, off or `None`: where a header
+    /// written by hand (a converted file, a test's recording) starts, setting the rest
+    /// with `Header { period: Some(1_000_000), ..Header::task_clock() }`.
+    pub fn task_clock() -> Header {
+        Header {
+            minor_version: MINOR_VERSION,
+            events: vec![EventDesc {
+                name: "task-clock".into(),
+                type_: 1,  // PERF_TYPE_SOFTWARE
+                config: 1, // PERF_COUNT_SW_TASK_CLOCK
+                is_time: true,
+                is_hardware: false,
+                exclude_user: false,
+                exclude_kernel: true,
+            }],
+            ..Header::empty()
+        }
+    }
+
+    /// Every field zero, empty, off or `None` (the reader fills it in field by field).
+    pub(crate) fn empty() -> Header {
+        Header {
+            minor_version: 0,
+            strobe_version: String::new(),
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: Vec::new(),
+            events: Vec::new(),
+            period: None,
+            window: None,
+            jitter: None,
+            wakeup: 0,
+            buffer_bytes: 0,
+            overhead_ppm: 0,
+            follow_fork: false,
+            mode: RecordMode::Agent,
+            mode_reason: String::new(),
+            call_graph: CallGraph::None,
+            max_depth: 0,
+        }
+    }
 }
 
 /// How a recording was taken.

@@ -20,33 +20,11 @@ impl Rng {
 }
 
 fn header() -> Header {
-    Header {
-        minor_version: MINOR_VERSION,
+    let mut h = Header {
         strobe_version: "0.1.0".into(),
         start_unix_ns: 1_700_000_000_000_000_000,
         start_mono_ns: 7_000_000_000_000,
         command: vec!["./prog".into(), "--flag".into(), "ünïcode arg".into()],
-        events: vec![
-            EventDesc {
-                name: "task-clock".into(),
-                type_: 1,
-                config: 1,
-                is_time: true,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: true,
-            },
-            EventDesc {
-                name: "page-faults".into(),
-                type_: 1,
-                config: 2,
-                is_time: false,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: false,
-            },
-        ],
-        period: None,
         window: Some(20_000),
         jitter: Some(0),
         wakeup: 512,
@@ -57,7 +35,18 @@ fn header() -> Header {
         mode_reason: "launched by strobe record".into(),
         call_graph: CallGraph::Dwarf,
         max_depth: 128,
-    }
+        ..Header::task_clock()
+    };
+    h.events.push(EventDesc {
+        name: "page-faults".into(),
+        type_: 1,
+        config: 2,
+        is_time: false,
+        is_hardware: false,
+        exclude_user: false,
+        exclude_kernel: false,
+    });
+    h
 }
 
 fn process(pid: u32) -> ProcessInfo {

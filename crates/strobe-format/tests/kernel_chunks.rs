@@ -7,21 +7,11 @@ use std::path::PathBuf;
 use strobe_format::*;
 
 fn header() -> Header {
-    Header {
-        minor_version: MINOR_VERSION,
+    let mut h = Header {
         strobe_version: "0.1.0".into(),
         start_unix_ns: 1,
         start_mono_ns: 2,
         command: vec!["./prog".into()],
-        events: vec![EventDesc {
-            name: "task-clock".into(),
-            type_: 1,
-            config: 1,
-            is_time: true,
-            is_hardware: false,
-            exclude_user: false,
-            exclude_kernel: false,
-        }],
         period: Some(1_000_000),
         window: Some(0),
         jitter: Some(0),
@@ -33,7 +23,11 @@ fn header() -> Header {
         mode_reason: "the program is statically linked".into(),
         call_graph: CallGraph::Fp,
         max_depth: 127,
-    }
+        ..Header::task_clock()
+    };
+    // Recorded from the kernel's side, kernel time included.
+    h.events[0].exclude_kernel = false;
+    h
 }
 
 fn symbols() -> Vec<KernelSymbol> {

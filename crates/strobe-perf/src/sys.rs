@@ -2,7 +2,7 @@
 //!
 //! Bindings come from `perf-event-open-sys` (generated from the kernel's uapi headers);
 //! this module re-exports what strobe uses and adds the few constants those bindings lack.
-//! Everything here is `unsafe` or plain data; the safe layer is [`crate::event`].
+//! Everything here is `unsafe` or plain data; the safe layer is [`crate::PerfEvent`].
 //!
 //! Owns the ABI's types, constants and ioctl numbers and the raw system-call wrappers. It
 //! must never hold policy or state (no caching, no diagnosis, no retry), and never be

@@ -93,10 +93,10 @@ pub static SITES: [&'static Site];
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
     /// The probe name was empty.
-    #[error("the probe name is empty: give the name of a probe point (list them with `strobe probe --list -- CMD`)")]
+    #[error("the probe name is empty: give the name of a probe point (list the probe points the program has to see their names)")]
     BadName,
     /// No site has this name.
-    #[error("no probe point named '{name}' in this program{hint}; list them with `strobe probe --list -- CMD`")]
+    #[error("no probe point named '{name}' in this program{hint}; list the probe points the program has to see their names")]
     UnknownProbe {
         /// The name asked for.
         name: String,

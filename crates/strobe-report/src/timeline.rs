@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 
 use crate::input::SampleKind;
 use crate::symbolize::Spaces;
-use crate::tally::RawTimeline;
+use crate::tally::{RawSample, RawTimeline};
 
 /// One thread of the time line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,16 +95,7 @@ pub(crate) fn build(
             // A kernel floor's sample: a place in time, with no CPU delta of its own (its
             // counters are the floor's totals, not the agent leader's, and the time since
             // the thread's previous sample is counted by the agent's samples).
-            if let Some(&p) = key_path.get(&(s.space, s.ip, s.stack)) {
-                if p != usize::MAX {
-                    tl.samples.push(TimedSample {
-                        thread: th,
-                        time: s.time,
-                        path: p as u32,
-                        leader_delta: 0,
-                    });
-                }
-            }
+            tl.samples.extend(timed(key_path, s, th, 0));
             continue;
         }
         let Some(state) = last.get_mut(th as usize) else { continue };
@@ -136,16 +127,7 @@ pub(crate) fn build(
             SampleKind::WindowStart | SampleKind::Plain => {
                 let leader = vals.first().copied().unwrap_or(0);
                 let before = prev_vals.and_then(|v| v.first().copied()).unwrap_or(0);
-                if let Some(&p) = key_path.get(&(s.space, s.ip, s.stack)) {
-                    if p != usize::MAX {
-                        tl.samples.push(TimedSample {
-                            thread: th,
-                            time: s.time,
-                            path: p as u32,
-                            leader_delta: leader.saturating_sub(before),
-                        });
-                    }
-                }
+                tl.samples.extend(timed(key_path, s, th, leader.saturating_sub(before)));
                 *state = (Some(i), true, s.kind == SampleKind::Plain);
             }
         }
@@ -153,4 +135,20 @@ pub(crate) fn build(
     tl.samples.sort_by_key(|s| (s.thread, s.time));
     tl.windows.sort_by(|a, b| a.thread.cmp(&b.thread).then(a.time.cmp(&b.time)));
     tl
+}
+
+/// The time sample `s` makes on thread `th`, unless its key has no path.
+fn timed(
+    key_path: &FxHashMap<(u32, u64, u32), usize>,
+    s: &RawSample,
+    th: u32,
+    leader_delta: u64,
+) -> Option<TimedSample> {
+    let &p = key_path.get(&(s.space, s.ip, s.stack))?;
+    (p != usize::MAX).then_some(TimedSample {
+        thread: th,
+        time: s.time,
+        path: p as u32,
+        leader_delta,
+    })
 }

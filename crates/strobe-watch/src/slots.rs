@@ -18,7 +18,7 @@
 //!
 //! The maps it is measured against (the kernel's list before the seed, the same scan over
 //! an array, a `HashMap` behind a mutex) exist only to be compared, so they live with the
-//! benchmark (`strobe_bench::slotmaps`, run by `strobe bench breakpoint`), which plugs
+//! benchmark (`crates/strobe-bench/src/slotmaps.rs`, run by `strobe bench breakpoint`), which plugs
 //! them into this same table through [`ThreadMultiMap`].
 //!
 //! ## Concurrency

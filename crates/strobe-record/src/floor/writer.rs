@@ -776,7 +776,7 @@ impl Writer {
 mod tests {
     use super::*;
     use crate::floor::decode::SampleEv;
-    use strobe_format::{CallGraph, EventDesc, Header, Reader, RecordMode};
+    use strobe_format::{CallGraph, Header, Reader, RecordMode};
 
     fn sampling() -> Sampling {
         Sampling {
@@ -794,20 +794,8 @@ mod tests {
 
     fn header() -> Header {
         Header {
-            minor_version: strobe_format::MINOR_VERSION,
             strobe_version: "test".into(),
-            start_unix_ns: 0,
-            start_mono_ns: 0,
             command: vec!["-a".into()],
-            events: vec![EventDesc {
-                name: "task-clock".into(),
-                type_: 1,
-                config: 1,
-                is_time: true,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: true,
-            }],
             period: Some(1_000_000),
             window: Some(0),
             jitter: Some(0),
@@ -816,9 +804,9 @@ mod tests {
             overhead_ppm: 20_000,
             follow_fork: true,
             mode: RecordMode::Kernel,
-            mode_reason: String::new(),
             call_graph: CallGraph::Fp,
             max_depth: 127,
+            ..Header::task_clock()
         }
     }
 
@@ -858,6 +846,45 @@ mod tests {
         out
     }
 
+    /// The pid of a child that ran `true` and was waited for: a real pid, now dead.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    }
+
+    /// A writer on a new file at `path` that holds the preamble and the header.
+    fn writer_at(path: &std::path::Path) -> Writer {
+        let mut f = File::create(path).unwrap();
+        let mut e = Encoder::new();
+        e.preamble();
+        e.header(&header());
+        f.write_all(e.as_bytes()).unwrap();
+        Writer::new(f, sampling(), FxHashMap::default(), None, false, 1)
+    }
+
+    /// `events` timed 1 µs apart, the first 1 µs after `*time`, which moves to the last.
+    fn timed(time: &mut u64, events: Vec<Ev>) -> Vec<Timed> {
+        events
+            .into_iter()
+            .map(|ev| {
+                *time += 1_000;
+                Timed { time: *time, ev }
+            })
+            .collect()
+    }
+
+    /// Applies `events` and flushes; with `forget`, then looks at `/proc` at once (not a
+    /// second after the last look) and forgets what has ended.
+    fn apply_round(w: &mut Writer, events: Vec<Timed>, forget: bool) {
+        w.apply(events, &Served::default());
+        w.flush().unwrap();
+        if forget {
+            w.last_forget = 0;
+            w.forget_gone();
+        }
+    }
+
     /// A writer that forgets the processes that ended writes the same file as one that
     /// keeps them all, and holds no state of the dead ones: a child that forked, mapped,
     /// sampled, exec'd (the image it replaced is forgotten at once), sampled again and
@@ -865,24 +892,11 @@ mod tests {
     /// a real one that is dead.
     #[test]
     fn forgetting_ended_processes_leaves_the_file_as_it_was() {
-        let me = std::process::id();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
+        let (me, dead) = (std::process::id(), dead_pid());
         let dir = std::env::temp_dir().join(format!("strobe-writer-test-{me}"));
         std::fs::create_dir_all(&dir).unwrap();
         let paths = [dir.join("keeps"), dir.join("forgets")];
-        let mut writers: Vec<Writer> = paths
-            .iter()
-            .map(|p| {
-                let mut f = File::create(p).unwrap();
-                let mut e = Encoder::new();
-                e.preamble();
-                e.header(&header());
-                f.write_all(e.as_bytes()).unwrap();
-                Writer::new(f, sampling(), FxHashMap::default(), None, false, 1)
-            })
-            .collect();
+        let mut writers: Vec<Writer> = paths.iter().map(|p| writer_at(p)).collect();
         let t0 = crate::drain::mono_ns() - 10_000_000_000;
         let mmap = |path: &str| Ev::Mmap {
             pid: dead,
@@ -914,20 +928,9 @@ mod tests {
                 // Events of this round come after the forgetting writer's look at /proc.
                 time = crate::drain::mono_ns() + 1;
             }
-            let events: Vec<Timed> = round
-                .into_iter()
-                .map(|ev| {
-                    time += 1_000;
-                    Timed { time, ev }
-                })
-                .collect();
+            let events = timed(&mut time, round);
             for (i, w) in writers.iter_mut().enumerate() {
-                w.apply(events.clone(), &Served::default());
-                w.flush().unwrap();
-                if i == 1 {
-                    w.last_forget = 0;
-                    w.forget_gone();
-                }
+                apply_round(w, events.clone(), i == 1);
             }
             if k == 1 {
                 // The replaced image is forgotten at once; the exited one not yet.
@@ -957,35 +960,16 @@ mod tests {
     /// stream of its own, with its parent's mappings, not the forgotten one's.
     #[test]
     fn a_reused_pid_of_a_forgotten_process_is_a_new_stream() {
-        let me = std::process::id();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
+        let (me, dead) = (std::process::id(), dead_pid());
         let dir = std::env::temp_dir().join(format!("strobe-writer-reuse-{me}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f");
-        let mut f = File::create(&path).unwrap();
-        let mut e = Encoder::new();
-        e.preamble();
-        e.header(&header());
-        f.write_all(e.as_bytes()).unwrap();
-        let mut w = Writer::new(f, sampling(), FxHashMap::default(), None, false, 1);
+        let mut w = writer_at(&dir.join("f"));
         let mut time = crate::drain::mono_ns() - 10_000_000_000;
         let mut round = |w: &mut Writer, evs: Vec<Ev>, after_now: bool| {
             if after_now {
                 time = crate::drain::mono_ns() + 1;
             }
-            let evs = evs
-                .into_iter()
-                .map(|ev| {
-                    time += 1_000;
-                    Timed { time, ev }
-                })
-                .collect();
-            w.apply(evs, &Served::default());
-            w.flush().unwrap();
-            w.last_forget = 0;
-            w.forget_gone();
+            apply_round(w, timed(&mut time, evs), true);
         };
         round(
             &mut w,

@@ -16,6 +16,23 @@
 /// No node.
 const NIL: u32 = u32::MAX;
 
+/// A side of a node; the rotations and fix-ups are written for one side and run mirrored
+/// for the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+impl Side {
+    fn mirror(self) -> Side {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Node {
     left: u32,
@@ -45,6 +62,13 @@ impl Tree {
         self.nodes.get(n as usize).map_or(NIL, |x| x.right)
     }
 
+    fn child(&self, n: u32, side: Side) -> u32 {
+        match side {
+            Side::Left => self.left(n),
+            Side::Right => self.right(n),
+        }
+    }
+
     fn parent(&self, n: u32) -> u32 {
         self.nodes.get(n as usize).map_or(NIL, |x| x.parent)
     }
@@ -72,6 +96,13 @@ impl Tree {
         }
     }
 
+    fn set_child(&mut self, n: u32, side: Side, c: u32) {
+        match side {
+            Side::Left => self.set_left(n, c),
+            Side::Right => self.set_right(n, c),
+        }
+    }
+
     fn set_parent(&mut self, n: u32, p: u32) {
         if let Some(x) = self.nodes.get_mut(n as usize) {
             x.parent = p;
@@ -95,23 +126,15 @@ impl Tree {
         self.set_parent(new, p);
     }
 
-    fn rotate_left(&mut self, x: u32) {
-        let y = self.right(x);
-        let b = self.left(y);
-        self.set_right(x, b);
+    /// Rotates `x` down to its `side`: its child on the other side takes its place.
+    fn rotate(&mut self, x: u32, side: Side) {
+        let other = side.mirror();
+        let y = self.child(x, other);
+        let b = self.child(y, side);
+        self.set_child(x, other, b);
         self.set_parent(b, x);
         self.replace_child(x, y);
-        self.set_left(y, x);
-        self.set_parent(x, y);
-    }
-
-    fn rotate_right(&mut self, x: u32) {
-        let y = self.left(x);
-        let b = self.right(y);
-        self.set_left(x, b);
-        self.set_parent(b, x);
-        self.replace_child(x, y);
-        self.set_right(y, x);
+        self.set_child(y, side, x);
         self.set_parent(x, y);
     }
 
@@ -137,47 +160,31 @@ impl Tree {
         z
     }
 
+    /// Restores the red-black properties after `z` was linked in red: the textbook
+    /// cases, written for `z`'s parent on the grandparent's `side`.
     fn insert_fixup(&mut self, mut z: u32) {
         while self.is_red(self.parent(z)) {
             let p = self.parent(z);
             let g = self.parent(p);
-            if p == self.left(g) {
-                let uncle = self.right(g);
-                if self.is_red(uncle) {
-                    self.set_red(p, false);
-                    self.set_red(uncle, false);
-                    self.set_red(g, true);
-                    z = g;
-                    continue;
-                }
-                if z == self.right(p) {
-                    z = p;
-                    self.rotate_left(z);
-                }
-                let p = self.parent(z);
-                let g = self.parent(p);
+            let side = if p == self.left(g) { Side::Left } else { Side::Right };
+            let other = side.mirror();
+            let uncle = self.child(g, other);
+            if self.is_red(uncle) {
                 self.set_red(p, false);
+                self.set_red(uncle, false);
                 self.set_red(g, true);
-                self.rotate_right(g);
-            } else {
-                let uncle = self.left(g);
-                if self.is_red(uncle) {
-                    self.set_red(p, false);
-                    self.set_red(uncle, false);
-                    self.set_red(g, true);
-                    z = g;
-                    continue;
-                }
-                if z == self.left(p) {
-                    z = p;
-                    self.rotate_right(z);
-                }
-                let p = self.parent(z);
-                let g = self.parent(p);
-                self.set_red(p, false);
-                self.set_red(g, true);
-                self.rotate_left(g);
+                z = g;
+                continue;
             }
+            if z == self.child(p, other) {
+                z = p;
+                self.rotate(z, side);
+            }
+            let p = self.parent(z);
+            let g = self.parent(p);
+            self.set_red(p, false);
+            self.set_red(g, true);
+            self.rotate(g, other);
         }
         let r = self.root();
         self.set_red(r, false);
@@ -246,67 +253,41 @@ impl Tree {
         }
     }
 
+    /// Restores the red-black properties after a black node was unlinked: `x` (possibly
+    /// NIL) took its place under `parent` and is short one black. The textbook cases,
+    /// written for `x` on its parent's `side`, with `w` its sibling on the other.
     fn erase_fixup(&mut self, mut x: u32, mut parent: u32) {
         while x != self.root() && !self.is_red(x) && parent != NIL {
-            if x == self.left(parent) {
-                let mut w = self.right(parent);
-                if self.is_red(w) {
-                    self.set_red(w, false);
-                    self.set_red(parent, true);
-                    self.rotate_left(parent);
-                    w = self.right(parent);
-                }
-                if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
-                    self.set_red(w, true);
-                    x = parent;
-                    parent = self.parent(x);
-                    continue;
-                }
-                if !self.is_red(self.right(w)) {
-                    let wl = self.left(w);
-                    self.set_red(wl, false);
-                    self.set_red(w, true);
-                    self.rotate_right(w);
-                    w = self.right(parent);
-                }
-                let pr = self.is_red(parent);
-                self.set_red(w, pr);
-                self.set_red(parent, false);
-                let wr = self.right(w);
-                self.set_red(wr, false);
-                self.rotate_left(parent);
-                x = self.root();
-                parent = NIL;
-            } else {
-                let mut w = self.left(parent);
-                if self.is_red(w) {
-                    self.set_red(w, false);
-                    self.set_red(parent, true);
-                    self.rotate_right(parent);
-                    w = self.left(parent);
-                }
-                if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
-                    self.set_red(w, true);
-                    x = parent;
-                    parent = self.parent(x);
-                    continue;
-                }
-                if !self.is_red(self.left(w)) {
-                    let wr = self.right(w);
-                    self.set_red(wr, false);
-                    self.set_red(w, true);
-                    self.rotate_left(w);
-                    w = self.left(parent);
-                }
-                let pr = self.is_red(parent);
-                self.set_red(w, pr);
-                self.set_red(parent, false);
-                let wl = self.left(w);
-                self.set_red(wl, false);
-                self.rotate_right(parent);
-                x = self.root();
-                parent = NIL;
+            let side = if x == self.left(parent) { Side::Left } else { Side::Right };
+            let other = side.mirror();
+            let mut w = self.child(parent, other);
+            if self.is_red(w) {
+                self.set_red(w, false);
+                self.set_red(parent, true);
+                self.rotate(parent, side);
+                w = self.child(parent, other);
             }
+            if !self.is_red(self.left(w)) && !self.is_red(self.right(w)) {
+                self.set_red(w, true);
+                x = parent;
+                parent = self.parent(x);
+                continue;
+            }
+            if !self.is_red(self.child(w, other)) {
+                let near = self.child(w, side);
+                self.set_red(near, false);
+                self.set_red(w, true);
+                self.rotate(w, other);
+                w = self.child(parent, other);
+            }
+            let pr = self.is_red(parent);
+            self.set_red(w, pr);
+            self.set_red(parent, false);
+            let far = self.child(w, other);
+            self.set_red(far, false);
+            self.rotate(parent, side);
+            x = self.root();
+            parent = NIL;
         }
         self.set_red(x, false);
     }
@@ -396,6 +377,55 @@ mod tests {
             let mut want: Vec<usize> = (0..ks.len()).filter(|&i| alive[i]).collect();
             want.sort_by_key(|&i| (ks[i], i));
             assert_eq!(order, want, "seed {seed}");
+        }
+    }
+
+    /// Inserts and erasures in a random order, down to an empty tree, against a
+    /// `BTreeMap` keyed by (key, node): after every step the red-black properties hold
+    /// and the in-order walk is the map's order (equal keys in insertion order).
+    #[test]
+    fn random_inserts_and_erasures_walk_as_a_btreemap() {
+        use std::collections::BTreeMap;
+        for seed in 1..200u64 {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut rand = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let (mut t, mut ks, mut live) = (Tree::default(), Vec::new(), Vec::new());
+            let mut model: BTreeMap<(u64, u32), ()> = BTreeMap::new();
+            let steps = 300 + rand() % 300;
+            for step in 0..steps {
+                // Two inserts for each erasure, then erasures only, to the empty tree.
+                if step < steps / 2 && (live.is_empty() || rand() % 3 != 0) {
+                    let k = rand() % 48;
+                    ks.push(k);
+                    let n = t.insert(k, |n| ks[n as usize]);
+                    model.insert((k, n), ());
+                    live.push(n);
+                } else if !live.is_empty() {
+                    let n = live.swap_remove((rand() % live.len() as u64) as usize);
+                    t.erase(n);
+                    assert!(model.remove(&(ks[n as usize], n)).is_some());
+                }
+                t.check(&|n| ks[n as usize]);
+                let mut order = Vec::new();
+                let mut n = t.first();
+                while let Some(i) = n {
+                    order.push(i);
+                    n = t.next(i);
+                }
+                let want: Vec<u32> = model.keys().map(|&(_, n)| n).collect();
+                assert_eq!(order, want, "seed {seed}, step {step}");
+            }
+            while let Some(n) = live.pop() {
+                t.erase(n);
+                model.remove(&(ks[n as usize], n));
+                t.check(&|n| ks[n as usize]);
+            }
+            assert!(t.first().is_none() && model.is_empty(), "seed {seed}");
         }
     }
 
