@@ -22,10 +22,14 @@
 //!   weak `clock_gettime`).
 //! - **PLT entries**, added after that, from the file's `.rela.plt` (or `.rel.plt`)
 //!   against its `.dynsym`: entry `i` of `.plt` (after its header) is `NAME@plt`.
-//! - **Lookup.** The symbols live in a red-black tree ([`tree`]); an address gets the
-//!   first symbol holding it on the path from the root. Where a stretched symbol covers
-//!   PLT entries (`_init` before `.plt`), which one that is depends on the tree's shape,
-//!   so the tree is perf's, node for node.
+//! - **Lookup.** perf keeps the symbols in a red-black tree ([`tree`]); an address gets
+//!   the first symbol holding it on the path from the root. Where a stretched symbol
+//!   covers PLT entries (`_init` before `.plt`) or nested labels, which one that is depends
+//!   on the tree's shape, so the tree is perf's, node for node; it is built only when an
+//!   address under such overlapping symbols is looked up. Elsewhere a binary search on
+//!   the symbols sorted by offset gives the same answer for a fraction of the cost.
+//! - **Names** stay in the file (they are most of a table's bytes) and are read when an
+//!   address is named, from the file as it was when the table was parsed.
 //!
 //! This module must never guess a name for an address no symbol holds (the report has
 //! its own names for those), nor read DWARF.
@@ -72,14 +76,117 @@ struct Sym {
 /// A PLT entry whose relocation names no readable symbol.
 const NO_NAME: u32 = u32::MAX;
 
-/// A name from the table.
+/// The function found at an address; its name is read with [`FunctionTable::names`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Name<'a> {
-    /// The symbol's name as the symbol table spells it (mangled for Rust and C++); for a
-    /// PLT entry, the name of the function it calls.
-    pub raw: &'a str,
-    /// A PLT entry: shown as `raw@plt`.
+pub struct Found {
+    /// The file offset of its first byte.
+    pub start: u64,
+    /// A PLT entry: its name is the function it calls, shown as `name@plt`.
     pub plt: bool,
+    /// Where its name is in its string table.
+    name: u32,
+}
+
+/// Where a table's names are: string tables are most of a symbol table's bytes, and a
+/// report reads a few of its names, so a file's names stay in the file until looked up.
+#[derive(Debug, Clone)]
+enum Names {
+    /// In memory (an image with no file, such as the vDSO's).
+    Held {
+        /// The symbol table's string table.
+        strtab: Box<[u8]>,
+        /// `.dynstr`, for the PLT entries.
+        dynstr: Box<[u8]>,
+    },
+    /// In the files, read when looked up.
+    Files {
+        /// The symbol table's string table (in the debug file when the symbols are its).
+        strtab: Region,
+        /// `.dynstr`, for the PLT entries.
+        dynstr: Region,
+    },
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        Names::Held { strtab: Box::default(), dynstr: Box::default() }
+    }
+}
+
+impl Names {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Names::Held { strtab, dynstr } => strtab.len() + dynstr.len(),
+            Names::Files { .. } => 2 * std::mem::size_of::<Region>(),
+        }
+    }
+}
+
+/// A string table in a file, as the file was when the table was parsed.
+#[derive(Debug, Clone, Default)]
+struct Region {
+    path: std::path::PathBuf,
+    /// Device, inode, size, modification time (s, ns): a file replaced or rewritten since
+    /// is not read.
+    id: (u64, u64, u64, i64, i64),
+    offset: u64,
+    len: u64,
+}
+
+/// What identifies a file's contents.
+fn file_id(m: &std::fs::Metadata) -> (u64, u64, u64, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())
+}
+
+impl Region {
+    /// The region of `section_bytes` (a slice of `file`'s map) in the file at `path`.
+    fn of(path: &Path, meta: &std::fs::Metadata, file: &[u8], section_bytes: &[u8]) -> Region {
+        let offset = (section_bytes.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
+        let inside = !section_bytes.is_empty()
+            && offset.checked_add(section_bytes.len()).is_some_and(|e| e <= file.len());
+        Region {
+            path: path.to_path_buf(),
+            id: file_id(meta),
+            offset: if inside { offset as u64 } else { 0 },
+            len: if inside { section_bytes.len() as u64 } else { 0 },
+        }
+    }
+
+    /// The file, open, when it is still the one parsed.
+    fn open(&self) -> Option<std::fs::File> {
+        let f = std::fs::File::open(&self.path).ok()?;
+        (file_id(&f.metadata().ok()?) == self.id).then_some(f)
+    }
+
+    /// The NUL-terminated UTF-8 string at `off`, read with `pread` (a file truncated
+    /// meanwhile gives a short read, never a fault).
+    fn name(&self, file: &std::fs::File, off: u32) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = Vec::new();
+        let mut chunk = 256usize;
+        let start = u64::from(off);
+        loop {
+            let have = buf.len() as u64;
+            let left = self.len.checked_sub(start + have)?;
+            if left == 0 {
+                return None;
+            }
+            let want = chunk.min(left as usize);
+            let old = buf.len();
+            buf.resize(old + want, 0);
+            let n = file.read_at(buf.get_mut(old..)?, self.offset + start + have).ok()?;
+            buf.truncate(old + n);
+            if let Some(end) = buf.get(old..).and_then(|b| b.iter().position(|&c| c == 0)) {
+                buf.truncate(old + end);
+                return String::from_utf8(buf).ok();
+            }
+            if n == 0 {
+                return None;
+            }
+            chunk = chunk.saturating_mul(4).min(1 << 20);
+        }
+    }
 }
 
 /// Every function of one file as `perf report` sees it, by file offset.
@@ -96,10 +203,8 @@ pub struct Name<'a> {
 pub struct FunctionTable {
     /// The symbols perf keeps, in offset order (ties in perf's insertion order).
     syms: Vec<Sym>,
-    /// The string table of the symbol table the names come from.
-    strtab: Box<[u8]>,
-    /// `.dynstr`, for the PLT entries' names.
-    dynstr: Box<[u8]>,
+    /// Where the names are.
+    names: Names,
     /// How perf built its tree: the key of every node in insertion order, and the nodes
     /// dropped as aliases, in order; the tree itself is built on first need.
     replay: Replay,
@@ -130,8 +235,7 @@ impl Clone for FunctionTable {
     fn clone(&self) -> FunctionTable {
         FunctionTable {
             syms: self.syms.clone(),
-            strtab: self.strtab.clone(),
-            dynstr: self.dynstr.clone(),
+            names: self.names.clone(),
             replay: Replay {
                 keys: self.replay.keys.clone(),
                 elf: self.replay.elf,
@@ -143,12 +247,14 @@ impl Clone for FunctionTable {
 }
 
 /// The file at `path`, mapped read-only.
-fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
+fn map(path: &Path) -> Result<(memmap2::Mmap, std::fs::Metadata), Error> {
     let io = |source| Error::Io { what: format!("reading {}", path.display()), source };
     let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
     // SAFETY: a private read-only map of a program or library; they are replaced by
     // rename, not rewritten in place, and every read is bounds-checked against the map.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    Ok((map, meta))
 }
 
 /// A string table's names: whether each can be read at an offset without a check of
@@ -197,8 +303,7 @@ impl FunctionTable {
     /// The memory the table holds, bytes (for callers that keep tables).
     pub fn heap_bytes(&self) -> usize {
         self.syms.capacity() * std::mem::size_of::<Sym>()
-            + self.strtab.len()
-            + self.dynstr.len()
+            + self.names.heap_bytes()
             + (self.replay.keys.capacity() + self.replay.erased.capacity() / 2) * 8
             + self.tree.get().map_or(0, |t| t.tree.heap_bytes() + t.at.capacity() * 4)
     }
@@ -206,18 +311,33 @@ impl FunctionTable {
     /// The table of the ELF file at `path`, with symbols from `debug` (its separate debug
     /// file) when given.
     pub fn open(path: &Path, debug: Option<&Path>) -> Result<FunctionTable, Error> {
-        let file = map(path)?;
-        match debug {
-            Some(d) => {
-                let syms = map(d)?;
-                Self::parse(path, &file, Some(&syms))
-            }
-            None => Self::parse(path, &file, None),
-        }
+        let (file, meta) = map(path)?;
+        let debug = debug.map(|d| map(d).map(|m| (d, m))).transpose()?;
+        let (mut t, (strtab, dynstr)) =
+            Self::parse_with(path, &file, debug.as_ref().map(|(_, (m, _))| &m[..]))?;
+        // The names stay in the files (the symbols' string table is the debug file's when
+        // the symbols are).
+        let strtab = match &debug {
+            Some((d, (m, meta))) if strtab.from_debug => Region::of(d, meta, m, strtab.bytes),
+            _ => Region::of(path, &meta, &file, strtab.bytes),
+        };
+        t.names = Names::Files { strtab, dynstr: Region::of(path, &meta, &file, dynstr) };
+        Ok(t)
     }
 
     /// The table from the file's bytes (`path` names it in errors) and its debug file's.
     pub fn parse(path: &Path, file: &[u8], debug: Option<&[u8]>) -> Result<FunctionTable, Error> {
+        let (mut t, (strtab, dynstr)) = Self::parse_with(path, file, debug)?;
+        t.names = Names::Held { strtab: strtab.bytes.into(), dynstr: dynstr.into() };
+        Ok(t)
+    }
+
+    /// The table, and the string tables its names are in.
+    fn parse_with<'d>(
+        path: &Path,
+        file: &'d [u8],
+        debug: Option<&'d [u8]>,
+    ) -> Result<(FunctionTable, (StrTab<'d>, &'d [u8])), Error> {
         let not_elf = |e: object::read::Error| Error::NotElf {
             path: path.to_path_buf(),
             why: format!("it is not a readable 64-bit ELF file ({e})"),
@@ -230,18 +350,18 @@ impl FunctionTable {
         let mut t = FunctionTable::default();
         // The debug file's symbols when it has a symbol table, else the file's own.
         let from_debug = debug.as_ref().filter(|d| has_section(d, elf::SHT_SYMTAB));
-        match from_debug {
-            Some(d) => t.add_symbols(d, &runtime),
-            None => t.add_symbols(&runtime, &runtime),
-        }
-        t.syms.sort_unstable_by_key(|s| (s.start, s.seq));
+        let strtab = match from_debug {
+            Some(d) => StrTab { bytes: t.add_symbols(d, &runtime), from_debug: true },
+            None => StrTab { bytes: t.add_symbols(&runtime, &runtime), from_debug: false },
+        };
+        t.sort();
         t.fixup_ends();
-        t.fixup_aliases();
+        t.fixup_aliases(strtab.bytes);
         t.replay.elf = t.replay.keys.len() as u32;
-        t.add_plt(&runtime);
+        let dynstr = t.add_plt(&runtime);
         t.set_reach();
         t.syms.shrink_to_fit();
-        Ok(t)
+        Ok((t, (strtab, dynstr)))
     }
 
     /// Functions in the table (PLT entries included, aliases left out).
@@ -254,17 +374,51 @@ impl FunctionTable {
         self.syms.is_empty()
     }
 
-    /// The function holding file offset `offset`, as perf finds it, and its start.
-    pub fn find(&self, offset: u64) -> Option<(Name<'_>, u64)> {
+    /// The function holding file offset `offset`, as perf finds it.
+    pub fn find(&self, offset: u64) -> Option<Found> {
         let i = self.syms.partition_point(|s| s.start <= offset).checked_sub(1)?;
         let s = self.syms.get(i)?;
         let found = if s.reach > offset { self.find_in_tree(offset)? } else { s };
-        if !holds(found, offset) {
-            return None;
+        holds(found, offset).then_some(Found {
+            start: found.start,
+            plt: found.plt,
+            name: found.name,
+        })
+    }
+
+    /// The names of `found` (as the symbol table spells them, mangled for Rust and C++),
+    /// read from the file in one pass; `None` for a name that cannot be read (the file was
+    /// replaced or rewritten since the table was parsed: parse it again).
+    pub fn names(&self, found: &[Found]) -> Vec<Option<String>> {
+        match &self.names {
+            Names::Held { strtab, dynstr } => found
+                .iter()
+                .map(|f| {
+                    if f.name == NO_NAME {
+                        return Some(String::new());
+                    }
+                    let names = if f.plt { dynstr } else { strtab };
+                    name_at(names, f.name as usize).map(str::to_string)
+                })
+                .collect(),
+            Names::Files { strtab, dynstr } => {
+                let mut files: [Option<Option<std::fs::File>>; 2] = [None, None];
+                found
+                    .iter()
+                    .map(|f| {
+                        if f.name == NO_NAME {
+                            return Some(String::new());
+                        }
+                        let region = if f.plt { dynstr } else { strtab };
+                        let file = files
+                            .get_mut(usize::from(f.plt))?
+                            .get_or_insert_with(|| region.open())
+                            .as_ref()?;
+                        region.name(file, f.name)
+                    })
+                    .collect()
+            }
         }
-        let names = if found.plt { &self.dynstr } else { &self.strtab };
-        let raw = name_at(names, found.name as usize).unwrap_or("");
-        Some((Name { raw, plt: found.plt }, found.start))
     }
 
     /// The symbol perf's tree search meets first holding `offset`.
@@ -314,14 +468,10 @@ impl FunctionTable {
         self.syms.push(Sym { start, end, reach: 0, name, seq, binding, plt });
     }
 
-    fn name_of(&self, s: &Sym) -> &str {
-        let names = if s.plt { &self.dynstr } else { &self.strtab };
-        name_at(names, s.name as usize).unwrap_or("")
-    }
-
     /// The functions and text labels of `syms`' symbol table (else its dynamic one), at
     /// the file offsets `runtime` gives their addresses.
-    fn add_symbols(&mut self, syms: &Elf<'_>, runtime: &Elf<'_>) {
+    /// Returns the symbol table's string table.
+    fn add_symbols<'d>(&mut self, syms: &Elf<'d>, runtime: &Elf<'_>) -> &'d [u8] {
         let endian = syms.endian();
         let sections = syms.elf_section_table();
         let data = syms.data();
@@ -329,7 +479,7 @@ impl FunctionTable {
             Ok(t) if !t.is_empty() => t,
             _ => match sections.symbols(endian, data, elf::SHT_DYNSYM) {
                 Ok(t) => t,
-                Err(_) => return,
+                Err(_) => return &[],
             },
         };
         let strtab = sections
@@ -394,7 +544,13 @@ impl FunctionTable {
             };
             self.push(offset, offset.saturating_add(sym.st_size(endian)), binding, name, false);
         }
-        self.strtab = strtab.into();
+        strtab
+    }
+
+    /// Puts the symbols in offset order, those with the same start in perf's insertion
+    /// order.
+    fn sort(&mut self) {
+        self.syms.sort_unstable_by_key(|s| (s.start, s.seq));
     }
 
     /// Stretches each symbol without a size to the next symbol.
@@ -413,7 +569,7 @@ impl FunctionTable {
 
     /// Keeps one symbol of those starting at the same offset (walking them in order, as
     /// perf walks its tree: the survivor is compared with its own next in turn).
-    fn fixup_aliases(&mut self) {
+    fn fixup_aliases(&mut self, strtab: &[u8]) {
         let mut keep = vec![true; self.syms.len()];
         let mut curr = 0;
         for next in 1..self.syms.len() {
@@ -422,7 +578,7 @@ impl FunctionTable {
                 curr = next;
                 continue;
             }
-            if self.first_is_better(a, b) {
+            if first_is_better(strtab, a, b) {
                 self.replay.erased.push(b.seq);
                 keep[next] = false;
             } else {
@@ -448,71 +604,46 @@ impl FunctionTable {
         }
     }
 
-    /// perf's choice between two symbols at the same start: true for `a`.
-    fn first_is_better(&self, a: &Sym, b: &Sym) -> bool {
-        let (sa, sb) = (a.end > a.start, b.end > b.start);
-        if sa != sb {
-            return sa;
-        }
-        let (wa, wb) = (a.binding == Binding::Weak, b.binding == Binding::Weak);
-        if wa != wb {
-            return wb;
-        }
-        let (ga, gb) = (a.binding == Binding::Global, b.binding == Binding::Global);
-        if ga != gb {
-            return ga;
-        }
-        let underscores = |s: &Sym| self.name_of(s).bytes().take_while(|&c| c == b'_').count();
-        let (ua, ub) = (underscores(a), underscores(b));
-        if ua != ub {
-            return ua < ub;
-        }
-        let (la, lb) = (self.name_of(a).len(), self.name_of(b).len());
-        if la != lb {
-            return la > lb;
-        }
-        true
-    }
-
     /// The PLT entries of `file`: `.plt` after its header, one per `.rela.plt` (or
     /// `.rel.plt`) entry, named after the `.dynsym` symbol the entry resolves.
-    fn add_plt(&mut self, file: &Elf<'_>) {
+    /// Returns `.dynstr`.
+    fn add_plt<'d>(&mut self, file: &Elf<'d>) -> &'d [u8] {
         let endian = file.endian();
         let sections = file.elf_section_table();
         let data = file.data();
         let Some((dynsym_index, _)) =
             sections.enumerate().find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
         else {
-            return;
+            return &[];
         };
         let rel = sections
             .section_by_name(endian, b".rela.plt")
             .or_else(|| sections.section_by_name(endian, b".rel.plt"));
         let (Some((_, rel)), Some((_, plt))) = (rel, sections.section_by_name(endian, b".plt"))
         else {
-            return;
+            return &[];
         };
         if rel.sh_link(endian) as usize != dynsym_index.0 {
-            return;
+            return &[];
         }
-        let Ok(dynsym) = sections.symbols(endian, data, elf::SHT_DYNSYM) else { return };
+        let Ok(dynsym) = sections.symbols(endian, data, elf::SHT_DYNSYM) else { return &[] };
         let entry = plt.sh_entsize(endian);
         if entry == 0 {
-            return;
+            return &[];
         }
         let mut at = plt.sh_offset(endian).saturating_add(entry);
         let symbols: Vec<u32> = if rel.sh_type(endian) == elf::SHT_RELA {
             match rel.data_as_array::<elf::Rela64<Endianness>, _>(endian, data) {
                 Ok(r) => r.iter().map(|r| r.r_sym(endian, false)).collect(),
-                Err(_) => return,
+                Err(_) => return &[],
             }
         } else if rel.sh_type(endian) == elf::SHT_REL {
             match rel.data_as_array::<elf::Rel64<Endianness>, _>(endian, data) {
                 Ok(r) => r.iter().map(|r| r.r_sym(endian)).collect(),
-                Err(_) => return,
+                Err(_) => return &[],
             }
         } else {
-            return;
+            return &[];
         };
         let dynstr = sections
             .section(dynsym.string_section())
@@ -530,13 +661,47 @@ impl FunctionTable {
             self.push(at, at.saturating_add(entry), Binding::Global, name, true);
             at = at.saturating_add(entry);
         }
-        self.dynstr = dynstr.into();
         // Into offset order; after the symbols with the same start, as perf's tree puts a
         // later equal key.
         if self.syms.len() > first {
-            self.syms.sort_unstable_by_key(|s| (s.start, s.seq));
+            self.sort();
         }
+        dynstr
     }
+}
+
+/// perf's choice between two symbols at the same start (names in `strtab`): true for `a`.
+fn first_is_better(strtab: &[u8], a: &Sym, b: &Sym) -> bool {
+    let (sa, sb) = (a.end > a.start, b.end > b.start);
+    if sa != sb {
+        return sa;
+    }
+    let (wa, wb) = (a.binding == Binding::Weak, b.binding == Binding::Weak);
+    if wa != wb {
+        return wb;
+    }
+    let (ga, gb) = (a.binding == Binding::Global, b.binding == Binding::Global);
+    if ga != gb {
+        return ga;
+    }
+    let name = |s: &Sym| name_at(strtab, s.name as usize).unwrap_or("");
+    let underscores = |s: &Sym| name(s).bytes().take_while(|&c| c == b'_').count();
+    let (ua, ub) = (underscores(a), underscores(b));
+    if ua != ub {
+        return ua < ub;
+    }
+    let (la, lb) = (name(a).len(), name(b).len());
+    if la != lb {
+        return la > lb;
+    }
+    true
+}
+
+/// The string table a table's names are in.
+struct StrTab<'d> {
+    bytes: &'d [u8],
+    /// In the debug file.
+    from_debug: bool,
 }
 
 /// Whether `s` holds `offset`, as perf's search decides.
@@ -576,7 +741,17 @@ mod tests {
     impl FunctionTable {
         /// (name, start, end, plt) of every symbol kept, in offset order.
         fn entries(&self) -> Vec<(String, u64, u64, bool)> {
-            self.syms.iter().map(|s| (self.name_of(s).to_string(), s.start, s.end, s.plt)).collect()
+            let found: Vec<Found> = self
+                .syms
+                .iter()
+                .map(|s| Found { start: s.start, plt: s.plt, name: s.name })
+                .collect();
+            let names = self.names(&found);
+            self.syms
+                .iter()
+                .zip(names)
+                .map(|(s, n)| (n.expect("a readable name"), s.start, s.end, s.plt))
+                .collect()
         }
     }
 
@@ -599,8 +774,9 @@ mod tests {
         let e = t.entries();
         let strong = e.iter().find(|(n, ..)| n == "__vdso_clock_gettime").expect("in the vDSO");
         assert!(!e.iter().any(|(n, ..)| n == "clock_gettime"), "the weak alias is dropped: {e:?}");
-        let (name, start) = t.find(strong.1 + 1).unwrap();
-        assert_eq!((name.raw, name.plt, start), ("__vdso_clock_gettime", false, strong.1));
+        let f = t.find(strong.1 + 1).unwrap();
+        let name = t.names(&[f]).remove(0).unwrap();
+        assert_eq!((name.as_str(), f.plt, f.start), ("__vdso_clock_gettime", false, strong.1));
     }
 
     #[test]
@@ -616,8 +792,9 @@ mod tests {
         }
         // main is found by any byte of it.
         let main = e.iter().find(|x| x.0 == "main").unwrap();
-        assert_eq!(t.find(main.1).map(|(n, _)| n.raw), Some("main"));
-        assert_eq!(t.find(main.2 - 1).map(|(n, _)| n.raw), Some("main"));
+        let name = |off| t.names(&[t.find(off)?]).remove(0);
+        assert_eq!(name(main.1).as_deref(), Some("main"));
+        assert_eq!(name(main.2 - 1).as_deref(), Some("main"));
         assert!(t.len() > 10 && !t.is_empty());
     }
 
@@ -642,8 +819,7 @@ mod tests {
         for t in &tables {
             let tree = |off: u64| {
                 let s = t.find_in_tree(off).filter(|s| holds(s, off))?;
-                let names = if s.plt { &t.dynstr } else { &t.strtab };
-                Some((name_at(names, s.name as usize).unwrap_or(""), s.plt, s.start))
+                Some(Found { start: s.start, plt: s.plt, name: s.name })
             };
             for s in &t.syms {
                 overlaps += usize::from(s.reach > s.start);
@@ -657,8 +833,7 @@ mod tests {
                     s.end,
                     s.end + 1,
                 ] {
-                    let fast = t.find(off).map(|(n, start)| (n.raw, n.plt, start));
-                    assert_eq!(fast, tree(off), "offset {off:#x} of {s:?}");
+                    assert_eq!(t.find(off), tree(off), "offset {off:#x} of {s:?}");
                 }
             }
         }
