@@ -708,6 +708,18 @@ impl FileToName<'_> {
             None => self.dwarf(file, debug(), index().as_deref(), unique),
         };
         let module = module_name(self.path);
+        // The functions holding the offsets, then their names, read together.
+        let found: Vec<Option<strobe_target::symtab::Found>> =
+            unique.iter().map(|&off| table.find(off)).collect();
+        let hits: Vec<_> = found.iter().flatten().copied().collect();
+        let mut names = table.names(&hits).into_iter();
+        let named: Vec<Option<(String, bool)>> = found
+            .iter()
+            .map(|f| {
+                let f = f.as_ref()?;
+                names.next().flatten().map(|n| (n, f.plt))
+            })
+            .collect();
         let frames = unique
             .iter()
             .enumerate()
@@ -725,9 +737,9 @@ impl FileToName<'_> {
                     ),
                     _ => (None, Vec::new()),
                 };
-                let function = match table.find(off) {
-                    Some((name, _)) if name.plt => format!("{}@plt", demangled(name.raw)),
-                    Some((name, _)) => demangled(name.raw),
+                let function = match named.get(k).and_then(Option::as_ref) {
+                    Some((name, true)) => format!("{}@plt", demangled(name)),
+                    Some((name, false)) => demangled(name),
                     None => {
                         let index = index()?;
                         let vaddr = index.offset_to_vaddr(off)?;

@@ -198,12 +198,14 @@ impl Tree {
     }
 
     /// The first node in key order.
+    #[cfg(test)]
     pub(super) fn first(&self) -> Option<u32> {
         let r = self.root();
         (r != NIL).then(|| self.minimum(r))
     }
 
     /// The node after `n` in key order.
+    #[cfg(test)]
     pub(super) fn next(&self, n: u32) -> Option<u32> {
         if self.right(n) != NIL {
             return Some(self.minimum(self.right(n)));
