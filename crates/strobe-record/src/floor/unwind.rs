@@ -9,7 +9,7 @@
 //! (only the copy), nor keep a table after the process's mappings changed.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use rustc_hash::FxHashMap;
 use strobe_format::Mapping;
@@ -88,9 +88,15 @@ pub(crate) struct Unwinder {
     /// The last table generation handed out (distinct per table: the rule cache is
     /// shared by every process's walks).
     generation: u64,
-    /// Modules by mapping, across rebuilds and processes (`None`: the file has no
-    /// unwind tables or cannot be read).
-    modules: FxHashMap<(PathBuf, u64, u64, u64), Option<Arc<Module>>>,
+    /// Modules by mapping, across rebuilds and processes, held only while a process's
+    /// table holds them (`None`: the file has no unwind tables or cannot be read). A
+    /// module's tables are copies from its file placed at its address: each process
+    /// that maps a library elsewhere gets its own, and a compiler loop mapped a new
+    /// librustc_driver (megabytes of `.eh_frame`) every run, which kept strong here grew
+    /// the recorder by 120-150 MB a second.
+    modules: FxHashMap<(PathBuf, u64, u64, u64), Option<Weak<Module>>>,
+    /// The map's size when its dead entries were last pruned.
+    pruned_at: usize,
     out: Vec<u64>,
     vdso: Option<VdsoFile>,
 }
@@ -108,6 +114,7 @@ impl Unwinder {
             rules: RuleCache::new(),
             generation: 0,
             modules: FxHashMap::default(),
+            pruned_at: 0,
             out: vec![0; max_depth.max(1)],
             vdso: VdsoFile::write(),
         }
@@ -155,16 +162,82 @@ impl Unwinder {
                 _ => m.path.clone(),
             };
             let key = (path, m.start, m.end, m.file_offset);
-            let module = self
-                .modules
-                .entry(key)
-                .or_insert_with_key(|k| {
-                    Module::from_file(&k.0, m.start, m.end, m.file_offset).map(Arc::new)
-                })
-                .clone();
+            let held = match self.modules.get(&key) {
+                Some(None) => continue,
+                Some(Some(w)) => w.upgrade(),
+                None => None,
+            };
+            let module = held.or_else(|| {
+                let built = Module::from_file(&key.0, m.start, m.end, m.file_offset).map(Arc::new);
+                self.modules.insert(key, built.as_ref().map(Arc::downgrade));
+                built
+            });
             mods.extend(module);
         }
+        self.prune();
         self.generation += 1;
         Table::new(self.generation, mods)
+    }
+
+    /// Drops the entries of modules no process's table holds any more, once the map has
+    /// doubled since the last time (amortized: each entry is looked at a bounded number
+    /// of times), and those of files without unwind tables (looked at again if a process
+    /// maps one there).
+    fn prune(&mut self) {
+        if self.modules.len() < 2 * self.pruned_at.max(64) {
+            return;
+        }
+        self.modules.retain(|_, m| m.as_ref().is_some_and(|w| w.strong_count() > 0));
+        self.pruned_at = self.modules.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test program's executable mapping, as /proc/self/maps gives it.
+    fn own_code() -> Mapping {
+        let exe = std::env::current_exe().unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (range, perms, off, path) = (f[0], f[1], f[2], *f.get(5)?);
+                let (s, e) = range.split_once('-')?;
+                (perms.contains('x') && std::path::Path::new(path) == exe).then(|| Mapping {
+                    start: u64::from_str_radix(s, 16).unwrap(),
+                    end: u64::from_str_radix(e, 16).unwrap(),
+                    file_offset: u64::from_str_radix(off, 16).unwrap(),
+                    path: exe.clone(),
+                })
+            })
+            .next()
+            .expect("an executable mapping of the test program")
+    }
+
+    /// Processes that map the same file at their own addresses (ASLR) each get a module
+    /// while their table lives, and the unwinder keeps none of them after: memory
+    /// follows the processes alive, not every process the recording saw.
+    #[test]
+    fn modules_live_as_long_as_the_tables_that_hold_them() {
+        let code = own_code();
+        let mut u = Unwinder::new(8);
+        let kept = u.table(std::slice::from_ref(&code));
+        assert_eq!(kept.modules().len(), 1, "the test program has unwind tables");
+        let same = u.table(std::slice::from_ref(&code));
+        assert!(Arc::ptr_eq(&kept.modules()[0], &same.modules()[0]), "one copy per mapping");
+        for i in 1..=1000u64 {
+            let shift = i << 32;
+            let elsewhere =
+                Mapping { start: code.start + shift, end: code.end + shift, ..code.clone() };
+            let t = u.table(&[elsewhere]);
+            assert_eq!(t.modules().len(), 1);
+        }
+        // Every table but `kept`'s and `same`'s is gone, and so are their modules.
+        let live = u.modules.values().filter(|m| m.as_ref().is_some_and(|w| w.strong_count() > 0));
+        assert_eq!(live.count(), 1);
+        assert!(u.modules.len() <= 2 * 64 + 1, "{} entries", u.modules.len());
+        assert_eq!(Arc::strong_count(&kept.modules()[0]), 2);
     }
 }
