@@ -1,4 +1,4 @@
-//! Phase 7, inclusive windows: a window counts for every call it stayed inside, the
+//! Phase 8, inclusive windows: a window counts for every call it stayed inside, the
 //! functions its start and end call paths share from the outermost frame down (the calls
 //! active at both ends); without an end stack (none recorded), the functions on the start
 //! path down to the one the window ended in. The calls the window left (on its start
