@@ -32,7 +32,8 @@
 //!   `vfork`/`posix_spawn` run no fork handlers; they exec at once (see next point).
 //! - exec: events are opened with `remove_on_exec` and close-on-exec fds; before
 //!   `execve`/`execv`/`execvp`/`execvpe`/`execl*`/`fexecve`/`execveat` the agent disables
-//!   the calling thread's leader, writes the mappings and marks its process entry Execed.
+//!   the calling thread's leader (and its handler, should an overflow arrive during that,
+//!   leaves it stopped), writes the mappings and marks its process entry Execed.
 //!   The new image loads the agent again through LD_PRELOAD; if its pid equals
 //!   `STROBE_AGENT_PID` it is the same process and starts a new stream with origin Exec;
 //!   otherwise it is a forked child's new image. A raw `execve` system call (not through

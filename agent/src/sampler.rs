@@ -110,7 +110,7 @@
 //! one after another are spread the same way; the child's later threads follow a
 //! sequence of their own.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use strobe_perf::spec::MAX_GROUP;
 use strobe_perf::sys;
@@ -199,6 +199,9 @@ fn delivery(fallback: u64) -> u64 {
 /// Programs the next period and arms the leader as the state machine says.
 #[inline]
 fn program(local: &Local, period: u64, arm: Arm) {
+    if local.paused.load(Ordering::Relaxed) {
+        return;
+    }
     // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
     // ignored: a leader that cannot be re-armed stops sampling, which the recorder's
     // accounting shows.
@@ -224,6 +227,10 @@ fn stop(local: &Local) {
 /// one, whose timer is cancelled and started inside the call.
 #[inline]
 fn program_stopped(local: &Local, period: u64, arm: Arm) {
+    if local.paused.load(Ordering::Relaxed) {
+        // Left stopped: the owner paused sampling while this overflow was on its way.
+        return;
+    }
     // The owner's live leader (the slot is ACTIVE, checked by the caller). Errors are
     // ignored as in `program`: the recorder's accounting shows a leader that stopped.
     let fd = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed));
@@ -885,6 +892,7 @@ pub fn open_slot(a: &Agent, period: Option<u64>) -> Result<usize, SetupError> {
     }
     local.leader_fd.store(placed[0], Ordering::Relaxed);
     local.masked.store(false, Ordering::Relaxed);
+    local.paused.store(false, Ordering::Relaxed);
     local.counted_blocked.store(false, Ordering::Relaxed);
     slot.reset_custody(a.pid as u32, sys::gettid() as u32, a.stream);
     slot.set_comm(&thread_name());
@@ -928,6 +936,10 @@ pub fn arm(index: usize, setup_from: Option<u64>) {
         slot.begin_stretch(mono_ns(), cpu);
     }
     if let Some(local) = LOCAL.get(index) {
+        // Same thread as the handler that reads it: a signal after this store may re-arm
+        // the leader, which is what arming wants.
+        local.paused.store(false, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
         // The slot's live leader.
         let _ = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).enable();
     }
@@ -938,8 +950,18 @@ pub fn arm(index: usize, setup_from: Option<u64>) {
 /// `arm(index, None)` serves it again.
 pub fn pause(index: usize) {
     if let Some(local) = LOCAL.get(index) {
+        // The flag first, then the ioctl. An overflow just before the ioctl (or during
+        // it) is delivered to our handler on its way back to user space; the handler
+        // takes it, and without the flag it would arm the leader again (a window's
+        // one-shot), whose next overflow then comes during the exec and kills the new
+        // image with a SIGTRAP it has no handler for yet (seen as one exec'd child in
+        // about 24,000 killed by signal 5; the trace showed DISABLE, the signal, the
+        // handler's PERIOD and REFRESH, then execve). The handler runs on this thread,
+        // so a compiler fence orders the store before the system call for it.
+        local.paused.store(true, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
         // This thread's live leader. Once the ioctl returns, any overflow before it has
-        // been delivered to our handler.
+        // been delivered to our handler, which left the leader stopped.
         let _ = EventFd::from_raw(local.leader_fd.load(Ordering::Relaxed)).disable();
     }
     if let Some(slot) = arena().and_then(|ar| ar.slots().get(index)) {

@@ -35,6 +35,10 @@ pub struct Local {
     /// sigprocmask/pthread_sigmask): its sampling is paused and the kernel floor samples
     /// it until it unblocks the signal.
     pub masked: AtomicBool,
+    /// The owner paused its sampling (`sampler::pause`: an exec, or SIGTRAP about to be
+    /// blocked): the handler takes an overflow that was already on its way but never
+    /// arms the leader again; only `sampler::arm` does.
+    pub paused: AtomicBool,
     /// The owner was counted among the threads that block the sampler's signal.
     pub counted_blocked: AtomicBool,
     /// The owner's alternate signal stack (`altstack`).
@@ -49,6 +53,7 @@ impl Local {
         walker: AtomicPtr::new(std::ptr::null_mut()),
         ring: AtomicPtr::new(std::ptr::null_mut()),
         masked: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
         counted_blocked: AtomicBool::new(false),
         alt: crate::altstack::AltState::empty(),
     };

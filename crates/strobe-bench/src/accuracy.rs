@@ -153,10 +153,21 @@ fn read_facts(path: &Path) -> Result<FileFacts, BenchError> {
     let bad = |e: strobe_format::FormatError| BenchError::Other(format!("{e}"));
     let reader = Reader::open(path).map_err(bad)?;
     let mut f = FileFacts::default();
+    // A process's CPU time is in the END of each of its streams (the agent's and the
+    // kernel floor's): once per process.
+    let mut pid_of = std::collections::HashMap::new();
+    let mut cpu_of = std::collections::HashMap::new();
     for r in reader {
         match r.map_err(bad)? {
-            Record::Process { info, .. } => f.cost_ns = f.cost_ns.max(info.sample_cost_ns),
-            Record::End { end, .. } => f.cpu_ns += end.cpu_ns.unwrap_or(0),
+            Record::Process { stream, info } => {
+                f.cost_ns = f.cost_ns.max(info.sample_cost_ns);
+                pid_of.insert(stream, info.pid);
+            }
+            Record::End { stream, end } => {
+                let pid = pid_of.get(&stream).copied().unwrap_or(u32::MAX);
+                let cpu: &mut u64 = cpu_of.entry(pid).or_default();
+                *cpu = (*cpu).max(end.cpu_ns.unwrap_or(0));
+            }
             Record::Samples(b) => {
                 for s in b.iter() {
                     match s.map_err(bad)?.kind {
@@ -172,6 +183,7 @@ fn read_facts(path: &Path) -> Result<FileFacts, BenchError> {
             _ => {}
         }
     }
+    f.cpu_ns = cpu_of.values().sum();
     Ok(f)
 }
 

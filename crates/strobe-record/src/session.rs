@@ -301,6 +301,9 @@ struct Live<'a> {
     /// Exact CPU time of threads still alive when the target ended (from /proc, read
     /// before the launched command was reaped), per (pid, tid).
     alive_cpu: FxHashMap<(u32, u32), u64>,
+    /// The launched command's own CPU time, all its threads (its process clock, read
+    /// before it was reaped).
+    launched_cpu: Option<u64>,
     /// The launched command's tree's CPU time, from its `wait4` rusage.
     tree_cpu_ns: Option<u64>,
 }
@@ -401,6 +404,7 @@ fn run_with(
         write_failed: false,
         exit: None,
         alive_cpu: FxHashMap::default(),
+        launched_cpu: None,
         tree_cpu_ns: None,
     };
     live.run_loop()?;
@@ -428,9 +432,11 @@ impl Live<'_> {
                 break;
             }
             if let Some(pid) = self.child.as_ref().filter(|c| signals::exited(c)).map(|c| c.pid()) {
-                // A zombie still shows its threads' CPU time: read it before reaping.
+                // A zombie still shows its threads' CPU time, and its process clock its
+                // whole life's (threads that ended included): read them before reaping.
                 let pid = pid as u32;
                 self.alive_cpu = alive_threads_cpu(&self.floor_pids(pid));
+                self.launched_cpu = strobe_target::tasks::process_cpu_ns(pid);
                 if let Some(c) = self.child.as_mut() {
                     let (status, tree) = c.wait_with_cpu()?;
                     self.exit = Some(Exit::from_status(status));
@@ -495,7 +501,7 @@ impl Live<'_> {
         let end_of = launched.map(|pid| Launched {
             pid,
             exit,
-            cpu_ns: self.alive_cpu.get(&(pid, pid)).copied(),
+            cpu_ns: self.launched_cpu,
             tree_cpu_ns: self.tree_cpu_ns,
         });
         let mut agent_totals = Totals::default();

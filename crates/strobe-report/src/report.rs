@@ -340,8 +340,23 @@ impl Report {
             }
             Formula::Share(c) => {
                 let i = idx(c)?;
+                // A share of events counted one by one (page faults) rests on at least
+                // one of them: a function's share of the fraction of a fault the windows
+                // hold net of the baseline would read 100% with no interval.
+                let events = *self.all.sums.get(i)?;
+                if events < 1.0 {
+                    return None;
+                }
                 let (p, var) = sums.share(&self.all, i)?;
-                Some(Estimate::from_var(p, var, 0.0).scaled(100.0))
+                // At least as uncertain as a proportion of that many events (Wilson): the
+                // windows' spread says little when few of them hold any.
+                let n = events.round() as u64;
+                let w = wilson((p * n as f64).round() as u64, n);
+                let e = Estimate::from_var(p, var, 0.0);
+                Some(
+                    Estimate { value: p, low: e.low.min(w.low), high: e.high.max(w.high) }
+                        .scaled(100.0),
+                )
             }
         }
     }

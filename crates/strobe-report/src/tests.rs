@@ -185,6 +185,39 @@ fn small_function_keeps_its_rank_when_its_windows_are_discarded() {
     assert_eq!((a.samples, a.windows), (0, 5));
 }
 
+/// A function's share of the page faults rests on at least one fault: with a fraction of
+/// one in all windows (net of the baseline) it is not given, and with three, all in one function, it is 100% with the
+/// interval of a proportion of three events, not 100 +- 0.
+#[test]
+fn a_share_of_page_faults_rests_on_faults() {
+    let pf = crate::metrics::METRICS.iter().find(|m| m.key == "page_faults_pct").unwrap();
+    // One fault in four windows, less a baseline of 0.2 a window: 0.2 of a fault in all.
+    let mut s = Stream::new(SW);
+    s.agg.set_baseline(crate::input::Baseline {
+        counters: vec![counter(0.0), counter(0.2), counter(0.0)],
+        ..tail_baseline()
+    });
+    for f in [1, 0, 0, 0] {
+        s.window(1, alpha(0), alpha(4), &[20_000, f, 0]);
+    }
+    let r = s.finish(WindowPolicy::Discard);
+    let a = r.function("strobe_test_alpha").unwrap();
+    assert_eq!(a.windows, 4);
+    assert!((a.sums.sums[1] - 0.2).abs() < 1e-9, "{:?}", a.sums.sums);
+    assert_eq!(r.metric_estimate(a, pf), None);
+
+    let mut s = Stream::new(SW);
+    for f in [1, 1, 1, 0] {
+        s.window(1, alpha(0), alpha(4), &[20_000, f, 0]);
+    }
+    s.window(1, beta(0), beta(2), &[20_000, 0, 0]);
+    let r = s.finish(WindowPolicy::Discard);
+    let e = r.metric_estimate(r.function("strobe_test_alpha").unwrap(), pf).unwrap();
+    assert!((e.value - 100.0).abs() < 1e-9, "{e:?}");
+    // Wilson's 95% interval of 3 of 3: [43.85%, 100%].
+    assert!((e.low - 43.85).abs() < 0.05 && e.high == 100.0, "{e:?}");
+}
+
 fn counter(mean: f64) -> crate::input::BaselineCounter {
     crate::input::BaselineCounter { mean, sd: 0.0 }
 }
