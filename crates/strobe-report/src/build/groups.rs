@@ -53,8 +53,7 @@ mod tests {
 
     #[test]
     fn buckets_differing_only_in_ips_of_the_same_functions_are_one_group() {
-        // Addresses 0 and 1 in f, 2 in g, 3 in nothing named (none of them folds to no
-        // function here, so: 3 in h).
+        // Addresses 0 and 1 in f, 2 in g, 3 in h.
         let frames = [
             frame("f", "/bin/p", None),
             frame("f", "/bin/p", None),
@@ -62,10 +61,10 @@ mod tests {
             frame("h", "/bin/p", None),
         ];
         let fns = fold(&frames, 1);
-        let mut addrs = Addresses::default();
         // Buckets: f->g (IPs 0, 2), f->g from the other IP of f (1, 2), f->g on another
         // start stack, f->h.
-        addrs.windows = vec![(0, 2), (1, 2), (0, 2), (1, 3)];
+        let mut addrs =
+            Addresses { windows: vec![(0, 2), (1, 2), (0, 2), (1, 3)], ..Addresses::default() };
         let windows = [
             bucket(0x10, 1, 0x20, 1, 2, 1.0),
             bucket(0x11, 1, 0x20, 1, 3, 2.0),
