@@ -248,8 +248,12 @@ impl Iterator for SampleIter<'_> {
 pub struct Reader<R = File> {
     src: R,
     path: PathBuf,
-    /// Bytes read but not consumed; `buf[0]` is at file offset `buf_off`.
+    /// Bytes read; `buf[start..]` are not consumed yet, and `buf[start]` is at file
+    /// offset `buf_off`. Consuming a chunk moves `start`; the consumed bytes are dropped
+    /// only when more must be read (dropping them per chunk moved the rest of the buffer,
+    /// up to 64 KiB, for every chunk of a few hundred bytes).
     buf: Vec<u8>,
+    start: usize,
     buf_off: u64,
     eof: bool,
     /// After a corrupt chunk: scan for the next intact one before reading on.
@@ -277,6 +281,7 @@ impl<R: Read> Reader<R> {
             src,
             path: path.as_ref().to_path_buf(),
             buf: Vec::with_capacity(1 << 16),
+            start: 0,
             buf_off: 0,
             eof: false,
             resync_from: None,
@@ -351,7 +356,11 @@ impl<R: Read> Reader<R> {
 
     /// Ensures `n` unconsumed bytes are buffered, unless the input ends first.
     fn fill(&mut self, n: usize) -> Result<(), FormatError> {
-        while self.buf.len() < n && !self.eof {
+        while self.live().len() < n && !self.eof {
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
             let have = self.buf.len();
             let want = (n - have).max(1 << 16);
             self.buf.resize(have + want, 0);
@@ -374,22 +383,32 @@ impl<R: Read> Reader<R> {
     }
 
     fn consume(&mut self, n: usize) {
-        self.buf.drain(..n.min(self.buf.len()));
+        self.start += n.min(self.live().len());
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
         self.buf_off += n as u64;
+    }
+
+    /// The bytes read and not consumed (`live()[0]` is at file offset `buf_off`).
+    fn live(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or(&[])
     }
 
     /// Checks whether a whole, intact chunk starts at `buf[at]`; reads more as needed.
     fn check_at(&mut self, at: usize) -> Result<Check, FormatError> {
         self.fill(at + CHUNK_HEADER_LEN)?;
-        let avail = self.buf.len().saturating_sub(at);
+        let buf = self.live();
+        let avail = buf.len().saturating_sub(at);
         if avail == 0 {
             return Ok(Check::End);
         }
         if avail < CHUNK_HEADER_LEN {
-            let sync_ok = self.buf[at..].iter().zip(CHUNK_SYNC).all(|(a, b)| *a == b);
+            let sync_ok = buf[at..].iter().zip(CHUNK_SYNC).all(|(a, b)| *a == b);
             return Ok(if sync_ok { Check::Short } else { Check::Bad("bad chunk sync bytes") });
         }
-        let h = &self.buf[at..at + CHUNK_HEADER_LEN];
+        let h = &buf[at..at + CHUNK_HEADER_LEN];
         if h[..2] != CHUNK_SYNC {
             return Ok(Check::Bad("bad chunk sync bytes"));
         }
@@ -399,12 +418,13 @@ impl<R: Read> Reader<R> {
         }
         let total = CHUNK_HEADER_LEN + len as usize;
         self.fill(at + total)?;
-        if self.buf.len() - at < total {
+        let buf = self.live();
+        if buf.len() - at < total {
             return Ok(Check::Short);
         }
-        let h = &self.buf[at..at + CHUNK_HEADER_LEN];
+        let h = &buf[at..at + CHUNK_HEADER_LEN];
         let want = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
-        let got = chunk_crc(&h[..12], &self.buf[at + CHUNK_HEADER_LEN..at + total]);
+        let got = chunk_crc(&h[..12], &buf[at + CHUNK_HEADER_LEN..at + total]);
         if want != got {
             return Ok(Check::Bad("checksum mismatch"));
         }
@@ -417,14 +437,14 @@ impl<R: Read> Reader<R> {
         loop {
             self.fill(i + CHUNK_HEADER_LEN)?;
             let Some(rel) =
-                self.buf.get(i..).and_then(|s| s.windows(2).position(|w| w == CHUNK_SYNC))
+                self.live().get(i..).and_then(|s| s.windows(2).position(|w| w == CHUNK_SYNC))
             else {
                 if self.eof {
                     return Ok(None);
                 }
                 // Keep the last byte: it may be the first sync byte.
-                i = self.buf.len().saturating_sub(1).max(i);
-                self.fill(self.buf.len() + (1 << 16))?;
+                i = self.live().len().saturating_sub(1).max(i);
+                self.fill(self.live().len() + (1 << 16))?;
                 continue;
             };
             let at = i + rel;
@@ -447,7 +467,7 @@ impl<R: Read> Reader<R> {
                     return Ok(Chunk::End { offset: bad });
                 }
                 None => {
-                    let n = self.buf.len();
+                    let n = self.live().len();
                     self.consume(n);
                     return Ok(Chunk::End { offset: self.buf_off });
                 }
@@ -457,10 +477,11 @@ impl<R: Read> Reader<R> {
         match self.check_at(0)? {
             Check::End => Ok(Chunk::End { offset }),
             Check::Whole { total } => {
-                let h = &self.buf[..CHUNK_HEADER_LEN];
+                let buf = self.live();
+                let h = &buf[..CHUNK_HEADER_LEN];
                 let tag = h[2];
                 let stream = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
-                let payload = self.buf[CHUNK_HEADER_LEN..total].to_vec();
+                let payload = buf[CHUNK_HEADER_LEN..total].to_vec();
                 self.consume(total);
                 Ok(Chunk::Whole { tag, stream, offset, payload })
             }

@@ -193,6 +193,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn add_f64_sums_every_counter_and_pair_product() {
+        let windows = [[1.5, -2.0, 3.0, 0.25], [4.0, 0.5, -1.0, 2.0]];
+        let mut s = WindowSums::new(4);
+        for d in &windows {
+            s.add_f64(d);
+        }
+        assert_eq!(s.n, 2);
+        for i in 0..4 {
+            assert_eq!(s.sums[i], windows[0][i] + windows[1][i]);
+            for j in 0..4 {
+                let want = windows[0][i] * windows[0][j] + windows[1][i] * windows[1][j];
+                assert_eq!(s.prod(i, j), want, "pair {i} {j}");
+            }
+        }
+        // Fewer deltas than counters: the missing ones count as nothing.
+        let mut s = WindowSums::new(3);
+        s.add_f64(&[2.0, 3.0]);
+        assert_eq!(
+            (s.sums.as_slice(), s.prod(0, 1), s.prod(1, 1), s.prod(2, 2)),
+            ([2.0, 3.0, 0.0].as_slice(), 6.0, 9.0, 0.0)
+        );
+    }
+
+    #[test]
     fn the_packed_triangle_covers_every_pair_once() {
         let w = 4;
         let mut seen = vec![false; w * (w + 1) / 2];

@@ -1,4 +1,4 @@
-//! Phase 7, inclusive windows: a window counts for every call it stayed inside, the
+//! Phase 8, inclusive windows: a window counts for every call it stayed inside, the
 //! functions its start and end call paths share from the outermost frame down (the calls
 //! active at both ends); without an end stack (none recorded), the functions on the start
 //! path down to the one the window ended in. The calls the window left (on its start
@@ -24,14 +24,24 @@ use crate::tally::WindowKey;
 /// per function per window; instead each window's sums go to the node of a trie of
 /// those prefixes (one merge), and each function then takes, once, the sums under every
 /// node where it first appears on the way from the root.
+///
+/// The calls a window left (on its start path past that prefix) depend only on the
+/// start path and the prefix's length, so windows are first summed per (start path,
+/// length) and each sum is merged into those calls once: most windows of a deep
+/// program start and end on different paths, and merging each into every call it left
+/// was most of this phase.
 pub(crate) fn attribute(
     windows: &[(WindowKey, WindowSums)],
     addrs: &Addresses,
     fns: &mut Functions,
 ) {
     let mut stack_funcs = StackFunctions::default();
-    let (mut start, mut end, mut seen) = (Vec::new(), Vec::new(), Seen::new(fns.list.len()));
+    let (mut start, mut end) = (Vec::new(), Vec::new());
     let mut trie = Trie::default();
+    // Per (space, start stack, start function, prefix length), in the order first met:
+    // the sums of the windows that left the calls past that prefix.
+    let mut left: Vec<((u32, u32, usize, usize), WindowSums)> = Vec::new();
+    let mut left_index: FxHashMap<(u32, u32, usize, usize), usize> = FxHashMap::default();
     for ((key, net), &(s, e)) in windows.iter().zip(&addrs.windows) {
         let (Some(fs), Some(fe)) = (fns.of(s), fns.of(e)) else { continue };
         stack_funcs.with_leaf(fns, addrs, key.space, key.start_stack, fs, &mut start);
@@ -43,9 +53,22 @@ pub(crate) fn attribute(
         };
         let inside = start.get(..k).unwrap_or(&[]);
         trie.add(key.space, key.start_stack, fs, inside, net);
-        // The calls the window left: it began inside them and ended outside.
+        if k < start.len() {
+            let group = (key.space, key.start_stack, fs, k);
+            let next = left.len();
+            let i = *left_index.entry(group).or_insert(next);
+            match left.get_mut(i) {
+                Some((_, sums)) => sums.merge(net),
+                None => left.push((group, net.clone())),
+            }
+        }
+    }
+    // The calls each group of windows left: it began inside them and ended outside.
+    let mut seen = Seen::new(fns.list.len());
+    for ((space, stack, fs, k), net) in &left {
+        stack_funcs.with_leaf(fns, addrs, *space, *stack, *fs, &mut start);
         seen.clear();
-        for &g in inside {
+        for &g in start.get(..*k).unwrap_or(&[]) {
             seen.insert(g);
         }
         let list = &mut fns.list;

@@ -7,11 +7,12 @@
 //! 3. [`paths`]: call paths, shared by the counting phases;
 //! 4. [`samples`]: time samples, self and total;
 //! 5. [`off_cpu`]: off-CPU intervals;
-//! 6. [`windows`]: window sums under the window policy;
-//! 7. [`inclusive`]: window sums of the calls each window stayed inside;
-//! 8. [`unsampled`]: rows for the CPU time no sample landed in, named by process and
+//! 6. [`groups`]: window buckets the next two phases cannot tell apart, merged;
+//! 7. [`windows`]: window sums under the window policy;
+//! 8. [`inclusive`]: window sums of the calls each window stayed inside;
+//! 9. [`unsampled`]: rows for the CPU time no sample landed in, named by process and
 //!    thread when the recording has per-thread CPU times;
-//! 9. [`prune`]: empty functions and paths dropped, the rest renumbered;
+//! 10. [`prune`]: empty functions and paths dropped, the rest renumbered;
 //!
 //! then the time line, when one was kept, and the recording's totals.
 //!
@@ -19,6 +20,7 @@
 
 pub(crate) mod addresses;
 pub(crate) mod functions;
+pub(crate) mod groups;
 pub(crate) mod inclusive;
 pub(crate) mod off_cpu;
 pub(crate) mod paths;
@@ -44,7 +46,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
 
     let sample_keys: Vec<(Key, u64)> = t.samples.iter().map(|(&k, &c)| (k, c)).collect();
     let off_keys: Vec<(Key, OffCpuSums)> = t.off_cpu.iter().map(|(&k, &v)| (k, v)).collect();
-    let addrs = addresses::intern(&sample_keys, &off_keys, &t.windows, &t.stacks);
+    let mut addrs = addresses::intern(&sample_keys, &off_keys, &t.windows, &t.stacks);
     let mut frames =
         symbolize_with(&mut t.spaces, &addrs.list, &t.symbols, t.symbol_cache.as_ref());
     functions::name_agent_frames(&mut frames);
@@ -54,8 +56,9 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
     let key_path =
         samples::attribute(&sample_keys, &addrs, &frames, &mut fns, &mut paths, key_paths);
     let off_cpu = off_cpu::attribute(&off_keys, &addrs, &mut fns, &mut paths);
-    let windows = windows::attribute(&t.windows, &addrs, &mut fns, &mut paths, policy, width);
-    inclusive::attribute(&t.windows, &addrs, &mut fns);
+    let groups = groups::group(&t.windows, &mut addrs, &fns);
+    let windows = windows::attribute(&groups, &addrs, &mut fns, &mut paths, policy, width);
+    inclusive::attribute(&groups, &addrs, &mut fns);
 
     let (mut functions, mut path_list) = (fns.list, paths.list);
     let mut unsampled = unsampled::add_rows(t.unsampled, width, &mut functions, &mut path_list);

@@ -26,12 +26,20 @@ pub(crate) struct Paths {
     index: FxHashMap<Vec<usize>, usize>,
     memo: FxHashMap<PathKey, usize>,
     width: usize,
+    /// The path being built (a new path's own vector is allocated only when it is new).
+    scratch: Vec<usize>,
 }
 
 impl Paths {
     /// No paths yet; their sums will have `width` counters.
     pub(crate) fn new(width: usize) -> Paths {
-        Paths { list: Vec::new(), index: FxHashMap::default(), memo: FxHashMap::default(), width }
+        Paths {
+            list: Vec::new(),
+            index: FxHashMap::default(),
+            memo: FxHashMap::default(),
+            width,
+            scratch: Vec::new(),
+        }
     }
 
     /// The index of the path of stack `stack` in `space` ending in function `leaf` (at
@@ -49,7 +57,8 @@ impl Paths {
         if let Some(&i) = self.memo.get(&(space, stack, leaf_addr, leaf)) {
             return i;
         }
-        let mut fr: Vec<usize> = Vec::new();
+        let mut fr = std::mem::take(&mut self.scratch);
+        fr.clear();
         let push_addr = |fr: &mut Vec<usize>, a: usize| {
             if let Some(chain) = fns.inline_callers.get(a) {
                 fr.extend_from_slice(chain);
@@ -66,14 +75,15 @@ impl Paths {
             push_addr(&mut fr, a);
         }
         fr.push(leaf);
-        let i = match self.index.get(&fr) {
+        let i = match self.index.get(fr.as_slice()) {
             Some(&i) => i,
             None => {
                 self.list.push(PathStats::empty(fr.clone(), self.width));
-                self.index.insert(fr, self.list.len() - 1);
+                self.index.insert(fr.clone(), self.list.len() - 1);
                 self.list.len() - 1
             }
         };
+        self.scratch = fr;
         self.memo.insert((space, stack, leaf_addr, leaf), i);
         i
     }

@@ -1,4 +1,4 @@
-//! Phase 9, pruning: functions met only as the end of discarded windows (nothing
+//! Phase 10, pruning: functions met only as the end of discarded windows (nothing
 //! counted for them) and call paths with nothing on them are dropped, and the rest
 //! renumbered, paths' function lists included.
 //!

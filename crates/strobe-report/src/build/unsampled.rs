@@ -1,4 +1,4 @@
-//! Phase 8, CPU time no sample could land in: threads before their sampling was armed
+//! Phase 9, CPU time no sample could land in: threads before their sampling was armed
 //! (thread start-up, the agent's per-thread set-up) and, when the process's own CPU time
 //! is known, after it stopped (thread exit) and in the sampler's own handler. It gets
 //! rows of its own, so every share is of the process's whole CPU time, as a program

@@ -1,4 +1,4 @@
-//! Phase 6, windows: each window bucket's net counter sums to the function it is
+//! Phase 7, windows: each window bucket's net counter sums to the function it is
 //! attributed to under the [`WindowPolicy`] and to its start's call path. A window whose
 //! start and end fall in different functions is an edge of the start's function (its
 //! `edge_sums`, which bound what leaving it out costs); the discard policy drops it, the
