@@ -21,8 +21,9 @@ pub struct CodeLocation {
     pub function: String,
     /// The file name of the module (`libc.so.6`).
     pub module: String,
-    /// `file:line` of the address when DWARF line tables exist (the file as the compiler
-    /// recorded it).
+    /// `file:line` of the address in `function` when DWARF line tables exist (the file
+    /// as the compiler recorded it): where the outermost inlined call is when code was
+    /// inlined there, so the line is always one of `function`'s.
     pub source: Option<String>,
 }
 
@@ -80,6 +81,58 @@ mod tests {
     #[no_mangle]
     extern "C" fn strobe_report_lookup_target() -> u64 {
         std::hint::black_box(41) + 1
+    }
+
+    /// A function inlined into [`strobe_report_inline_target`] in every build profile
+    /// (debug builds honour `inline(always)` too).
+    #[inline(always)]
+    fn inlined_into_target() -> u64 {
+        // Not 41: a release build would fold this function and the one below into one.
+        std::hint::black_box(43)
+    }
+
+    /// The lines from here to [`TARGET_LAST_LINE`] hold [`strobe_report_inline_target`].
+    const TARGET_FIRST_LINE: u32 = line!();
+    /// A function whose code is mostly another function's, inlined.
+    #[inline(never)]
+    #[no_mangle]
+    extern "C" fn strobe_report_inline_target() -> u64 {
+        inlined_into_target() + 1
+    }
+    const TARGET_LAST_LINE: u32 = line!();
+
+    #[test]
+    fn code_inlined_into_a_function_names_a_line_of_that_function() {
+        let addr = strobe_report_inline_target as *const () as u64;
+        let (exe, off) = strobe_target::maps::resolve_address(None, addr)
+            .unwrap()
+            .expect("this code is file-backed");
+        // Every byte from its entry on that is named after it (the function is a few
+        // dozen bytes long; what follows is other functions').
+        let addrs: Vec<(&Path, u64)> = (0..256).map(|k| (exe.as_path(), off + k)).collect();
+        let got = symbolize_file_offsets(&addrs);
+        let mine: Vec<&CodeLocation> = got
+            .iter()
+            .flatten()
+            .take_while(|l| l.function == "strobe_report_inline_target")
+            .collect();
+        assert!(mine.len() >= 4, "{got:?}");
+        let mut lines = 0;
+        for loc in mine {
+            let source = loc.source.as_deref().expect("a DWARF source");
+            // The compiler's own code (a debug build's overflow check) has line 0, given
+            // as the file alone.
+            let (file, line) = source.rsplit_once(':').unwrap_or((source, ""));
+            assert!(file.ends_with("lookup.rs"), "{source} is not in lookup.rs");
+            let Ok(line) = line.parse::<u32>() else { continue };
+            lines += 1;
+            assert!(
+                (TARGET_FIRST_LINE..=TARGET_LAST_LINE).contains(&line),
+                "{source} is not a line of strobe_report_inline_target \
+                 (lookup.rs:{TARGET_FIRST_LINE}-{TARGET_LAST_LINE})"
+            );
+        }
+        assert!(lines >= 2, "{got:?}");
     }
 
     #[test]

@@ -251,8 +251,9 @@ pub(crate) struct Frame {
     pub module: String,
     /// The module's full path: with `function`, what makes two functions the same.
     pub module_path: String,
-    /// `file:line` of the address when DWARF line tables exist (with inlined frames: the
-    /// line in `function` where the outermost inlined call is).
+    /// `file:line` of the address in `function` when DWARF line tables exist: where
+    /// the outermost inlined call is when code was inlined at the address (that call's
+    /// line, not a line of the inlined function), with or without inlined frames.
     pub source: Option<String>,
     /// Functions inlined at the address, outermost first (only with
     /// [`SymbolOptions::inline`]); the last one's `source` is the address's own line.
@@ -475,9 +476,15 @@ pub(crate) fn symbolize_with(
     // Names are demangled here, not by blazesym: its demangler reads an unmangled C name
     // such as `b` as the Itanium type code for `bool` (and `a` as `signed char`). Only
     // `_Z` (C++) and `_R`/legacy Rust names are demangled.
+    //
+    // Inline information is read even without `opts.inline`: without it blazesym gives
+    // the line table's row for an address, which in optimized code is often a line of a
+    // function inlined there (`core::hint::black_box`, `Vec::push`), so a frame would
+    // name one function and a line of another. With it, the symbol's line is the one in
+    // the function the symbol table names (where the outermost inlined call is).
     let mut builder = Symbolizer::builder()
         .enable_code_info(true)
-        .enable_inlined_fns(opts.inline)
+        .enable_inlined_fns(true)
         .enable_demangling(false);
     let debug_dirs = opts.debug_dirs();
     if opts.debug_dirs.is_some() || opts.symfs.is_some() {
@@ -729,6 +736,7 @@ impl FileToName<'_> {
                         sym.code_info.as_deref().map(source_of),
                         sym.inlined
                             .iter()
+                            .filter(|_| opts.inline)
                             .map(|f| InlinedFrame {
                                 function: demangled(&f.name),
                                 source: f.code_info.as_ref().map(source_of),
