@@ -161,15 +161,7 @@ fn header() -> Header {
         max_depth: 128,
         ..Header::task_clock()
     };
-    h.events.push(EventDesc {
-        name: "page-faults".into(),
-        type_: 1,
-        config: 2,
-        is_time: false,
-        is_hardware: false,
-        exclude_user: false,
-        exclude_kernel: false,
-    });
+    h.events.push(EventDesc::software("page-faults", 2)); // PERF_COUNT_SW_PAGE_FAULTS
     h
 }
 

@@ -35,6 +35,25 @@ pub struct EventDesc {
     pub exclude_kernel: bool,
 }
 
+impl EventDesc {
+    /// A Linux software event (`PERF_TYPE_SOFTWARE`) of this `perf_event_attr.config`,
+    /// counted in user and kernel mode: `page-faults` is
+    /// `EventDesc::software("page-faults", 2)`. Its count is in nanoseconds for the two
+    /// clocks (config 0, `cpu-clock`, and 1, `task-clock`).
+    pub fn software(name: &str, config: u64) -> EventDesc {
+        EventDesc {
+            name: name.to_string(),
+            type_: 1, // PERF_TYPE_SOFTWARE
+            config,
+            // PERF_COUNT_SW_CPU_CLOCK and PERF_COUNT_SW_TASK_CLOCK.
+            is_time: config <= 1,
+            is_hardware: false,
+            exclude_user: false,
+            exclude_kernel: false,
+        }
+    }
+}
+
 /// The recording's header: what was asked for, written before the target starts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Header {
@@ -84,15 +103,8 @@ impl Header {
     pub fn task_clock() -> Header {
         Header {
             minor_version: MINOR_VERSION,
-            events: vec![EventDesc {
-                name: "task-clock".into(),
-                type_: 1,  // PERF_TYPE_SOFTWARE
-                config: 1, // PERF_COUNT_SW_TASK_CLOCK
-                is_time: true,
-                is_hardware: false,
-                exclude_user: false,
-                exclude_kernel: true,
-            }],
+            // PERF_COUNT_SW_TASK_CLOCK
+            events: vec![EventDesc { exclude_kernel: true, ..EventDesc::software("task-clock", 1) }],
             ..Header::empty()
         }
     }
