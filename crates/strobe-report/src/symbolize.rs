@@ -669,27 +669,44 @@ impl FileToName<'_> {
         unique: &[u64],
         opts: &SymbolOptions,
     ) -> Option<Vec<Option<Frame>>> {
-        use strobe_target::debuginfo::{debug_file_by_build_id, CodeIndex};
+        use strobe_target::debuginfo::{debug_file_of, CodeIndex};
+        use strobe_target::mapped::MappedFile;
         use strobe_target::symtab::FunctionTable;
+        // The file, opened and mapped once for all that reads it here (its build id, its
+        // symbol table, its names, its code index); blazesym opens it by path on its own
+        // for DWARF (it takes no open file).
+        let mapped_cell = std::cell::OnceCell::new();
+        let mapped = || -> Option<&MappedFile> {
+            mapped_cell
+                .get_or_init(|| match image {
+                    Some(_) => None,
+                    None => MappedFile::open(file).ok(),
+                })
+                .as_ref()
+        };
         // The separate debug file: looked for when the table is parsed or DWARF read.
         let debug_cell = std::cell::OnceCell::new();
         let debug = || -> Option<&Path> {
-            debug_cell
-                .get_or_init(|| match image {
-                    Some(_) => None,
-                    None => debug_file_by_build_id(file, self.debug_dirs),
-                })
-                .as_deref()
+            debug_cell.get_or_init(|| debug_file_of(mapped()?, self.debug_dirs)).as_deref()
         };
+        // Mapped when the table is parsed from it (its names are read from it too).
+        let mut mapped_debug: Option<MappedFile> = None;
         let cached = self.table.borrow().clone();
         let table = match cached {
             Some(t) => t,
             None => {
                 let table = match image {
                     Some(bytes) => FunctionTable::parse(file, bytes, None),
-                    None => FunctionTable::open(file, debug()),
+                    None => {
+                        let m = mapped()?;
+                        debug().map(MappedFile::open).transpose().and_then(|d| {
+                            mapped_debug = d;
+                            FunctionTable::from_mapped(m, mapped_debug.as_ref())
+                        })
+                    }
                 };
-                // Unreadable or not ELF: every address stays "[unknown in <module>]".
+                // Unreadable (above) or not ELF: every address stays
+                // "[unknown in <module>]".
                 let t = std::sync::Arc::new(table.ok()?);
                 *self.table.borrow_mut() = Some(std::sync::Arc::clone(&t));
                 t
@@ -702,7 +719,7 @@ impl FileToName<'_> {
                 .get_or_insert_with(|| {
                     match image {
                         Some(bytes) => CodeIndex::parse(file, bytes).ok(),
-                        None => CodeIndex::open(file).ok(),
+                        None => CodeIndex::parse(file, mapped()?.bytes()).ok(),
                     }
                     .map(std::sync::Arc::new)
                 })
@@ -719,7 +736,9 @@ impl FileToName<'_> {
         let found: Vec<Option<strobe_target::symtab::Found>> =
             unique.iter().map(|&off| table.find(off)).collect();
         let hits: Vec<_> = found.iter().flatten().copied().collect();
-        let mut names = table.names(&hits).into_iter();
+        let maps: Vec<&MappedFile> =
+            mapped_cell.get().into_iter().flatten().chain(mapped_debug.as_ref()).collect();
+        let mut names = table.names_in(&hits, &maps).into_iter();
         let named: Vec<Option<(String, bool)>> = found
             .iter()
             .map(|f| {

@@ -23,6 +23,7 @@ use std::path::Path;
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
+use crate::mapped::MappedFile;
 use crate::Error;
 
 /// A named range of code from MiniDebugInfo's symbol table.
@@ -47,19 +48,6 @@ pub struct CodeIndex {
     segments: Vec<(u64, u64, u64)>,
 }
 
-/// The file at `path`, mapped read-only: the parsers touch only the headers and the
-/// sections they want, so a program of tens of megabytes (with its debug info) is not
-/// read whole to find its build id or its `.eh_frame`.
-fn map(path: &Path) -> Result<memmap2::Mmap, Error> {
-    let io = |source| Error::Io { what: format!("reading {}", path.display()), source };
-    let file = std::fs::File::open(path).map_err(io)?;
-    // SAFETY: a private read-only map. Executables and libraries are not rewritten in
-    // place while they are in use (installers replace them by rename, which leaves this
-    // map's inode intact); a file truncated meanwhile could fault with SIGBUS, as any
-    // mapped input, and every read is bounds-checked against the map's length.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
-}
-
 fn not_elf(path: &Path, why: String) -> Error {
     Error::NotElf { path: path.to_path_buf(), why }
 }
@@ -68,7 +56,7 @@ impl CodeIndex {
     /// Reads the FDE boundaries, MiniDebugInfo symbols and segments of the ELF file at
     /// `path`.
     pub fn open(path: &Path) -> Result<CodeIndex, Error> {
-        Self::parse(path, &map(path)?)
+        Self::parse(path, MappedFile::open(path)?.bytes())
     }
 
     /// The same from the file's bytes (`path` only names it in errors).
@@ -183,9 +171,14 @@ fn mini_debuginfo(packed: &[u8]) -> Result<Vec<MiniSymbol>, String> {
 
 /// The GNU build id of the ELF file at `path`, when it has one.
 pub fn build_id(path: &Path) -> Result<Option<Vec<u8>>, Error> {
-    let data = map(path)?;
-    let file = object::File::parse(&*data).map_err(|e| not_elf(path, e.to_string()))?;
-    Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
+    build_id_in(&MappedFile::open(path)?)
+}
+
+/// The GNU build id of a mapped ELF file, when it has one.
+fn build_id_in(file: &MappedFile) -> Result<Option<Vec<u8>>, Error> {
+    let elf =
+        object::File::parse(file.bytes()).map_err(|e| not_elf(file.path(), e.to_string()))?;
+    Ok(elf.build_id().ok().flatten().map(<[u8]>::to_vec))
 }
 
 /// The separate debug file of the ELF file at `path`, found by its build id under one of
@@ -194,7 +187,15 @@ pub fn debug_file_by_build_id(
     path: &Path,
     dirs: &[std::path::PathBuf],
 ) -> Option<std::path::PathBuf> {
-    let id = build_id(path).ok()??;
+    debug_file_of(&MappedFile::open(path).ok()?, dirs)
+}
+
+/// [`debug_file_by_build_id`] of a file mapped already.
+pub fn debug_file_of(
+    file: &MappedFile,
+    dirs: &[std::path::PathBuf],
+) -> Option<std::path::PathBuf> {
+    let id = build_id_in(file).ok()??;
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let (head, tail) = hex.split_at_checked(2)?;
     dirs.iter()

@@ -41,6 +41,8 @@ pub mod launch;
 #[cfg(feature = "elf")]
 pub mod libpath;
 pub mod maps;
+#[cfg(feature = "elf")]
+pub mod mapped;
 pub mod program;
 #[cfg(feature = "elf")]
 pub mod symtab;

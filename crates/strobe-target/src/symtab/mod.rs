@@ -43,6 +43,7 @@ use object::elf;
 use object::read::elf::{ElfFile64, ProgramHeader as _, SectionHeader as _, Sym as _};
 use object::Endianness;
 
+use crate::mapped::MappedFile;
 use crate::Error;
 
 /// A symbol's binding, as perf ranks aliases.
@@ -140,14 +141,15 @@ fn file_id(m: &std::fs::Metadata) -> (u64, u64, u64, i64, i64) {
 }
 
 impl Region {
-    /// The region of `section_bytes` (a slice of `file`'s map) in the file at `path`.
-    fn of(path: &Path, meta: &std::fs::Metadata, file: &[u8], section_bytes: &[u8]) -> Region {
-        let offset = (section_bytes.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
+    /// The region of `section_bytes` (a slice of `file`'s map) in `file`.
+    fn of(file: &MappedFile, section_bytes: &[u8]) -> Region {
+        let bytes = file.bytes();
+        let offset = (section_bytes.as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
         let inside = !section_bytes.is_empty()
-            && offset.checked_add(section_bytes.len()).is_some_and(|e| e <= file.len());
+            && offset.checked_add(section_bytes.len()).is_some_and(|e| e <= bytes.len());
         Region {
-            path: path.to_path_buf(),
-            id: file_id(meta),
+            path: file.path().to_path_buf(),
+            id: file_id(file.meta()),
             offset: if inside { offset as u64 } else { 0 },
             len: if inside { section_bytes.len() as u64 } else { 0 },
         }
@@ -157,6 +159,16 @@ impl Region {
     fn open(&self) -> Option<std::fs::File> {
         let f = std::fs::File::open(&self.path).ok()?;
         (file_id(&f.metadata().ok()?) == self.id).then_some(f)
+    }
+
+    /// The region's bytes in `mapped`, when that is the file parsed, as it was.
+    fn in_map<'m>(&self, mapped: &'m MappedFile) -> Option<&'m [u8]> {
+        if mapped.path() != self.path || file_id(mapped.meta()) != self.id {
+            return None;
+        }
+        let start = usize::try_from(self.offset).ok()?;
+        let end = start.checked_add(usize::try_from(self.len).ok()?)?;
+        mapped.bytes().get(start..end)
     }
 
     /// The NUL-terminated UTF-8 string at `off`, read with `pread` (a file truncated
@@ -246,17 +258,6 @@ impl Clone for FunctionTable {
     }
 }
 
-/// The file at `path`, mapped read-only.
-fn map(path: &Path) -> Result<(memmap2::Mmap, std::fs::Metadata), Error> {
-    let io = |source| Error::Io { what: format!("reading {}", path.display()), source };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    // SAFETY: a private read-only map of a program or library; they are replaced by
-    // rename, not rewritten in place, and every read is bounds-checked against the map.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    Ok((map, meta))
-}
-
 /// A string table's names: whether each can be read at an offset without a check of
 /// its own (the whole table is UTF-8 and ends in NUL, as linkers write it).
 struct Strings<'d> {
@@ -311,17 +312,26 @@ impl FunctionTable {
     /// The table of the ELF file at `path`, with symbols from `debug` (its separate debug
     /// file) when given.
     pub fn open(path: &Path, debug: Option<&Path>) -> Result<FunctionTable, Error> {
-        let (file, meta) = map(path)?;
-        let debug = debug.map(|d| map(d).map(|m| (d, m))).transpose()?;
+        let file = MappedFile::open(path)?;
+        let debug = debug.map(MappedFile::open).transpose()?;
+        Self::from_mapped(&file, debug.as_ref())
+    }
+
+    /// The same from files mapped already (by a caller that reads more of them).
+    pub fn from_mapped(
+        file: &MappedFile,
+        debug: Option<&MappedFile>,
+    ) -> Result<FunctionTable, Error> {
+        let path = file.path();
         let (mut t, (strtab, dynstr)) =
-            Self::parse_with(path, &file, debug.as_ref().map(|(_, (m, _))| &m[..]))?;
+            Self::parse_with(path, file.bytes(), debug.map(MappedFile::bytes))?;
         // The names stay in the files (the symbols' string table is the debug file's when
         // the symbols are).
-        let strtab = match &debug {
-            Some((d, (m, meta))) if strtab.from_debug => Region::of(d, meta, m, strtab.bytes),
-            _ => Region::of(path, &meta, &file, strtab.bytes),
+        let strtab = match debug {
+            Some(d) if strtab.from_debug => Region::of(d, strtab.bytes),
+            _ => Region::of(file, strtab.bytes),
         };
-        t.names = Names::Files { strtab, dynstr: Region::of(path, &meta, &file, dynstr) };
+        t.names = Names::Files { strtab, dynstr: Region::of(file, dynstr) };
         Ok(t)
     }
 
@@ -390,6 +400,13 @@ impl FunctionTable {
     /// read from the file in one pass; `None` for a name that cannot be read (the file was
     /// replaced or rewritten since the table was parsed: parse it again).
     pub fn names(&self, found: &[Found]) -> Vec<Option<String>> {
+        self.names_in(found, &[])
+    }
+
+    /// [`FunctionTable::names`], read from `mapped` (the file or its debug file, mapped
+    /// already by the caller, as they were when the table was parsed) instead of opening
+    /// the file again.
+    pub fn names_in(&self, found: &[Found], mapped: &[&MappedFile]) -> Vec<Option<String>> {
         match &self.names {
             Names::Held { strtab, dynstr } => found
                 .iter()
@@ -402,12 +419,17 @@ impl FunctionTable {
                 })
                 .collect(),
             Names::Files { strtab, dynstr } => {
+                let in_maps =
+                    [strtab, dynstr].map(|r| mapped.iter().find_map(|m| r.in_map(m)));
                 let mut files: [Option<Option<std::fs::File>>; 2] = [None, None];
                 found
                     .iter()
                     .map(|f| {
                         if f.name == NO_NAME {
                             return Some(String::new());
+                        }
+                        if let Some(Some(names)) = in_maps.get(usize::from(f.plt)) {
+                            return name_at(names, f.name as usize).map(str::to_string);
                         }
                         let region = if f.plt { dynstr } else { strtab };
                         let file = files
@@ -796,6 +818,35 @@ mod tests {
         assert_eq!(name(main.1).as_deref(), Some("main"));
         assert_eq!(name(main.2 - 1).as_deref(), Some("main"));
         assert!(t.len() > 10 && !t.is_empty());
+    }
+
+    /// Names come from a map the caller holds, without opening the file again: a copy
+    /// removed after it was mapped is still named (PLT entries too), where reading the
+    /// file again finds nothing; a map of another file is not used.
+    #[test]
+    fn names_are_read_from_the_callers_map() {
+        let dir = std::env::temp_dir().join(format!("strobe-symtab-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("clock_loop");
+        std::fs::copy(strobe_testprogs::path("clock_loop"), &copy).unwrap();
+        let mapped = MappedFile::open(&copy).unwrap();
+        let t = FunctionTable::from_mapped(&mapped, None).unwrap();
+        let e = t.entries();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let main = e.iter().find(|x| x.0 == "main").unwrap();
+        let plt = e.iter().find(|x| x.3 && x.0 == "clock_gettime").expect("a PLT entry");
+        // The PLT entry as the table holds it (perf's search finds `_init` there, which
+        // this file stretches over the PLT).
+        let sym = |start, plt| {
+            let s = t.syms.iter().find(|s| s.start == start && s.plt == plt).unwrap();
+            Found { start: s.start, plt: s.plt, name: s.name }
+        };
+        let found = [sym(main.1, false), sym(plt.1, true)];
+        assert_eq!(t.names(&found), [None, None], "the file is gone");
+        let want = [Some("main".to_string()), Some("clock_gettime".to_string())];
+        assert_eq!(t.names_in(&found, &[&mapped]), want);
+        let other = MappedFile::open(&std::fs::read_link("/proc/self/exe").unwrap()).unwrap();
+        assert_eq!(t.names_in(&found, &[&other]), [None, None]);
     }
 
     /// The search on the array answers as perf's tree does for every address: each
