@@ -44,17 +44,54 @@ struct StreamStats {
     maps_hash: u64,
 }
 
-/// A sample read in a pass, waiting to be encoded.
+/// A sample read in a pass (from an agent's buffer, or a kernel ring in kernel mode),
+/// waiting to be encoded.
 #[derive(Debug, Clone, Copy)]
-struct Pending {
-    stream: u32,
-    tid: u32,
-    kind: SampleKind,
-    time: u64,
-    ip: u64,
-    stack: u32,
-    n: u8,
-    counters: [u64; strobe_format::MAX_COUNTERS],
+pub(crate) struct Pending {
+    pub(crate) stream: u32,
+    pub(crate) tid: u32,
+    pub(crate) kind: SampleKind,
+    pub(crate) time: u64,
+    pub(crate) ip: u64,
+    pub(crate) stack: u32,
+    /// Counters in `counters`.
+    pub(crate) n: u8,
+    pub(crate) counters: [u64; strobe_format::MAX_COUNTERS],
+}
+
+/// The most samples in one SAMPLES chunk.
+const BLOCK_SAMPLES: usize = 4096;
+
+/// Encodes a pass's samples (each thread's together, in time order) into `enc`, one
+/// SAMPLES chunk per run of a thread's samples (at most [`BLOCK_SAMPLES`] each), and
+/// counts them into `totals`: the one flush of samples both modes write.
+pub(crate) fn encode_samples(
+    enc: &mut Encoder,
+    ncounters: usize,
+    pending: &[Pending],
+    totals: &mut Totals,
+) {
+    let mut i = 0;
+    while i < pending.len() {
+        let (stream, tid) = (pending[i].stream, pending[i].tid);
+        let mut b = enc.samples(stream, tid, ncounters);
+        while let Some(p) = pending.get(i).filter(|p| p.stream == stream && p.tid == tid) {
+            b.push(p.kind, p.time, p.ip, p.stack, &p.counters[..usize::from(p.n)]);
+            i += 1;
+            if b.len() >= BLOCK_SAMPLES {
+                break;
+            }
+        }
+        drop(b);
+    }
+    for p in pending {
+        match p.kind {
+            SampleKind::WindowEnd => totals.window_ends += 1,
+            SampleKind::CallTail => totals.tails += 1,
+            SampleKind::Overflow => {}
+            _ => totals.samples += 1,
+        }
+    }
 }
 
 /// What the drain totals at the end.
@@ -394,27 +431,7 @@ impl<'a> Drainer<'a> {
         for (stream, ts) in by_stream {
             self.enc.threads(stream, &ts);
         }
-        let mut i = 0;
-        while i < self.pending.len() {
-            let (stream, tid) = (self.pending[i].stream, self.pending[i].tid);
-            let mut b = self.enc.samples(stream, tid, self.ncounters);
-            while let Some(p) = self.pending.get(i).filter(|p| p.stream == stream && p.tid == tid) {
-                b.push(p.kind, p.time, p.ip, p.stack, &p.counters[..usize::from(p.n)]);
-                i += 1;
-                if b.len() >= 4096 {
-                    break;
-                }
-            }
-            drop(b);
-        }
-        for p in &self.pending {
-            match p.kind {
-                SampleKind::WindowEnd => self.totals.window_ends += 1,
-                SampleKind::CallTail => self.totals.tails += 1,
-                SampleKind::Overflow => {}
-                _ => self.totals.samples += 1,
-            }
-        }
+        encode_samples(&mut self.enc, self.ncounters, &self.pending, &mut self.totals);
         self.pending.clear();
         let mut by_stream: FxHashMap<u32, Vec<LostCount>> = FxHashMap::default();
         for (stream, tid, n) in self.lost.drain(..) {
@@ -516,4 +533,66 @@ pub(crate) fn mono_ns() -> u64 {
     // SAFETY: `ts` is a valid out-pointer for the call.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each thread's samples go out in order, in chunks of at most `BLOCK_SAMPLES`, and
+    /// every kind is counted where the totals say.
+    #[test]
+    fn samples_go_out_per_thread_in_bounded_chunks() {
+        let kinds = [
+            SampleKind::Plain,
+            SampleKind::WindowStart,
+            SampleKind::WindowEnd,
+            SampleKind::CallTail,
+            SampleKind::Overflow,
+        ];
+        let sample = |tid: u32, k: usize| {
+            let mut counters = [0; strobe_format::MAX_COUNTERS];
+            counters[..2].copy_from_slice(&[k as u64, 2 * k as u64]);
+            Pending {
+                stream: 0,
+                tid,
+                kind: kinds[k % kinds.len()],
+                time: 1_000 + k as u64,
+                ip: 0x1000 + k as u64,
+                stack: 0,
+                n: 2,
+                counters,
+            }
+        };
+        let n = BLOCK_SAMPLES + 10;
+        let pending: Vec<Pending> =
+            (0..n).map(|k| sample(7, k)).chain((0..3).map(|k| sample(8, k))).collect();
+        let mut enc = Encoder::new();
+        enc.preamble();
+        enc.header(&strobe_format::Header::task_clock());
+        let mut totals = Totals::default();
+        encode_samples(&mut enc, 2, &pending, &mut totals);
+        let reader = strobe_format::Reader::new(enc.as_bytes(), "test").unwrap();
+        let mut batches = Vec::new();
+        for r in reader {
+            if let strobe_format::Record::Samples(b) = r.unwrap() {
+                let got: Vec<(u64, u64, u64)> =
+                    b.iter().map(|s| s.unwrap()).map(|s| (s.time, s.ip, s.counters[1])).collect();
+                batches.push((b.tid, got));
+            }
+        }
+        let sizes: Vec<(u32, usize)> = batches.iter().map(|(t, s)| (*t, s.len())).collect();
+        assert_eq!(sizes, [(7, BLOCK_SAMPLES), (7, 10), (8, 3)]);
+        let all: Vec<(u64, u64, u64)> = batches.into_iter().flat_map(|(_, s)| s).collect();
+        let want: Vec<(u64, u64, u64)> =
+            pending.iter().map(|p| (p.time, p.ip, p.counters[1])).collect();
+        assert_eq!(all, want);
+        let per_kind = |k: SampleKind| pending.iter().filter(|p| p.kind == k).count() as u64;
+        assert_eq!(totals.window_ends, per_kind(SampleKind::WindowEnd));
+        assert_eq!(totals.tails, per_kind(SampleKind::CallTail));
+        assert_eq!(
+            totals.samples,
+            per_kind(SampleKind::Plain) + per_kind(SampleKind::WindowStart)
+        );
+    }
 }

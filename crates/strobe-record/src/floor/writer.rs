@@ -28,7 +28,7 @@ use strobe_format::{
 use super::decode::{Ev, SampleEv, Timed};
 use super::ksyms::KernelNames;
 use super::unwind::{ProcModules, Unwinder};
-use crate::drain::Totals;
+use crate::drain::{encode_samples, Pending, Totals};
 use crate::served::Served;
 use crate::stacks::StackTable;
 
@@ -132,19 +132,6 @@ struct Thread {
     /// Thinning: samples of the thread the kernel took, and which of each `thin` is kept.
     thin_seen: u32,
     thin_offset: u32,
-}
-
-/// A sample waiting to be encoded.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    stream: u32,
-    tid: u32,
-    kind: SampleKind,
-    time: u64,
-    ip: u64,
-    stack: u32,
-    n: u8,
-    counters: [u64; MAX_COUNTERS],
 }
 
 /// Builds the record file of a kernel-mode recording.
@@ -670,26 +657,7 @@ impl Writer {
         }
         // Samples: per (stream, thread), in time order.
         self.samples.sort_by_key(|p| (p.stream, p.tid));
-        let mut i = 0;
-        while i < self.samples.len() {
-            let (stream, tid) = (self.samples[i].stream, self.samples[i].tid);
-            let mut b = self.enc.samples(stream, tid, self.sampling.ncounters);
-            while let Some(p) = self.samples.get(i).filter(|p| p.stream == stream && p.tid == tid) {
-                b.push(p.kind, p.time, p.ip, p.stack, &p.counters[..usize::from(p.n)]);
-                i += 1;
-                if b.len() >= 4096 {
-                    break;
-                }
-            }
-            drop(b);
-        }
-        for p in &self.samples {
-            if p.kind == SampleKind::WindowEnd {
-                self.totals.window_ends += 1;
-            } else {
-                self.totals.samples += 1;
-            }
-        }
+        encode_samples(&mut self.enc, self.sampling.ncounters, &self.samples, &mut self.totals);
         self.samples.clear();
         self.off_cpu.sort_by_key(|(s, t, i)| (*s, *t, i.start));
         for chunk in self.off_cpu.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
