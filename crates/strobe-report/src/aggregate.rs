@@ -20,6 +20,8 @@
 //!
 //! This module must never touch files, perf, or the target.
 
+use std::hash::BuildHasher;
+
 use rustc_hash::FxHashMap;
 
 use crate::input::{Baseline, KernelSymbol, Mapping, RecordInfo, Sample, SampleKind, StackNode};
@@ -93,6 +95,16 @@ impl Aggregator {
             last_tid: None,
             floor: rustc_hash::FxHashSet::default(),
         })
+    }
+
+    /// Makes room for the window buckets a recording of `bytes` can hold, so the bucket
+    /// list is not copied as it grows. A window takes at least one sample record of
+    /// [`MIN_SAMPLE_BYTES`]; the room is reserved, not touched, so an estimate above
+    /// what the recording holds costs address space only (capped at
+    /// [`MAX_RESERVED_BUCKETS`]).
+    pub fn expect_bytes(&mut self, bytes: u64) {
+        let buckets = (bytes / MIN_SAMPLE_BYTES).min(MAX_RESERVED_BUCKETS) as usize;
+        self.t.windows.reserve(buckets.saturating_sub(self.t.windows.len()));
     }
 
     /// Records an executable mapping of `pid` (at start, or after a dlopen).
@@ -424,14 +436,8 @@ impl Aggregator {
                         end_stack: s.stack,
                         plain: slot.plain,
                     };
-                    let next = t.windows.len();
-                    let i = *t.window_index.entry(key).or_insert(next);
-                    if i == next {
-                        t.windows.push((key, WindowSums::new(width)));
-                    }
-                    if let Some((_, sums)) = t.windows.get_mut(i) {
-                        sums.add_f64(&net[..width]);
-                    }
+                    window_bucket(&mut t.windows, &mut t.window_index, key, width)
+                        .add_f64(&net[..width]);
                 }
                 // A counter went backwards (reset by exec, or corrupt), or a degenerate
                 // tail: count, never attribute.
@@ -492,6 +498,46 @@ impl Aggregator {
 /// overflow to the handler's read), whose counts (not time) happen once per sampling
 /// cycle, so they are added scaled by the mean net window over the mean cycle. A tail as
 /// long as a window is a window by itself, scaled to the mean net window.
+/// The fewest bytes a sample record takes in a recording (its kind, thread, address and
+/// counters, varint-coded), for [`Aggregator::expect_bytes`].
+const MIN_SAMPLE_BYTES: u64 = 8;
+/// The most window buckets [`Aggregator::expect_bytes`] reserves room for (128 MB of
+/// address space).
+const MAX_RESERVED_BUCKETS: u64 = 1 << 20;
+
+/// The sums of the window bucket `key`, added (empty, for `width` counters) the first
+/// time the key is seen. The key itself is kept once, in `windows`; the table holds each
+/// bucket's index and a 32-bit hash of its key, so growing the table rehashes from the
+/// table alone (hashing keys from `windows` again cost a random read per bucket).
+fn window_bucket<'a>(
+    windows: &'a mut Vec<(WindowKey, WindowSums)>,
+    index: &mut hashbrown::HashTable<(u32, u32)>,
+    key: WindowKey,
+    width: usize,
+) -> &'a mut WindowSums {
+    let full = rustc_hash::FxBuildHasher.hash_one(key);
+    let h32 = (full >> 32) as u32 ^ full as u32;
+    // The table takes its bucket from the low bits and its tag from the top seven: both
+    // come from all 32 bits by one multiplication.
+    let spread = |h: u32| u64::from(h).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let entry = index.entry(
+        spread(h32),
+        |&(i, h)| h == h32 && windows.get(i as usize).is_some_and(|w| w.0 == key),
+        |&(_, h)| spread(h),
+    );
+    let i = match entry {
+        hashbrown::hash_table::Entry::Occupied(e) => e.get().0 as usize,
+        hashbrown::hash_table::Entry::Vacant(e) => {
+            let i = windows.len();
+            // More than 2^32 buckets would need more memory than any recording gives.
+            e.insert((i as u32, h32));
+            windows.push((key, WindowSums::new(width)));
+            i
+        }
+    };
+    &mut windows[i].1
+}
+
 fn close_window(
     t: &mut crate::tally::Tally,
     slot: &ThreadSlot,
