@@ -659,3 +659,47 @@ fn keep_raw(t: &mut crate::tally::Tally, space: u32, s: &Sample<'_>, width: usiz
         tl.values.extend((0..width).map(|i| s.values.get(i).copied().unwrap_or(0)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bucket table against a map that keeps every key: 200,000 windows over 30,000
+    /// keys (many colliding in their low bits, so the table grows and probes), each
+    /// window's sums land in its key's bucket, one bucket per key, in first-seen order.
+    #[test]
+    fn window_buckets_match_a_map_of_every_key() {
+        let mut windows = Vec::new();
+        let mut index = hashbrown::HashTable::new();
+        let mut model: std::collections::BTreeMap<(u64, u32), (usize, f64, u64)> =
+            Default::default();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = x % 30_000;
+            let key = WindowKey {
+                space: (k % 3) as u32,
+                start_ip: k << 32,
+                start_stack: (k % 7) as u32,
+                end_ip: k << 32,
+                end_stack: 1,
+                plain: k % 2 == 0,
+            };
+            let v = (x >> 40) as f64;
+            window_bucket(&mut windows, &mut index, key, 2).add_f64(&[v, 1.0]);
+            let next = model.len();
+            let m = model.entry((k, 0)).or_insert((next, 0.0, 0));
+            m.1 += v;
+            m.2 += 1;
+        }
+        assert_eq!(windows.len(), model.len());
+        assert_eq!(index.len(), model.len());
+        for (&(k, _), &(i, sum, n)) in &model {
+            let (key, sums) = &windows[i];
+            assert_eq!(key.start_ip, k << 32, "bucket {i} holds another key");
+            assert_eq!((sums.n, sums.sums[0], sums.sums[1]), (n, sum, n as f64));
+        }
+    }
+}
