@@ -20,6 +20,8 @@
 //!
 //! This module must never touch files, perf, or the target.
 
+use std::hash::BuildHasher;
+
 use rustc_hash::FxHashMap;
 
 use crate::input::{Baseline, KernelSymbol, Mapping, RecordInfo, Sample, SampleKind, StackNode};
@@ -93,6 +95,16 @@ impl Aggregator {
             last_tid: None,
             floor: rustc_hash::FxHashSet::default(),
         })
+    }
+
+    /// Makes room for the window buckets a recording of `bytes` can hold, so the bucket
+    /// list is not copied as it grows. A window takes at least one sample record of
+    /// [`MIN_SAMPLE_BYTES`]; the room is reserved, not touched, so an estimate above
+    /// what the recording holds costs address space only (capped at
+    /// [`MAX_RESERVED_BUCKETS`]).
+    pub fn expect_bytes(&mut self, bytes: u64) {
+        let buckets = (bytes / MIN_SAMPLE_BYTES).min(MAX_RESERVED_BUCKETS) as usize;
+        self.t.windows.reserve(buckets.saturating_sub(self.t.windows.len()));
     }
 
     /// Records an executable mapping of `pid` (at start, or after a dlopen).
@@ -424,14 +436,8 @@ impl Aggregator {
                         end_stack: s.stack,
                         plain: slot.plain,
                     };
-                    let next = t.windows.len();
-                    let i = *t.window_index.entry(key).or_insert(next);
-                    if i == next {
-                        t.windows.push((key, WindowSums::new(width)));
-                    }
-                    if let Some((_, sums)) = t.windows.get_mut(i) {
-                        sums.add_f64(&net[..width]);
-                    }
+                    window_bucket(&mut t.windows, &mut t.window_index, key, width)
+                        .add_f64(&net[..width]);
                 }
                 // A counter went backwards (reset by exec, or corrupt), or a degenerate
                 // tail: count, never attribute.
@@ -492,6 +498,46 @@ impl Aggregator {
 /// overflow to the handler's read), whose counts (not time) happen once per sampling
 /// cycle, so they are added scaled by the mean net window over the mean cycle. A tail as
 /// long as a window is a window by itself, scaled to the mean net window.
+/// The fewest bytes a sample record takes in a recording (its kind, thread, address and
+/// counters, varint-coded), for [`Aggregator::expect_bytes`].
+const MIN_SAMPLE_BYTES: u64 = 8;
+/// The most window buckets [`Aggregator::expect_bytes`] reserves room for (128 MB of
+/// address space).
+const MAX_RESERVED_BUCKETS: u64 = 1 << 20;
+
+/// The sums of the window bucket `key`, added (empty, for `width` counters) the first
+/// time the key is seen. The key itself is kept once, in `windows`; the table holds each
+/// bucket's index and a 32-bit hash of its key, so growing the table rehashes from the
+/// table alone (hashing keys from `windows` again cost a random read per bucket).
+fn window_bucket<'a>(
+    windows: &'a mut Vec<(WindowKey, WindowSums)>,
+    index: &mut hashbrown::HashTable<(u32, u32)>,
+    key: WindowKey,
+    width: usize,
+) -> &'a mut WindowSums {
+    let full = rustc_hash::FxBuildHasher.hash_one(key);
+    let h32 = (full >> 32) as u32 ^ full as u32;
+    // The table takes its bucket from the low bits and its tag from the top seven: both
+    // come from all 32 bits by one multiplication.
+    let spread = |h: u32| u64::from(h).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let entry = index.entry(
+        spread(h32),
+        |&(i, h)| h == h32 && windows.get(i as usize).is_some_and(|w| w.0 == key),
+        |&(_, h)| spread(h),
+    );
+    let i = match entry {
+        hashbrown::hash_table::Entry::Occupied(e) => e.get().0 as usize,
+        hashbrown::hash_table::Entry::Vacant(e) => {
+            let i = windows.len();
+            // More than 2^32 buckets would need more memory than any recording gives.
+            e.insert((i as u32, h32));
+            windows.push((key, WindowSums::new(width)));
+            i
+        }
+    };
+    &mut windows[i].1
+}
+
 fn close_window(
     t: &mut crate::tally::Tally,
     slot: &ThreadSlot,
@@ -611,5 +657,49 @@ fn keep_raw(t: &mut crate::tally::Tally, space: u32, s: &Sample<'_>, width: usiz
             floor,
         });
         tl.values.extend((0..width).map(|i| s.values.get(i).copied().unwrap_or(0)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bucket table against a map that keeps every key: 200,000 windows over 30,000
+    /// keys (many colliding in their low bits, so the table grows and probes), each
+    /// window's sums land in its key's bucket, one bucket per key, in first-seen order.
+    #[test]
+    fn window_buckets_match_a_map_of_every_key() {
+        let mut windows = Vec::new();
+        let mut index = hashbrown::HashTable::new();
+        let mut model: std::collections::BTreeMap<(u64, u32), (usize, f64, u64)> =
+            Default::default();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = x % 30_000;
+            let key = WindowKey {
+                space: (k % 3) as u32,
+                start_ip: k << 32,
+                start_stack: (k % 7) as u32,
+                end_ip: k << 32,
+                end_stack: 1,
+                plain: k % 2 == 0,
+            };
+            let v = (x >> 40) as f64;
+            window_bucket(&mut windows, &mut index, key, 2).add_f64(&[v, 1.0]);
+            let next = model.len();
+            let m = model.entry((k, 0)).or_insert((next, 0.0, 0));
+            m.1 += v;
+            m.2 += 1;
+        }
+        assert_eq!(windows.len(), model.len());
+        assert_eq!(index.len(), model.len());
+        for (&(k, _), &(i, sum, n)) in &model {
+            let (key, sums) = &windows[i];
+            assert_eq!(key.start_ip, k << 32, "bucket {i} holds another key");
+            assert_eq!((sums.n, sums.sums[0], sums.sums[1]), (n, sum, n as f64));
+        }
     }
 }

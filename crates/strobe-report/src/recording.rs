@@ -88,6 +88,7 @@ pub fn read_from<R: std::io::Read>(
     let mut next_progress = 0u64;
     let header = reader.header().clone();
     let mut feed = Feed::new(&header, opts)?;
+    feed.agg.expect_bytes(size);
     while let Some(record) = reader.next() {
         let at = reader.offset();
         if at >= next_progress {

@@ -4,6 +4,7 @@
 //!
 //! Owns: the shape of the tallies. Must never grow logic.
 
+use hashbrown::HashTable;
 use rustc_hash::FxHashMap;
 
 use crate::input::{Baseline, RecordInfo, SampleKind};
@@ -67,8 +68,11 @@ pub(crate) struct Tally {
     pub samples: FxHashMap<(u32, u64, u32), u64>,
     /// Window buckets, and the index of each key.
     pub windows: Vec<(WindowKey, WindowSums)>,
-    /// Index into `windows` per key.
-    pub window_index: FxHashMap<WindowKey, usize>,
+    /// Index into `windows` per key, with a 32-bit hash of the key: the keys live in
+    /// `windows` alone, so the table holds eight bytes a bucket (a map of key to index
+    /// held each key twice, and its growth was a fifth of a deep-stack report's page
+    /// faults).
+    pub window_index: HashTable<(u32, u32)>,
     /// Windows that could not be paired.
     pub unpaired: u64,
     /// Samples the recorder lost.
@@ -168,7 +172,7 @@ impl Tally {
             stacks: StackTables::default(),
             samples: FxHashMap::default(),
             windows: Vec::new(),
-            window_index: FxHashMap::default(),
+            window_index: HashTable::new(),
             unpaired: 0,
             lost: 0,
             lost_by_thread: Vec::new(),

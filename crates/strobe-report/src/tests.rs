@@ -132,8 +132,8 @@ fn discard_attributes_only_windows_within_one_function() {
     let b = r.function("strobe_test_beta").expect("beta symbolized");
     assert_eq!((a.samples, a.windows), (4, 3), "the crossing window's start still counts");
     assert_eq!((b.samples, b.windows), (2, 2));
-    assert_eq!(a.sums.sums, [60000.0, 6.0, 0.0]);
-    assert_eq!(b.sums.sums, [60000.0, 0.0, 2.0]);
+    assert_eq!(a.sums.sums[..], [60000.0, 6.0, 0.0]);
+    assert_eq!(b.sums.sums[..], [60000.0, 0.0, 2.0]);
     assert_eq!((r.windows_used, r.windows_discarded, r.windows_unpaired), (5, 1, 0));
     assert_eq!(r.samples, 6, "window ends are not time samples");
     // faults/ms: 6 faults in 0.06 ms of windows.
@@ -151,7 +151,7 @@ fn fold_attributes_crossing_windows_to_the_end_function() {
     let b = r.function("strobe_test_beta").unwrap();
     assert_eq!((a.samples, a.windows), (4, 3));
     assert_eq!((b.samples, b.windows), (2, 3));
-    assert_eq!(b.sums.sums, [85000.0, 7.0, 2.0]);
+    assert_eq!(b.sums.sums[..], [85000.0, 7.0, 2.0]);
     assert_eq!((r.windows_used, r.windows_discarded), (6, 0));
 }
 
@@ -355,7 +355,7 @@ fn unpaired_windows_are_counted_never_attributed() {
     assert_eq!((r.windows_used, r.windows_unpaired), (1, 4));
     let a = r.function("strobe_test_alpha").unwrap();
     assert_eq!(a.samples, 5);
-    assert_eq!(a.sums.sums, [20000.0, 1.0, 0.0]);
+    assert_eq!(a.sums.sums[..], [20000.0, 1.0, 0.0]);
 }
 
 #[test]
@@ -385,8 +385,8 @@ fn interleaved_threads_pair_within_each_thread() {
     s.push(2, SampleKind::WindowEnd, beta(2), &[40_000, 0, 0]);
     let r = s.finish(WindowPolicy::Discard);
     assert_eq!((r.windows_used, r.windows_discarded, r.windows_unpaired), (2, 0, 0));
-    assert_eq!(r.function("strobe_test_alpha").unwrap().sums.sums, [20_000.0, 3.0, 0.0]);
-    assert_eq!(r.function("strobe_test_beta").unwrap().sums.sums, [40_000.0, 0.0, 0.0]);
+    assert_eq!(r.function("strobe_test_alpha").unwrap().sums.sums[..], [20_000.0, 3.0, 0.0]);
+    assert_eq!(r.function("strobe_test_beta").unwrap().sums.sums[..], [40_000.0, 0.0, 0.0]);
 }
 
 #[test]
