@@ -104,7 +104,10 @@ impl Header {
         Header {
             minor_version: MINOR_VERSION,
             // PERF_COUNT_SW_TASK_CLOCK
-            events: vec![EventDesc { exclude_kernel: true, ..EventDesc::software("task-clock", 1) }],
+            events: vec![EventDesc {
+                exclude_kernel: true,
+                ..EventDesc::software("task-clock", 1)
+            }],
             ..Header::empty()
         }
     }

@@ -590,9 +590,6 @@ mod tests {
         let per_kind = |k: SampleKind| pending.iter().filter(|p| p.kind == k).count() as u64;
         assert_eq!(totals.window_ends, per_kind(SampleKind::WindowEnd));
         assert_eq!(totals.tails, per_kind(SampleKind::CallTail));
-        assert_eq!(
-            totals.samples,
-            per_kind(SampleKind::Plain) + per_kind(SampleKind::WindowStart)
-        );
+        assert_eq!(totals.samples, per_kind(SampleKind::Plain) + per_kind(SampleKind::WindowStart));
     }
 }

@@ -176,8 +176,7 @@ pub fn build_id(path: &Path) -> Result<Option<Vec<u8>>, Error> {
 
 /// The GNU build id of a mapped ELF file, when it has one.
 fn build_id_in(file: &MappedFile) -> Result<Option<Vec<u8>>, Error> {
-    let elf =
-        object::File::parse(file.bytes()).map_err(|e| not_elf(file.path(), e.to_string()))?;
+    let elf = object::File::parse(file.bytes()).map_err(|e| not_elf(file.path(), e.to_string()))?;
     Ok(elf.build_id().ok().flatten().map(<[u8]>::to_vec))
 }
 
@@ -191,10 +190,7 @@ pub fn debug_file_by_build_id(
 }
 
 /// [`debug_file_by_build_id`] of a file mapped already.
-pub fn debug_file_of(
-    file: &MappedFile,
-    dirs: &[std::path::PathBuf],
-) -> Option<std::path::PathBuf> {
+pub fn debug_file_of(file: &MappedFile, dirs: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
     let id = build_id_in(file).ok()??;
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let (head, tail) = hex.split_at_checked(2)?;

@@ -40,9 +40,9 @@ pub mod kallsyms;
 pub mod launch;
 #[cfg(feature = "elf")]
 pub mod libpath;
-pub mod maps;
 #[cfg(feature = "elf")]
 pub mod mapped;
+pub mod maps;
 pub mod program;
 #[cfg(feature = "elf")]
 pub mod symtab;

@@ -419,8 +419,7 @@ impl FunctionTable {
                 })
                 .collect(),
             Names::Files { strtab, dynstr } => {
-                let in_maps =
-                    [strtab, dynstr].map(|r| mapped.iter().find_map(|m| r.in_map(m)));
+                let in_maps = [strtab, dynstr].map(|r| mapped.iter().find_map(|m| r.in_map(m)));
                 let mut files: [Option<Option<std::fs::File>>; 2] = [None, None];
                 found
                     .iter()
