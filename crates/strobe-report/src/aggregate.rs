@@ -97,11 +97,11 @@ impl Aggregator {
         })
     }
 
-    /// Makes room for the window buckets a recording of `bytes` can hold, so the bucket
-    /// list is not copied as it grows. A window takes at least one sample record of
-    /// [`MIN_SAMPLE_BYTES`]; the room is reserved, not touched, so an estimate above
-    /// what the recording holds costs address space only (capped at
-    /// [`MAX_RESERVED_BUCKETS`]).
+    /// Makes room for the window buckets a recording of `bytes` is likely to hold, so
+    /// the bucket list is not copied as it grows: one per `MIN_SAMPLE_BYTES`, since a
+    /// window ends at a sample record. The room is reserved, not touched, so an estimate
+    /// above what the recording holds costs address space only (capped at
+    /// `MAX_RESERVED_BUCKETS`).
     pub fn expect_bytes(&mut self, bytes: u64) {
         let buckets = (bytes / MIN_SAMPLE_BYTES).min(MAX_RESERVED_BUCKETS) as usize;
         self.t.windows.reserve(buckets.saturating_sub(self.t.windows.len()));
@@ -487,19 +487,10 @@ impl Aggregator {
     }
 }
 
-/// The net deltas of the window (or fixed-period interval) `slot` has open, ended by a
-/// sample with values `end` (and, when the ring gave it, the values at the window's own
-/// overflow, `end_overflow`). `None` when a counter went backwards or a tail is
-/// degenerate.
-///
-/// A window's parts (see `strobe_sampler::alternate`): its interior, from the start
-/// handler's read to its ending overflow, net of the baseline; a system call's remainder
-/// before it (a `CallTail`), net of the usual delay; and its boundaries (from each
-/// overflow to the handler's read), whose counts (not time) happen once per sampling
-/// cycle, so they are added scaled by the mean net window over the mean cycle. A tail as
-/// long as a window is a window by itself, scaled to the mean net window.
-/// The fewest bytes a sample record takes in a recording (its kind, thread, address and
-/// counters, varint-coded), for [`Aggregator::expect_bytes`].
+/// Bytes per sample record assumed by [`Aggregator::expect_bytes`]: below what a sample
+/// with counters takes in strobe's files (12 a sample in a deep-stack recording), so the
+/// room usually covers every bucket; a recording that packs more samples only grows the
+/// list as it would without the estimate.
 const MIN_SAMPLE_BYTES: u64 = 8;
 /// The most window buckets [`Aggregator::expect_bytes`] reserves room for (128 MB of
 /// address space).
@@ -538,6 +529,17 @@ fn window_bucket<'a>(
     &mut windows[i].1
 }
 
+/// The net deltas of the window (or fixed-period interval) `slot` has open, ended by a
+/// sample with values `end` (and, when the ring gave it, the values at the window's own
+/// overflow, `end_overflow`). `None` when a counter went backwards or a tail is
+/// degenerate.
+///
+/// A window's parts (see `strobe_sampler::alternate`): its interior, from the start
+/// handler's read to its ending overflow, net of the baseline; a system call's remainder
+/// before it (a `CallTail`), net of the usual delay; and its boundaries (from each
+/// overflow to the handler's read), whose counts (not time) happen once per sampling
+/// cycle, so they are added scaled by the mean net window over the mean cycle. A tail as
+/// long as a window is a window by itself, scaled to the mean net window.
 fn close_window(
     t: &mut crate::tally::Tally,
     slot: &ThreadSlot,
@@ -665,8 +667,8 @@ mod tests {
     use super::*;
 
     /// The bucket table against a map that keeps every key: 200,000 windows over 30,000
-    /// keys (many colliding in their low bits, so the table grows and probes), each
-    /// window's sums land in its key's bucket, one bucket per key, in first-seen order.
+    /// keys (the table grows from empty, rehashing from its stored hashes), each window's
+    /// sums land in its key's bucket, one bucket per key, in first-seen order.
     #[test]
     fn window_buckets_match_a_map_of_every_key() {
         let mut windows = Vec::new();
