@@ -101,7 +101,7 @@ pub struct Totals {
     pub samples: u64,
     /// Window ends.
     pub window_ends: u64,
-    /// Windows that began inside a system call (their `CallTail` samples).
+    /// Windows that began inside the kernel (their `CallTail` samples).
     pub tails: u64,
     /// Samples lost, all threads.
     pub lost: u64,
