@@ -107,6 +107,14 @@ impl Aggregator {
         self.t.windows.reserve(buckets.saturating_sub(self.t.windows.len()));
     }
 
+    /// Says that each sample's values are its own period (what `perf record` writes
+    /// without a group read), not readings of running counters: the difference between
+    /// two samples then measures nothing, so samples are counted and no window is formed
+    /// (a window's deltas would be one period minus the other).
+    pub fn values_are_periods(&mut self) {
+        self.t.values_are_periods = true;
+    }
+
     /// Records an executable mapping of `pid` (at start, or after a dlopen).
     pub fn add_mapping(&mut self, pid: u32, mapping: Mapping) {
         self.t.spaces.add_mapping(pid, mapping);
@@ -408,7 +416,7 @@ impl Aggregator {
                 if slot.open && !slot.plain {
                     t.unpaired += 1; // a window never ended
                 }
-                slot.open && slot.plain
+                slot.open && slot.plain && !t.values_are_periods
             }
             SampleKind::WindowStart => {
                 if slot.open && !slot.plain {

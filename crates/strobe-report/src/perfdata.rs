@@ -96,6 +96,10 @@ pub fn load(
     };
     let mut agg = Aggregator::new(info)?;
     agg.set_symbol_options(opts.symbols.clone());
+    if !group {
+        // Without a group read a sample carries its period, not counter readings.
+        agg.values_are_periods();
+    }
     let mut feed = Feed::new(agg, group);
     // The kernel formats /proc/kallsyms on each read, which takes longer than the rest of
     // a report of a few hundred thousand samples: read it meanwhile, on another thread,
@@ -730,6 +734,14 @@ mod tests {
         let l = report(&bytes, None).unwrap();
         assert_eq!(l.report.info.period, 3000, "the mean of the periods the kernel chose");
         assert!(l.report.info.source.as_deref().unwrap().contains("-F 4000 Hz"));
+        // A sample's value is its period, not a counter reading: two samples bound no
+        // window (3000 - 1000 is no count, and 2000 - 3000 no missing end).
+        let r = &l.report;
+        assert_eq!(
+            (r.windows_measured, r.windows_used, r.windows_discarded, r.windows_unpaired),
+            (false, 0, 0, 0)
+        );
+        assert_eq!(r.mean_window, None);
 
         // Cut inside the last sample: three samples and the cut's offset.
         let data = PerfData::parse(&bytes).unwrap();

@@ -215,7 +215,7 @@ impl Feed {
                     agg.add_lost(stream, l.tid, l.lost);
                     // Samples lost were taken, not missed: they are no unsampled time.
                     *self.per_stream.entry(stream).or_insert(0) += l.lost;
-                    self.acct.samples(stream, l.tid, l.lost);
+                    self.acct.lost(stream, l.tid, l.lost);
                 }
             }
             Record::Note { note, .. } => {

@@ -252,16 +252,24 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
             o.preempted_ns as f64 / 1e9
         ));
     }
-    lines.push(format!(
-        "samples:  {} ({} lost); windows: {} used, {} discarded (start and end in different \
-         functions, policy {}), {} unpaired",
-        report.samples,
-        report.lost_samples,
-        report.windows_used,
-        report.windows_discarded,
-        report.policy.name(),
-        report.windows_unpaired
-    ));
+    if report.windows_measured {
+        lines.push(format!(
+            "samples:  {} ({} lost); windows: {} used, {} discarded (start and end in different \
+             functions, policy {}), {} unpaired",
+            report.samples,
+            report.lost_samples,
+            report.windows_used,
+            report.windows_discarded,
+            report.policy.name(),
+            report.windows_unpaired
+        ));
+    } else {
+        lines.push(format!(
+            "samples:  {} ({} lost); windows: none (each sample carries its own period, not \
+             counter readings)",
+            report.samples, report.lost_samples
+        ));
+    }
     if report.processes.len() > 1 {
         const SHOWN: usize = 6;
         let total: f64 = report.processes.iter().map(|p| p.samples).sum::<f64>().max(1e-9);
@@ -298,8 +306,8 @@ fn correction_line(report: &Report) -> Option<String> {
     if report.tail_windows > 0 && windows > 0 {
         let _ = write!(
             line,
-            "; {:.0}% of windows began inside a system call and lose the signal's delivery \
-             from its tail",
+            "; {:.0}% of windows began inside the kernel (a system call or a fault) and lose \
+             the signal's delivery from its tail",
             100.0 * report.tail_windows as f64 / windows.max(report.tail_windows) as f64
         );
     }
@@ -414,7 +422,10 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
             header.push("total wall".into());
         }
     }
-    header.push("windows".into());
+    let windows = report.windows_measured;
+    if windows {
+        header.push("windows".into());
+    }
     header.extend(metrics.iter().map(|m| m.header.to_string()));
     header.push("module".into());
 
@@ -438,8 +449,10 @@ fn table(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String
                 }
             }
             // A metric resting on fewer than 30 windows is marked.
-            let few = if report.few_windows(f) { "*" } else { "" };
-            r.push(format!("{}{few}", f.windows));
+            if windows {
+                let few = if report.few_windows(f) { "*" } else { "" };
+                r.push(format!("{}{few}", f.windows));
+            }
             r.extend(
                 metrics.iter().map(|m| fmt_estimate(report.metric_estimate(f, m), m.decimals)),
             );

@@ -205,6 +205,10 @@ pub struct Report {
     pub windows_discarded: u64,
     /// Window starts without an end and ends without a start.
     pub windows_unpaired: u64,
+    /// Whether samples were read as counter readings, so that two samples bound a window;
+    /// false when each sample carried its own period (a perf.data without a group read),
+    /// and no window was formed.
+    pub windows_measured: bool,
     /// The mean leader delta over paired windows (used and discarded), in leader units:
     /// the window length actually measured, sampler included.
     pub mean_window: Option<f64>,
@@ -213,7 +217,8 @@ pub struct Report {
     /// The mean leader correction per window (the baseline, and each call tail's delay
     /// on windows that began in a call), over the same windows.
     pub correction: Option<f64>,
-    /// Windows that began inside a system call (at its overflow, not at the handler).
+    /// Windows that began inside the kernel, a system call or a fault (at its overflow, not
+    /// at the handler).
     pub tail_windows: u64,
     /// Of those, the ones whose tail alone was a window (scaled to the net window).
     pub tail_only_windows: u64,

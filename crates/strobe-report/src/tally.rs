@@ -75,6 +75,9 @@ pub(crate) struct Tally {
     pub window_index: HashTable<(u32, u32)>,
     /// Windows that could not be paired.
     pub unpaired: u64,
+    /// Each sample's values are its own period, not counter readings (a perf.data without
+    /// a group read): two samples bound no measured interval, so no window is formed.
+    pub values_are_periods: bool,
     /// Samples the recorder lost.
     pub lost: u64,
     /// The same per thread.
@@ -109,8 +112,8 @@ pub(crate) struct Tally {
     /// The leader's correction subtracted from those windows in all: the baseline from
     /// each, and each call tail's delay (the signal's delivery) from the tails.
     pub correction_sum: f64,
-    /// Windows that began inside a system call, and of those the ones whose tail alone
-    /// was a window (scaled to the mean net window).
+    /// Windows that began inside the kernel (a system call or a fault), and of those the
+    /// ones whose tail alone was a window (scaled to the mean net window).
     pub tail_windows: u64,
     /// See `tail_windows`.
     pub tail_only_windows: u64,
@@ -174,6 +177,7 @@ impl Tally {
             windows: Vec::new(),
             window_index: HashTable::new(),
             unpaired: 0,
+            values_are_periods: false,
             lost: 0,
             lost_by_thread: Vec::new(),
             sample_count: 0,

@@ -79,6 +79,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
         windows_used: windows.used,
         windows_discarded: windows.discarded,
         windows_unpaired: t.unpaired,
+        windows_measured: !t.values_are_periods,
         mean_window: (paired > 0).then(|| t.leader_raw / paired as f64),
         net_window: (paired > 0).then(|| t.leader_net / paired as f64),
         correction: (paired > 0).then(|| t.correction_sum / paired as f64),
