@@ -181,6 +181,21 @@ pub enum RecordError {
         /// The least it takes.
         min: u64,
     },
+    /// The kernel's ring of each CPU cannot hold one sample: every sample would be lost.
+    #[error(
+        "a ring buffer of {bytes} bytes per CPU cannot hold one sample ({sample} bytes or more{}): \
+         every sample would be lost; give a ring of at least {} bytes",
+        if *stack_copy { " with its copy of the user stack" } else { "" },
+        sample.next_power_of_two().max(4096) * 2
+    )]
+    RingTooSmall {
+        /// The ring's data bytes (a power of two pages).
+        bytes: u64,
+        /// The fewest bytes a sample takes.
+        sample: u64,
+        /// Samples carry a copy of the user stack (DWARF walks).
+        stack_copy: bool,
+    },
     /// A command and running processes (or the whole system) at once.
     #[error("running processes and the whole system are recorded without a command ({program} was given)")]
     CommandWithAttach {

@@ -214,8 +214,21 @@ pub(crate) fn resolve(opts: &RecordOptions) -> Result<Plan, RecordError> {
     let floor_dwarf = opts.call_graph == CallGraph::Dwarf
         && (launch || opts.explicit_call_graph)
         && strobe_perf::percpu::USER_STACK_REGS != 0;
-    let ring_bytes =
-        opts.ring_bytes.unwrap_or(if floor_dwarf { DWARF_RING_BYTES } else { DEFAULT_RING_BYTES });
+    // `--buffer` sizes kernel mode's rings; beside the agent it is the agent's buffer, and
+    // the floor keeps its default (a 1G agent buffer was 1G of locked ring per CPU).
+    let default_ring = if floor_dwarf { DWARF_RING_BYTES } else { DEFAULT_RING_BYTES };
+    let ring_bytes = match mode {
+        RecordMode::Kernel => opts.ring_bytes.unwrap_or(default_ring),
+        RecordMode::Agent => default_ring,
+    };
+    let (data, least) = (ring_data_bytes(ring_bytes), least_sample_bytes(floor_dwarf));
+    if data < least {
+        return Err(RecordError::RingTooSmall {
+            bytes: data,
+            sample: least,
+            stack_copy: floor_dwarf,
+        });
+    }
     let notices = spec.warnings();
     Ok(Plan {
         mode,
@@ -230,6 +243,27 @@ pub(crate) fn resolve(opts: &RecordOptions) -> Result<Plan, RecordError> {
         ring_bytes,
         notices,
     })
+}
+
+/// What a ring of `ring_bytes` per CPU holds: a power of two pages, rounded down, at least
+/// one.
+pub(crate) fn ring_data_bytes(ring_bytes: u64) -> u64 {
+    let page = strobe_perf::ring::page_size() as u64;
+    let pages = (ring_bytes / page).max(1);
+    (1u64 << (63 - pages.leading_zeros())) * page
+}
+
+/// The fewest bytes one floor sample takes in the ring: its header, six fixed fields, and
+/// with `stack_copy` the user registers and the 8 KiB stack copy (the kernel writes the
+/// copy's full size whatever the stack holds). A ring smaller than this loses every sample
+/// (the kernel cannot place one), so it is refused before anything runs.
+pub(crate) fn least_sample_bytes(stack_copy: bool) -> u64 {
+    let fixed = 8 + 6 * 8;
+    if !stack_copy {
+        return fixed;
+    }
+    let regs = 8 + 8 * u64::from(strobe_perf::percpu::USER_STACK_REGS.count_ones());
+    fixed + regs + 8 + u64::from(USER_STACK_BYTES) + 8
 }
 
 /// The command line a header records.
@@ -248,4 +282,62 @@ pub(crate) fn header_command(opts: &RecordOptions) -> Vec<String> {
 pub(crate) fn command_of(opts: &RecordOptions) -> Result<Command, RecordError> {
     let (program, args) = opts.command.split_first().ok_or(RecordError::NoCommand)?;
     Ok(Command::new(program.clone(), args.to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CallGraph;
+
+    fn opts(mode: Mode, buffer: u64, call_graph: CallGraph) -> RecordOptions {
+        RecordOptions {
+            output: "/dev/null".into(),
+            events: None,
+            overhead_ppm: 20_000,
+            wakeup: 1000,
+            buffer_bytes: buffer,
+            call_graph,
+            max_depth: 128,
+            command: vec!["true".into()],
+            agent: "/nonexistent/agent.so".into(),
+            calibration_command: vec![],
+            mode,
+            attach: Attach::Launch,
+            duration: None,
+            off_cpu: false,
+            ring_bytes: Some(buffer),
+            explicit_call_graph: false,
+        }
+    }
+
+    /// `--buffer` sizes kernel mode's rings only: beside the agent it is the agent's
+    /// buffer, and the floor's rings keep their default.
+    #[test]
+    fn the_buffer_sizes_kernel_rings_but_not_the_floor_beside_the_agent() {
+        let stack = strobe_perf::percpu::USER_STACK_REGS != 0;
+        let agent = resolve(&opts(Mode::Agent, 1 << 30, CallGraph::Dwarf)).unwrap();
+        let default = if stack { DWARF_RING_BYTES } else { DEFAULT_RING_BYTES };
+        assert_eq!(agent.ring_bytes, default);
+        let kernel = resolve(&opts(Mode::Kernel, 1 << 20, CallGraph::Dwarf)).unwrap();
+        assert_eq!(kernel.ring_bytes, 1 << 20);
+    }
+
+    /// A kernel ring that cannot hold one sample with its stack copy is refused; with the
+    /// kernel's call chains the same ring is accepted.
+    #[test]
+    fn a_ring_smaller_than_one_sample_is_refused() {
+        if strobe_perf::percpu::USER_STACK_REGS == 0 {
+            return;
+        }
+        match resolve(&opts(Mode::Kernel, 8 << 10, CallGraph::Dwarf)) {
+            Err(RecordError::RingTooSmall { bytes, sample, stack_copy: true }) => {
+                assert_eq!(bytes, ring_data_bytes(8 << 10));
+                assert!(sample > u64::from(USER_STACK_BYTES), "{sample}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(resolve(&opts(Mode::Kernel, 8 << 10, CallGraph::Fp)).is_ok());
+        assert_eq!(ring_data_bytes(12 << 10), 8 << 10);
+        assert_eq!(ring_data_bytes(1), strobe_perf::ring::page_size() as u64);
+    }
 }

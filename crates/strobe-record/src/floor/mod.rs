@@ -100,11 +100,8 @@ impl FloorConfig {
         let sample_bytes = EST_SAMPLE_BYTES
             + if self.dwarf { u64::from(crate::plan::USER_STACK_BYTES) } else { 0 };
         let page = strobe_perf::ring::page_size() as u64;
-        let pages = {
-            let p = (self.ring_bytes / page).max(1);
-            1usize << (63 - p.leading_zeros())
-        };
-        let data_bytes = pages as u64 * page;
+        let data_bytes = crate::plan::ring_data_bytes(self.ring_bytes);
+        let pages = (data_bytes / page) as usize;
         let wakeup = if self.wakeup <= 1 {
             Wakeup::Events(1)
         } else if self.wakeup.saturating_mul(sample_bytes) < data_bytes / 2 {
@@ -269,7 +266,7 @@ impl Floor {
     pub(crate) fn release(&mut self, served: &Served) -> std::io::Result<()> {
         self.writer.apply(self.order.end_round(), served);
         self.writer.flush()?;
-        self.writer.forget_gone();
+        self.writer.forget_gone(self.wakeups);
         Ok(())
     }
 

@@ -27,9 +27,10 @@ program with LD_PRELOAD (other programs are recorded in kernel mode, below). Eve
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window \
 (50 us of task-clock by default); the counters read at both ends of each window give \
-per-function metrics (strobe report). A window whose overflow interrupted a system call \
-begins at the overflow (the kernel's own record of the counters there), so functions that \
-spend time in long calls are measured whole. Each thread's first period starts at a random \
+per-function metrics (strobe report). A window whose overflow interrupted the kernel's \
+work for the thread (a system call or a page fault) begins at the overflow (the kernel's own \
+record of the counters there), so functions that spend time in long calls or faults are \
+measured whole. Each thread's first period starts at a random \
 phase, so threads shorter than a period are sampled in proportion to their CPU time. \
 Stacks are walked in the signal handler (--call-graph).\n\n\
 Each sample leaves the program as it is taken, into a shared buffer strobe drains while the \
@@ -97,16 +98,16 @@ pub(crate) struct Args {
     wakeup: u64,
     /// Size of the buffer samples wait in (e.g. 64M, 1G). Agent mode: one buffer shared
     /// by all threads, default 64M; memory is this plus 64 bytes per thread alive at once.
-    /// Kernel mode: the ring buffer of each CPU, default 512K (rounded down to a power of
-    /// two pages). A sample that finds the buffer full is counted as lost, and the report
-    /// says so.
+    /// Kernel mode: the ring buffer of each CPU, default 512K, or 4M when samples carry
+    /// copies of the user stack (dwarf); rounded down to a power of two pages. A sample that
+    /// finds the buffer full is counted as lost, and the report says so.
     #[arg(long, value_name = "BYTES")]
     buffer: Option<String>,
     /// How samples' call stacks are walked: dwarf (from the unwind tables, correct through
     /// code without frame pointers, such as Debian's libc and -O2 C), fp (frame pointers:
-    /// cheaper, loses callers in code built without them), or none. Default: dwarf in
-    /// agent mode, fp in kernel mode (the kernel's call chains); kernel mode with an explicit
-    /// dwarf copies 8 KiB of user stack with each sample and walks it in strobe record.
+    /// cheaper, loses callers in code built without them), or none. Default: dwarf for a
+    /// launched program, fp for -p and -a (the kernel's call chains). In kernel mode, dwarf
+    /// copies 8 KiB of user stack with each sample and strobe record walks it.
     #[arg(long, value_name = "MODE")]
     call_graph: Option<String>,
     /// The most caller frames a sample keeps.
@@ -338,6 +339,15 @@ fn with_flags(e: RecordError, args: &Args) -> anyhow::Error {
             args.buffer.as_deref().unwrap_or_default(),
             min >> 10
         ),
+        RecordError::RingTooSmall { bytes, sample, stack_copy } => anyhow::anyhow!(
+            "--buffer {}: a ring of {}K per CPU cannot hold one sample ({sample} bytes or more{}), \
+             so every sample would be lost; give --buffer {}K or more{}",
+            args.buffer.as_deref().unwrap_or_default(),
+            bytes >> 10,
+            if stack_copy { " with its 8 KiB copy of the user stack" } else { "" },
+            (sample.next_power_of_two().max(4096) * 2) >> 10,
+            if stack_copy { ", or --call-graph fp (the kernel's call chains, no copy)" } else { "" }
+        ),
         RecordError::CommandWithAttach { program } => anyhow::anyhow!(
             "-p and -a record what already runs: give no command (or drop -p/-a to launch \
              {program})"
@@ -478,7 +488,7 @@ fn summarize(path: Option<&std::path::Path>, r: &Recorded, continuous: bool) {
         "strobe record: {} samples and {} window ends{} ({} lost) from {} process{}, {} thread{}; {}",
         t.samples,
         t.window_ends,
-        if t.tails > 0 { format!(" ({} windows began inside a system call)", t.tails) } else { String::new() },
+        if t.tails > 0 { format!(" ({} windows began inside the kernel)", t.tails) } else { String::new() },
         t.lost,
         r.processes,
         if r.processes == 1 { "" } else { "es" },
