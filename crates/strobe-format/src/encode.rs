@@ -299,6 +299,17 @@ impl Encoder {
     /// Kernel symbols (stream 0): each symbol's start as a zigzag delta from the previous
     /// one's, its size, name and module.
     pub fn kernel_symbols(&mut self, syms: &[KernelSymbol]) {
+        self.kernel_symbols_of(syms);
+    }
+
+    /// The same as [`Encoder::kernel_symbols`], for symbols held elsewhere (a selection of a
+    /// larger table, still in start order).
+    pub fn kernel_symbols_of<'a, I>(&mut self, syms: I)
+    where
+        I: IntoIterator<Item = &'a KernelSymbol>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let syms = syms.into_iter();
         let s = self.begin(tag::KSYMS, RECORDER_STREAM);
         let b = &mut self.buf;
         put(b, syms.len() as u64);

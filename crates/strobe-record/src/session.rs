@@ -584,7 +584,8 @@ impl Live<'_> {
     }
 
     /// Each thread's CPU time as the kernel counted it, what the agent served of it and
-    /// what its set-up cost, into THREADCPU chunks of the floor's streams.
+    /// what its set-up cost, into THREADCPU chunks of the floor's streams (in kernel mode
+    /// a process that ended had its threads' written with its END already).
     fn write_thread_cpu(&mut self) {
         let mut exact: FxHashMap<(u32, u32), u64> = self.alive_cpu.clone();
         for (&k, &v) in self.floor.writer().task_counts() {

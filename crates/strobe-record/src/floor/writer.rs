@@ -11,6 +11,13 @@
 //! recording starts with what `/proc` showed ([`Known`]). A thread's off-CPU interval
 //! runs from its switch-out sample (which carries its stack) to its next switch-in.
 //!
+//! In kernel mode (no agent beside it) a process image that can have no more records is
+//! retired as soon as that is known ([`Writer::forget_gone`]): its threads' CPU times
+//! (THREADCPU) and its END are written then, and nothing of it is held any longer, so a
+//! system-wide recording holds the processes alive, not every one that ever ran. Beside
+//! an agent an image's state is dropped then too, but its END waits for the end of the
+//! recording, where the agent's served times join its threads' CPU times.
+//!
 //! Owns: that bookkeeping and the chunks it writes. Must never write a sample before its
 //! stream's PROCESS chunk, a stack id before its nodes, or drop a sample or a loss it was
 //! given (every one is written or counted in [`Totals`]).
@@ -35,6 +42,10 @@ use crate::stacks::StackTable;
 /// How many of [`Writer::forget_gone`]'s looks at `/proc` pass between two that look at
 /// every process, not only those whose EXIT was seen.
 const FORGET_ALL_EVERY: u64 = 30;
+
+/// How long (ns of event time) a thread's entry is kept after its EXIT, for its last
+/// switch-out.
+const EXITED_KEPT_NS: u64 = 1_000_000_000;
 
 /// What `/proc` showed of a process that ran before the recording started.
 #[derive(Debug, Clone, Default)]
@@ -105,6 +116,60 @@ impl Proc {
     }
 }
 
+/// The process images followed, by a stable index: a retired image's index is given to a
+/// later image, so what is held follows the images not retired.
+#[derive(Debug, Default)]
+struct Images {
+    slots: Vec<Option<Proc>>,
+    free: Vec<usize>,
+}
+
+impl Images {
+    fn insert(&mut self, p: Proc) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(p);
+                i
+            }
+            None => {
+                self.slots.push(Some(p));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Proc> {
+        let p = self.slots.get_mut(i)?.take()?;
+        self.free.push(i);
+        Some(p)
+    }
+
+    /// The images held, in stream order.
+    fn in_stream_order(&self) -> Vec<&Proc> {
+        let mut v: Vec<&Proc> = self.slots.iter().flatten().collect();
+        v.sort_by_key(|p| p.stream);
+        v
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+impl std::ops::Index<usize> for Images {
+    type Output = Proc;
+    fn index(&self, i: usize) -> &Proc {
+        self.slots[i].as_ref().expect("an index of an image held")
+    }
+}
+
+impl std::ops::IndexMut<usize> for Images {
+    fn index_mut(&mut self, i: usize) -> &mut Proc {
+        self.slots[i].as_mut().expect("an index of an image held")
+    }
+}
+
 /// A thread switched out, waiting for its switch-in.
 #[derive(Debug, Clone, Copy)]
 struct Out {
@@ -117,6 +182,8 @@ struct Out {
 
 #[derive(Debug, Default)]
 struct Thread {
+    /// Its process, where an event said (0: not yet).
+    pid: u32,
     name: String,
     /// The stream its name was last written to.
     named_in: Option<u32>,
@@ -132,6 +199,10 @@ struct Thread {
     /// Thinning: samples of the thread the kernel took, and which of each `thin` is kept.
     thin_seen: u32,
     thin_offset: u32,
+    /// Counted in [`Totals::threads`] (it sampled or switched out).
+    counted: bool,
+    /// When its EXIT came.
+    exited_at: Option<u64>,
 }
 
 /// Builds the record file of a kernel-mode recording.
@@ -139,11 +210,18 @@ pub(crate) struct Writer {
     file: File,
     enc: Encoder,
     sampling: Sampling,
-    procs: Vec<Proc>,
+    procs: Images,
     /// Indices into `procs` of the images not forgotten.
     active: Vec<usize>,
-    /// pid -> index of its current image in `procs`.
+    /// pid -> index of its current image in `procs` (until it is retired).
     by_pid: FxHashMap<u32, usize>,
+    /// Retire images once gone (write their THREADCPU and END, drop them): no agent's
+    /// served times are to join their threads' CPU times at the end.
+    retire: bool,
+    /// Process images seen.
+    images_seen: usize,
+    /// Images retired.
+    pub retired: u64,
     threads: FxHashMap<u32, Thread>,
     known: FxHashMap<u32, Known>,
     /// The launched command's pid (its first image is the Start stream).
@@ -158,10 +236,12 @@ pub(crate) struct Writer {
     ksyms: KernelNames,
     /// Walks the user stack copies of `--call-graph dwarf` samples.
     unwinder: Option<Unwinder>,
-    /// Threads that sampled or switched out.
-    seen_tids: FxHashSet<u32>,
+    /// Threads that sampled or switched out (a tid used again by a new thread counts
+    /// again).
+    threads_seen: usize,
     /// Per (pid, tid): the leader's final count of each of the thread's event copies
-    /// (one per CPU), summed: its exact CPU time for a time leader.
+    /// (one per CPU), summed: its exact CPU time for a time leader (a retired process's
+    /// are written with its END and leave).
     task_counts: FxHashMap<(u32, u32), u64>,
     /// Floor samples dropped because the agent served their thread at that moment.
     pub served_dropped: u64,
@@ -191,9 +271,12 @@ impl Writer {
             file,
             enc: Encoder::with_capacity(1 << 20),
             sampling,
-            procs: Vec::new(),
+            procs: Images::default(),
             active: Vec::new(),
             by_pid: FxHashMap::default(),
+            retire: !sampling.floor,
+            images_seen: 0,
+            retired: 0,
             threads: FxHashMap::default(),
             known,
             launched,
@@ -206,7 +289,7 @@ impl Writer {
             ksyms: KernelNames::new(kernel_names),
             unwinder: (sampling.user_walk_depth > 0)
                 .then(|| Unwinder::new(sampling.user_walk_depth)),
-            seen_tids: FxHashSet::default(),
+            threads_seen: 0,
             task_counts: FxHashMap::default(),
             served_dropped: 0,
             totals: Totals::default(),
@@ -225,7 +308,7 @@ impl Writer {
 
     /// Processes (images) seen.
     pub(crate) fn processes(&self) -> usize {
-        self.procs.len()
+        self.images_seen
     }
 
     /// The pids whose images the writer follows now (not replaced), each once.
@@ -328,11 +411,13 @@ impl Writer {
         if let Some(k) = known {
             maps = k.maps;
             for (tid, name) in k.names {
-                self.threads.entry(tid).or_default().name = name;
+                let t = self.threads.entry(tid).or_default();
+                (t.pid, t.name) = (pid, name);
             }
         }
         let maps_dirty = !maps.is_empty();
-        self.procs.push(Proc {
+        self.images_seen += 1;
+        let i = self.procs.insert(Proc {
             pid,
             stream,
             live: Some(Box::new(ProcState {
@@ -348,7 +433,6 @@ impl Writer {
             replaced: false,
             gone_at: None,
         });
-        let i = self.procs.len() - 1;
         self.by_pid.insert(pid, i);
         self.active.push(i);
         i
@@ -362,8 +446,12 @@ impl Writer {
     /// image's records need is in the file before it is forgotten. `/proc` is read at
     /// most once a second, for processes whose leader's EXIT was seen, and every
     /// [`FORGET_ALL_EVERY`] of those times for all (an EXIT the kernel lost). The
-    /// launched command is never forgotten.
-    pub(crate) fn forget_gone(&mut self) {
+    /// launched command is never forgotten. When retiring (kernel mode), a forgotten
+    /// image is retired at once: its threads' CPU times (the image that is its pid's
+    /// last) and its END are encoded, to go with the next flush, and it is dropped with
+    /// its pid's entry, so a process that takes the pid later is a new one. `wakeups`:
+    /// the ring wakeups so far (for the ENDs).
+    pub(crate) fn forget_gone(&mut self, wakeups: u64) {
         let now = crate::drain::mono_ns();
         if now < self.last_forget + 1_000_000_000 {
             return;
@@ -373,7 +461,7 @@ impl Writer {
         let all = self.forget_checks % FORGET_ALL_EVERY == 0;
         let (applied, launched) = (self.applied_to, self.launched);
         let procs = &mut self.procs;
-        let mut forgotten = 0;
+        let mut gone_now = Vec::new();
         self.active.retain(|&i| {
             let p = &mut procs[i];
             if launched == Some(p.pid) && !p.replaced {
@@ -391,17 +479,70 @@ impl Writer {
             };
             if gone {
                 p.live = None;
-                forgotten += 1;
+                gone_now.push(i);
             }
             !gone
         });
-        self.forgotten += forgotten;
+        self.forgotten += gone_now.len() as u64;
+        let exited_before = applied.saturating_sub(EXITED_KEPT_NS);
+        self.threads.retain(|_, t| t.exited_at.is_none_or(|e| e >= exited_before));
+        if self.retire && !gone_now.is_empty() {
+            self.retire_images(&gone_now, now, wakeups);
+        }
+    }
+
+    /// Retires the forgotten images `gone` (indices into `procs`): see
+    /// [`Writer::forget_gone`].
+    fn retire_images(&mut self, gone: &[usize], now: u64, wakeups: u64) {
+        let mut last_of: FxHashSet<u32> = FxHashSet::default();
+        for &i in gone {
+            let pid = self.procs[i].pid;
+            if self.by_pid.get(&pid) == Some(&i) {
+                self.by_pid.remove(&pid);
+                last_of.insert(pid);
+            }
+        }
+        // Its threads are gone with it (an EXIT may come before the thread's last
+        // switch-out, or be lost).
+        if !last_of.is_empty() {
+            self.threads.retain(|_, t| !last_of.contains(&t.pid));
+        }
+        // The threads' CPU times go to the pid's last image, as at the end.
+        let mut cpu: FxHashMap<u32, Vec<strobe_format::ThreadCpu>> = FxHashMap::default();
+        if !last_of.is_empty() && !self.task_counts.is_empty() {
+            self.task_counts.retain(|&(pid, tid), &mut ns| {
+                if !last_of.contains(&pid) {
+                    return true;
+                }
+                cpu.entry(pid).or_default().push(strobe_format::ThreadCpu {
+                    tid,
+                    cpu_ns: ns,
+                    served_ns: 0,
+                    agent_ns: 0,
+                });
+                false
+            });
+        }
+        let mut gone: Vec<Proc> = gone.iter().filter_map(|&i| self.procs.remove(i)).collect();
+        gone.sort_by_key(|p| p.stream);
+        for p in gone {
+            if let Some(mut threads) = cpu.remove(&p.pid).filter(|_| last_of.contains(&p.pid)) {
+                threads.sort_unstable_by_key(|t| t.tid);
+                self.enc.thread_cpu(p.stream, &threads);
+            }
+            self.enc.end_process(p.stream, &ended(&p, None, now, wakeups));
+            self.retired += 1;
+        }
     }
 
     /// Names thread `tid` in `stream` if it was not named there yet.
     fn name_thread(&mut self, stream: u32, pid: u32, tid: u32) {
-        self.seen_tids.insert(tid);
         let t = self.threads.entry(tid).or_default();
+        t.pid = pid;
+        if !t.counted {
+            t.counted = true;
+            self.threads_seen += 1;
+        }
         if t.named_in == Some(stream) {
             return;
         }
@@ -446,7 +587,9 @@ impl Writer {
                     self.name_thread(stream, pid, tid);
                 }
                 Ev::Switch { tid, out, preempt, .. } => {
-                    let t = self.threads.entry(tid).or_default();
+                    // A thread with no entry has no switch-out waiting (a switch of a
+                    // thread that exited makes none).
+                    let Some(t) = self.threads.get_mut(&tid) else { continue };
                     if out {
                         if let Some(o) = t.out.as_mut() {
                             o.preempted |= preempt;
@@ -489,13 +632,13 @@ impl Writer {
                         self.proc_of(pid, time, origin);
                     }
                     let t = self.threads.entry(tid).or_default();
-                    t.name = name;
-                    t.named_in = None;
+                    (t.pid, t.name, t.named_in) = (pid, name, None);
                 }
                 Ev::Fork { pid, ppid, tid, ptid } => {
                     let parent_name =
                         self.threads.get(&ptid).map(|t| t.name.clone()).unwrap_or_default();
-                    self.threads.insert(tid, Thread { name: parent_name, ..Thread::default() });
+                    self.threads
+                        .insert(tid, Thread { pid, name: parent_name, ..Thread::default() });
                     // A forgotten image's pid, reused: a new process too.
                     let followed =
                         self.by_pid.get(&pid).is_some_and(|&i| self.procs[i].live.is_some());
@@ -515,9 +658,13 @@ impl Writer {
                     }
                 }
                 Ev::Exit { pid, tid } => {
-                    // A thread that exited has no more records (a new thread with its
-                    // tid starts at its FORK).
-                    self.threads.remove(&tid);
+                    // A thread that exited has no more records but its last switch-out,
+                    // which may come after its EXIT: its entry stays a second (not
+                    // counted again, not made again), then goes (a new thread with its tid
+                    // starts at its FORK).
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.exited_at = Some(time);
+                    }
                     if pid == tid {
                         if let Some(&i) = self.by_pid.get(&pid) {
                             self.procs[i].exited = true;
@@ -696,47 +843,49 @@ impl Writer {
     ) -> std::io::Result<Totals> {
         self.flush()?;
         let now = crate::drain::mono_ns();
-        let last_image: FxHashMap<u32, usize> = self.by_pid.clone();
-        for (i, p) in self.procs.iter().enumerate() {
-            let is_last = last_image.get(&p.pid) == Some(&i);
+        let last_stream: FxHashMap<u32, u32> =
+            self.by_pid.iter().map(|(&pid, &i)| (pid, self.procs[i].stream)).collect();
+        for p in self.procs.in_stream_order() {
+            let is_last = last_stream.get(&p.pid) == Some(&p.stream);
             let this = launched.filter(|l| l.pid == p.pid && is_last);
-            let (cpu_ns, tree_cpu_ns) =
-                (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
-            let (reason, status) = match this {
-                Some(l) => match l.exit {
-                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
-                    strobe_target::Exit::Signal { signal, .. } => {
-                        (EndReason::Killed, Some(signal as u64))
-                    }
-                },
-                _ if p.replaced => (EndReason::Exec, None),
-                _ if p.exited => (EndReason::Exit, None),
-                _ => (EndReason::Stopped, None),
-            };
-            self.enc.end_process(
-                p.stream,
-                &ProcessEnd {
-                    reason,
-                    time_mono_ns: now,
-                    samples: p.samples + p.window_ends,
-                    lost: p.lost,
-                    wakeups,
-                    windows: p.window_ends,
-                    window_sum: 0,
-                    status,
-                    unsampled_ns: 0,
-                    cpu_ns,
-                    tree_cpu_ns,
-                },
-            );
+            self.enc.end_process(p.stream, &ended(p, this, now, wakeups));
         }
         if !self.enc.is_empty() {
             self.file.write_all(self.enc.as_bytes())?;
             self.enc.clear();
         }
-        self.totals.threads = self.seen_tids.len();
+        self.totals.threads = self.threads_seen;
         self.totals.wakeups = wakeups;
         Ok(self.totals)
+    }
+}
+
+/// The END of image `p` at `now`: `launched`, when it is the launched command's last
+/// image, says how it ended and its CPU times.
+fn ended(p: &Proc, launched: Option<crate::drain::Launched>, now: u64, wakeups: u64) -> ProcessEnd {
+    let (cpu_ns, tree_cpu_ns) =
+        (launched.and_then(|l| l.cpu_ns), launched.and_then(|l| l.tree_cpu_ns));
+    let (reason, status) = match launched {
+        Some(l) => match l.exit {
+            strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
+            strobe_target::Exit::Signal { signal, .. } => (EndReason::Killed, Some(signal as u64)),
+        },
+        _ if p.replaced => (EndReason::Exec, None),
+        _ if p.exited => (EndReason::Exit, None),
+        _ => (EndReason::Stopped, None),
+    };
+    ProcessEnd {
+        reason,
+        time_mono_ns: now,
+        samples: p.samples + p.window_ends,
+        lost: p.lost,
+        wakeups,
+        windows: p.window_ends,
+        window_sum: 0,
+        status,
+        unsampled_ns: 0,
+        cpu_ns,
+        tree_cpu_ns,
     }
 }
 
@@ -795,19 +944,24 @@ mod tests {
     }
 
     /// The records of the file at `path`, printed, with the times the writer takes from
-    /// the clock (a MAPS snapshot's, an END's) and the file's path left out.
+    /// the clock (a MAPS snapshot's, an END's), the file's path and the offsets of
+    /// sample data in it left out.
     fn records(path: &std::path::Path) -> Vec<String> {
         let mut out = Vec::new();
         for r in Reader::open(path).unwrap() {
-            let s = format!("{:?}", r.unwrap()).replace(&*path.to_string_lossy(), "_");
-            let mut t = String::new();
-            for (k, part) in s.split("time_mono_ns: ").enumerate() {
-                if k > 0 {
-                    t.push_str("time_mono_ns: _");
-                    t.push_str(part.trim_start_matches(|c: char| c.is_ascii_digit()));
-                } else {
-                    t.push_str(part);
+            let mut t = format!("{:?}", r.unwrap()).replace(&*path.to_string_lossy(), "_");
+            for field in ["time_mono_ns: ", "data_offset: "] {
+                let mut u = String::new();
+                for (k, part) in t.split(field).enumerate() {
+                    if k > 0 {
+                        u.push_str(field);
+                        u.push('_');
+                        u.push_str(part.trim_start_matches(|c: char| c.is_ascii_digit()));
+                    } else {
+                        u.push_str(part);
+                    }
                 }
+                t = u;
             }
             out.push(t);
         }
@@ -849,22 +1003,63 @@ mod tests {
         w.flush().unwrap();
         if forget {
             w.last_forget = 0;
-            w.forget_gone();
+            w.forget_gone(0);
         }
     }
 
+    /// `records`, each stream's together (in the order of their first record), each
+    /// stream's in the order written.
+    fn by_stream(records: Vec<String>) -> Vec<String> {
+        let stream = |r: &String| {
+            r.split("stream: ")
+                .nth(1)
+                .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        let mut order: Vec<Option<u64>> = Vec::new();
+        for r in &records {
+            if !order.contains(&stream(r)) {
+                order.push(stream(r));
+            }
+        }
+        let mut out = records;
+        out.sort_by_key(|r| order.iter().position(|s| *s == stream(r)));
+        out
+    }
+
+    /// The end of a recording as the session makes it: every thread's CPU time the
+    /// writer holds into THREADCPU chunks, then the ENDs.
+    fn end_as_the_session_does(mut w: Writer) {
+        let mut by_pid: FxHashMap<u32, Vec<strobe_format::ThreadCpu>> = FxHashMap::default();
+        for (&(pid, tid), &cpu_ns) in w.task_counts() {
+            by_pid.entry(pid).or_default().push(strobe_format::ThreadCpu {
+                tid,
+                cpu_ns,
+                served_ns: 0,
+                agent_ns: 0,
+            });
+        }
+        for (pid, t) in by_pid {
+            w.thread_cpu(pid, &t);
+        }
+        w.finish(None, 0).unwrap();
+    }
+
     /// A writer that forgets the processes that ended writes the same file as one that
-    /// keeps them all, and holds no state of the dead ones: a child that forked, mapped,
-    /// sampled, exec'd (the image it replaced is forgotten at once), sampled again and
-    /// exited (forgotten once an event later than its death is applied), with its pid
-    /// a real one that is dead.
+    /// keeps them all, and holds no state of the dead ones; one that retires them (kernel
+    /// mode) writes the same records of each stream, its THREADCPU and END earlier, and
+    /// holds nothing of them at all: a child that forked, mapped, sampled, exec'd (the
+    /// image it replaced is forgotten at once), sampled again and exited (forgotten once
+    /// an event later than its death is applied), with its pid a real one that is dead.
     #[test]
     fn forgetting_ended_processes_leaves_the_file_as_it_was() {
         let (me, dead) = (std::process::id(), dead_pid());
         let dir = std::env::temp_dir().join(format!("strobe-writer-test-{me}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let paths = [dir.join("keeps"), dir.join("forgets")];
+        let paths = [dir.join("keeps"), dir.join("forgets"), dir.join("retires")];
         let mut writers: Vec<Writer> = paths.iter().map(|p| writer_at(p)).collect();
+        writers[0].retire = false;
+        writers[1].retire = false;
         let t0 = crate::drain::mono_ns() - 10_000_000_000;
         let mmap = |path: &str| Ev::Mmap {
             pid: dead,
@@ -873,6 +1068,8 @@ mod tests {
             pgoff: 0,
             path: PathBuf::from(path),
         };
+        let mut values = [0; MAX_COUNTERS];
+        values[0] = 7_000;
         let rounds: Vec<Vec<Ev>> = vec![
             vec![
                 Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
@@ -885,43 +1082,150 @@ mod tests {
                 mmap("/bin/true"),
                 sample(dead, dead, 0x40_0020, vec![0x40_0300]),
                 Ev::Lost { pid: Some(dead), tid: Some(dead), lost: 3 },
+                Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
                 Ev::Exit { pid: dead, tid: dead },
             ],
-            // After the forgetting writer saw the pid dead: an event later than that.
+            // After the forgetting writers saw the pid dead: an event later than that.
             vec![sample(me, me, 0x50_0020, vec![0x50_0100])],
         ];
         let mut time = t0;
         for (k, round) in rounds.into_iter().enumerate() {
             if k == 2 {
-                // Events of this round come after the forgetting writer's look at /proc.
+                // Events of this round come after the forgetting writers' look at /proc.
                 time = crate::drain::mono_ns() + 1;
             }
             let events = timed(&mut time, round);
             for (i, w) in writers.iter_mut().enumerate() {
-                apply_round(w, events.clone(), i == 1);
+                apply_round(w, events.clone(), i > 0);
             }
             if k == 1 {
                 // The replaced image is forgotten at once; the exited one not yet.
                 assert_eq!(writers[1].forgotten, 1);
+                assert_eq!(writers[2].retired, 1);
             }
         }
         assert_eq!(writers[1].forgotten, 2, "both images of the dead pid are forgotten");
         assert_eq!(writers[1].active.len(), 1, "only this process's state is held");
-        assert!(writers[0].procs.iter().all(|p| p.live.is_some()));
-        for w in &mut writers {
-            w.thread_cpu(
-                dead,
-                &[strobe_format::ThreadCpu { tid: dead, cpu_ns: 7, served_ns: 0, agent_ns: 0 }],
-            );
+        assert_eq!(writers[2].retired, 2, "both images of the dead pid are retired");
+        assert_eq!(writers[2].procs.len(), 1, "only this process is held");
+        assert!(writers[2].task_counts().is_empty(), "the dead one's CPU time is written");
+        assert!(writers[0].procs.in_stream_order().iter().all(|p| p.live.is_some()));
+        for w in writers {
+            end_as_the_session_does(w);
         }
-        let mut writers = writers.into_iter();
-        let (keeps, forgets) = (writers.next().unwrap(), writers.next().unwrap());
-        keeps.finish(None, 0).unwrap();
-        forgets.finish(None, 0).unwrap();
-        let (a, b) = (records(&paths[0]), records(&paths[1]));
+        let [a, b, c] = paths.clone().map(|p| records(&p));
         let _ = std::fs::remove_dir_all(&dir);
         assert!(a.len() > 8, "{a:#?}");
+        assert!(a.iter().any(|r| r.contains("ThreadCpu")), "{a:#?}");
         assert_eq!(a, b);
+        assert_ne!(a, c, "the retired image's chunks come earlier");
+        assert_eq!(by_stream(a), by_stream(c));
+    }
+
+    /// Many short processes that come and go (each a fork, an exec, samples, its
+    /// thread's CPU time and its exit, with real dead pids) leave nothing held: the
+    /// images, the pids followed, the threads and their CPU times stay at what the one
+    /// live process needs; and the file has each process's streams whole: its thread's
+    /// name before its samples, its CPU time, its ENDs.
+    #[test]
+    fn processes_that_came_and_went_are_not_held() {
+        const N: usize = 200;
+        let me = std::process::id();
+        let dir = std::env::temp_dir().join(format!("strobe-writer-many-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let mut w = writer_at(&path);
+        let mut time = crate::drain::mono_ns() - 10_000_000_000;
+        let mut pids = Vec::new();
+        let worker = |k: usize| 4_000_000 + k as u32;
+        for k in 0..N {
+            let dead = dead_pid();
+            pids.push(dead);
+            let mut values = [0; MAX_COUNTERS];
+            values[0] = 1_000 + k as u64;
+            let round = vec![
+                Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+                Ev::Comm { pid: dead, tid: dead, name: format!("short{k}"), exec: true },
+                Ev::Mmap {
+                    pid: dead,
+                    start: 0x40_0000,
+                    len: 0x1000,
+                    pgoff: 0,
+                    path: PathBuf::from("/bin/true"),
+                },
+                sample(dead, dead, 0x40_0010, vec![0x40_0100]),
+                Ev::Switch { pid: dead, tid: dead, out: true, preempt: false },
+                Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
+                Ev::Exit { pid: dead, tid: dead },
+                // The dying thread's last switch-out comes after its EXIT.
+                Ev::Switch { pid: dead, tid: dead, out: true, preempt: false },
+                Ev::SwitchOut { pid: dead, tid: dead, leaf: 0x40_0010, callers: vec![] },
+                // And a thread of this process that comes and goes.
+                Ev::Fork { pid: me, ppid: me, tid: worker(k), ptid: me },
+                sample(me, worker(k), 0x50_0020, vec![]),
+                Ev::Exit { pid: me, tid: worker(k) },
+            ];
+            apply_round(&mut w, timed(&mut time, round), true);
+            // An event after the look at /proc that saw it dead.
+            time = time.max(crate::drain::mono_ns() + 1);
+            apply_round(&mut w, timed(&mut time, vec![sample(me, me, 0x50_0010, vec![])]), true);
+            assert!(w.procs.len() <= 2 && w.by_pid.len() <= 2, "{k}: {}", w.procs.len());
+        }
+        // The live process's threads that exited go a second (of event time) after.
+        time += EXITED_KEPT_NS;
+        apply_round(&mut w, timed(&mut time, vec![sample(me, me, 0x50_0010, vec![])]), true);
+        assert_eq!(w.retired, 2 * N as u64);
+        assert_eq!(w.processes(), 2 * N + 1, "images seen");
+        assert_eq!(w.procs.len(), 1);
+        assert_eq!(w.procs.slots.len(), 3, "retired images' places are used again");
+        assert_eq!(w.by_pid.len(), 1);
+        assert_eq!(w.threads.len(), 1, "threads held");
+        assert!(w.task_counts().is_empty());
+        let totals = w.finish(None, 0).unwrap();
+        assert_eq!(totals.threads, 2 * N + 1);
+        // Per stream: its records in order.
+        let mut streams: FxHashMap<u32, Vec<String>> = FxHashMap::default();
+        for r in Reader::open(&path).unwrap() {
+            let r = r.unwrap();
+            let (s, what) = match &r {
+                strobe_format::Record::Process { stream, info } => {
+                    (*stream, format!("process {}", info.pid))
+                }
+                strobe_format::Record::Threads { stream, threads } => (
+                    *stream,
+                    format!("threads {:?}", threads.iter().map(|t| &t.name).collect::<Vec<_>>()),
+                ),
+                strobe_format::Record::Samples(b) => (b.stream, "samples".into()),
+                strobe_format::Record::ThreadCpu { stream, threads } => (
+                    *stream,
+                    format!("cpu {:?}", threads.iter().map(|t| t.cpu_ns).collect::<Vec<_>>()),
+                ),
+                strobe_format::Record::End { stream, end } => {
+                    (*stream, format!("end {:?} {}", end.reason, end.samples))
+                }
+                _ => continue,
+            };
+            streams.entry(s).or_default().push(what);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        for (k, pid) in pids.iter().enumerate() {
+            // Streams: the first child's fork image 1 and exec image 2, this process 3,
+            // then each child's two.
+            let k32 = k as u32;
+            let (fork, exec) = if k == 0 { (1, 2) } else { (2 + 2 * k32, 3 + 2 * k32) };
+            assert_eq!(streams[&fork], [format!("process {pid}"), "end Exec 0".into()]);
+            assert_eq!(
+                streams[&exec],
+                [
+                    format!("process {pid}"),
+                    format!("threads [\"short{k}\"]"),
+                    "samples".into(),
+                    format!("cpu [{}]", 1_000 + k),
+                    "end Exit 1".into()
+                ],
+                "{k}"
+            );
+        }
     }
 
     /// A process that reuses a forgotten process's pid is a new process: it gets a
