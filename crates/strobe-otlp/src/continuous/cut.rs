@@ -191,7 +191,7 @@ pub(crate) struct Cutter {
     cut_at: u64,
     /// Samples that arrived after their interval was cut.
     pub late: u64,
-    /// Samples and losses read.
+    /// Samples read.
     pub samples_read: u64,
     /// Samples given to intervals.
     pub samples_cut: u64,
@@ -307,6 +307,14 @@ impl Cutter {
 
     /// Writes the preamble, the header and the recorder's chunks.
     pub(crate) fn write_preamble(&self, e: &mut Encoder) {
+        self.write_preamble_but_kernel(e);
+        if !self.ksyms.is_empty() {
+            e.kernel_symbols(&self.ksyms);
+        }
+    }
+
+    /// The preamble, the header and the recorder's chunks but its kernel symbols.
+    fn write_preamble_but_kernel(&self, e: &mut Encoder) {
         e.preamble();
         e.header(&self.header);
         if let Some(b) = &self.baseline {
@@ -315,9 +323,26 @@ impl Cutter {
         for i in &self.images {
             e.image(RECORDER_STREAM, i);
         }
-        if !self.ksyms.is_empty() {
-            e.kernel_symbols(&self.ksyms);
+    }
+
+    /// Writes the kernel symbols that name `addrs` (sorted and deduplicated by the call;
+    /// the caller keeps only addresses at or above the first symbol's start): for each
+    /// address, the symbol with the last start at or below it, which is the one a reader
+    /// of the whole table would look at, so the names read are the same. The table holds
+    /// every kernel function any process sampled since the start; a process's interval
+    /// needs a few of them.
+    fn write_kernel_symbols_for(&self, addrs: &mut Vec<u64>, e: &mut Encoder) {
+        if addrs.is_empty() {
+            return;
         }
+        addrs.sort_unstable();
+        addrs.dedup();
+        let mut picked: Vec<usize> = addrs
+            .iter()
+            .filter_map(|&a| self.ksyms.partition_point(|k| k.start <= a).checked_sub(1))
+            .collect();
+        picked.dedup(); // sorted already: the addresses are
+        e.kernel_symbols_of(picked.iter().map(|&i| &self.ksyms[i]));
     }
 
     /// Writes the preamble and every live stream's state: the start of a recording that
@@ -341,12 +366,14 @@ impl Cutter {
             None => (u64::MAX, u64::MAX),
         };
         let mut pre = Encoder::with_capacity(16 << 10);
-        self.write_preamble(&mut pre);
+        self.write_preamble_but_kernel(&mut pre);
         let mut ids: Vec<StreamId> = self.streams.keys().copied().collect();
         ids.sort_unstable();
         let owners = self.owners();
-        // Each resource's recording: the streams it holds, in stream order.
-        let mut by_owner: FxHashMap<StreamId, (Encoder, u64)> = FxHashMap::default();
+        // Each resource's recording: the streams it holds, in stream order, its time
+        // samples, and the addresses it may ask kernel names of.
+        let mut by_owner: FxHashMap<StreamId, (Encoder, u64, Vec<u64>)> = FxHashMap::default();
+        let kernel_from = self.ksyms.first().map_or(u64::MAX, |k| k.start);
         for id in ids {
             let s = self.streams.get_mut(&id).expect("listed");
             let mut taken: Vec<(u32, usize, Vec<Sample>)> = Vec::new();
@@ -365,9 +392,13 @@ impl Cutter {
             let has = !taken.is_empty() || !s.lost.is_empty() || !s.off_cpu.is_empty();
             if has {
                 let owner = owners.get(&id).copied().unwrap_or(id);
-                let (e, time_samples) =
-                    by_owner.entry(owner).or_insert_with(|| (Encoder::with_capacity(64 << 10), 0));
+                let (e, time_samples, kernel) = by_owner
+                    .entry(owner)
+                    .or_insert_with(|| (Encoder::with_capacity(64 << 10), 0, Vec::new()));
                 s.write_state(id, e);
+                kernel.extend(s.stacks.iter().map(|n| n.addr).filter(|&a| a >= kernel_from));
+                let ips = taken.iter().flat_map(|(_, _, v)| v.iter().map(|smp| smp.ip));
+                kernel.extend(ips.filter(|&a| a >= kernel_from));
                 for (tid, ncounters, samples) in &taken {
                     for chunk in samples.chunks(SAMPLE_CHUNK) {
                         let mut b = e.samples(id, *tid, *ncounters);
@@ -383,6 +414,7 @@ impl Cutter {
                     e.lost(id, &std::mem::take(&mut s.lost));
                 }
                 for (tid, iv) in std::mem::take(&mut s.off_cpu) {
+                    kernel.extend(iv.iter().map(|i| i.ip).filter(|&a| a >= kernel_from));
                     e.off_cpu(id, tid, &iv);
                 }
                 for n in std::mem::take(&mut s.notes) {
@@ -395,10 +427,13 @@ impl Cutter {
         owned.sort_unstable();
         let mut parts = Vec::new();
         for owner in owned {
-            let (e, time_samples) = by_owner.remove(&owner).expect("listed");
+            let (e, time_samples, mut kernel) = by_owner.remove(&owner).expect("listed");
+            let mut ksyms = Encoder::new();
+            self.write_kernel_symbols_for(&mut kernel, &mut ksyms);
             // Chunks stand alone: the recorder's part, then the streams'.
-            let mut bytes = Vec::with_capacity(pre.len() + e.len());
+            let mut bytes = Vec::with_capacity(pre.len() + ksyms.len() + e.len());
             bytes.extend_from_slice(pre.as_bytes());
+            bytes.extend_from_slice(ksyms.as_bytes());
             bytes.extend_from_slice(e.as_bytes());
             let info = self.streams.get(&owner).and_then(|s| s.info.clone());
             parts.push(Part { info, time_samples, bytes });
@@ -444,9 +479,19 @@ impl Cutter {
         self.streams.len()
     }
 
-    /// Samples read and not yet in an interval.
+    /// Samples read and not yet in an interval: every sample read waits in a queue, and
+    /// leaves it only into an interval (asked after every read of the file, so counted,
+    /// not summed over the queues of every stream held).
     pub(crate) fn queued(&self) -> usize {
-        self.streams.values().flat_map(|s| s.queues.values()).map(|q| q.samples.len()).sum()
+        debug_assert_eq!(
+            self.samples_read - self.samples_cut,
+            self.streams
+                .values()
+                .flat_map(|s| s.queues.values())
+                .map(|q| q.samples.len() as u64)
+                .sum::<u64>()
+        );
+        (self.samples_read - self.samples_cut) as usize
     }
 }
 
@@ -534,6 +579,73 @@ mod tests {
         r.next().unwrap().unwrap()
     }
 
+    /// One plain sample of `tid` in `stream` at `ip` with callers `stack`.
+    fn sample_at(stream: StreamId, tid: u32, time: u64, ip: u64, stack: u32) -> Record {
+        let mut e = Encoder::new();
+        e.preamble();
+        e.header(&header());
+        let mut b = e.samples(stream, tid, 1);
+        b.push(P, time, ip, stack, &[time]);
+        b.finish();
+        let bytes = e.as_bytes().to_vec();
+        let mut r = strobe_format::Reader::new(&bytes[..], "b").unwrap();
+        r.next().unwrap().unwrap()
+    }
+
+    /// The kernel symbols a part carries.
+    fn part_ksyms(p: &Part) -> Vec<KernelSymbol> {
+        let r = strobe_format::Reader::new(&p.bytes[..], "part").unwrap();
+        r.filter_map(|x| match x.unwrap() {
+            Record::KernelSymbols(k) => Some(k),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+    }
+
+    #[test]
+    fn a_part_carries_the_kernel_symbols_its_addresses_are_named_by() {
+        const K: u64 = 0xffff_ffff_8100_0000;
+        let sym = |at: u64, name: &str| KernelSymbol {
+            start: K + at,
+            size: 0x100,
+            name: name.into(),
+            module: String::new(),
+        };
+        let mut c = Cutter::new(header());
+        c.add(Record::KernelSymbols(vec![sym(0x1000, "a"), sym(0x2000, "b"), sym(0x3000, "c")]));
+        // Stream 7: a sample in `a`, one past the end of `b` (no name), callers through `c`.
+        c.add(Record::Stacks {
+            stream: 7,
+            first_id: 1,
+            nodes: vec![StackNode { parent: 0, addr: K + 0x3010 }],
+        });
+        c.add(sample_at(7, 1, 1, K + 0x1010, 1));
+        c.add(sample_at(7, 1, 2, K + 0x2200, 0));
+        // Stream 8: user code only.
+        c.add(sample_at(8, 1, 3, 0x1000, 0));
+        let parts = c.cut(Some(10), &|_| true);
+        assert_eq!(parts.len(), 2);
+        let names = |p: &Part| part_ksyms(p).into_iter().map(|k| k.name).collect::<Vec<_>>();
+        assert_eq!(names(&parts[0]), ["a", "b", "c"]);
+        assert!(names(&parts[1]).is_empty());
+        // A reader names each address the same from the part's symbols as from the whole
+        // table: the symbol with the last start at or below it, if the address is inside.
+        let lookup = |t: &[KernelSymbol], a: u64| {
+            let i = t.partition_point(|k| k.start <= a).checked_sub(1)?;
+            t.get(i).filter(|k| a - k.start < k.size).map(|k| k.name.clone())
+        };
+        let part = part_ksyms(&parts[0]);
+        for a in [K + 0x1010, K + 0x2200, K + 0x3010] {
+            assert_eq!(lookup(&part, a), lookup(&c.ksyms, a), "{a:#x}");
+        }
+        // The whole table is still written where a whole recording starts again.
+        let mut e = Encoder::new();
+        c.write_preamble(&mut e);
+        let whole = Part { info: None, time_samples: 0, bytes: e.as_bytes().to_vec() };
+        assert_eq!(names(&whole), ["a", "b", "c"]);
+    }
+
     fn count(parts: &[Part]) -> u64 {
         parts.iter().map(|p| p.time_samples).sum()
     }
@@ -572,26 +684,94 @@ mod tests {
         // A live one stays.
         c.add(Record::Process {
             stream: 8,
-            info: ProcessInfo {
-                pid: 42,
-                ppid: 1,
-                origin: strobe_format::ProcessOrigin::Start,
-                exe: "/bin/x".into(),
-                start_mono_ns: 0,
-                period: 1,
-                window: 0,
-                jitter: 0,
-                period_source: strobe_format::PeriodSource::Explicit,
-                sample_cost_ns: 0,
-                floor_cost_ns: 0,
-                predicted_overhead_ppm: 0,
-                floor: false,
-            },
+            info: ProcessInfo { origin: strobe_format::ProcessOrigin::Start, ..info(42) },
         });
         c.add(batch(8, 1, &[(P, 31)]));
         for i in 0..5 {
             c.cut(Some(40 + 10 * i), &|pid| pid == 42);
         }
         assert_eq!(c.streams(), 1);
+    }
+
+    fn info(pid: u32) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            ppid: 1,
+            origin: strobe_format::ProcessOrigin::Fork,
+            exe: "/bin/x".into(),
+            start_mono_ns: 0,
+            period: 1,
+            window: 0,
+            jitter: 0,
+            period_source: strobe_format::PeriodSource::Explicit,
+            sample_cost_ns: 0,
+            floor_cost_ns: 0,
+            predicted_overhead_ppm: 0,
+            floor: false,
+        }
+    }
+
+    /// The names of the threads a part carries, by stream.
+    fn part_names(p: &Part) -> Vec<(StreamId, String)> {
+        let r = strobe_format::Reader::new(&p.bytes[..], "part").unwrap();
+        r.filter_map(|x| match x.unwrap() {
+            Record::Threads { stream, threads } => {
+                Some(threads.into_iter().map(move |t| (stream, t.name)).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+    }
+
+    /// Processes that each live one interval, with the END and thread CPU times the
+    /// kernel-mode writer writes as soon as they are gone: each one's last interval
+    /// carries its samples with its thread's name, and the streams held stay at the few
+    /// of the last intervals however many came and went.
+    #[test]
+    fn a_process_that_ended_is_named_in_its_last_interval_and_then_forgotten() {
+        let mut c = Cutter::new(header());
+        let alive = |pid: u32| pid == 1;
+        for k in 0..300u32 {
+            let (stream, pid, t) = (k + 2, 1000 + k, u64::from(k) * 10);
+            c.add(Record::Process { stream, info: info(pid) });
+            c.add(Record::Threads {
+                stream,
+                threads: vec![strobe_format::ThreadInfo { tid: pid, name: format!("p{k}") }],
+            });
+            c.add(batch(stream, pid, &[(P, t + 1), (P, t + 9)]));
+            c.add(Record::ThreadCpu {
+                stream,
+                threads: vec![strobe_format::ThreadCpu {
+                    tid: pid,
+                    cpu_ns: 2,
+                    served_ns: 0,
+                    agent_ns: 0,
+                }],
+            });
+            c.add(Record::End {
+                stream,
+                end: strobe_format::ProcessEnd {
+                    reason: strobe_format::EndReason::Exit,
+                    time_mono_ns: t + 9,
+                    samples: 2,
+                    lost: 0,
+                    wakeups: 0,
+                    windows: 0,
+                    window_sum: 0,
+                    status: None,
+                    unsampled_ns: 0,
+                    cpu_ns: None,
+                    tree_cpu_ns: None,
+                },
+            });
+            let parts = c.cut(Some(t + 10), &alive);
+            assert_eq!(parts.len(), 1, "{k}");
+            assert_eq!(parts[0].time_samples, 2);
+            assert_eq!(parts[0].info.as_ref().map(|i| i.pid), Some(pid));
+            assert_eq!(part_names(&parts[0]), [(stream, format!("p{k}"))]);
+            assert!(c.streams() <= 3, "{k}: {} streams held", c.streams());
+        }
+        assert_eq!(c.samples_cut, 600);
     }
 }

@@ -246,8 +246,9 @@ struct Follower {
     copy: Option<local::Copy>,
     done: Arc<AtomicBool>,
     progress: Arc<Mutex<Summary>>,
-    /// Container ids by pid, looked up once.
-    containers: FxHashMap<u32, Option<String>>,
+    /// Container ids by process (pid and start time: a pid used again is another
+    /// process), looked up once.
+    containers: FxHashMap<(u32, u64), Option<String>>,
     /// Names of addresses, kept from interval to interval.
     symbols: strobe_report::SymbolCache,
 }
@@ -398,7 +399,7 @@ impl Follower {
                 let live = self.cfg.live_containers && pid != 0;
                 let container_id = self
                     .containers
-                    .entry(pid)
+                    .entry((pid, started))
                     .or_insert_with(|| {
                         live.then(|| live_container_id(pid, started.max(1))).flatten()
                     })
@@ -408,7 +409,7 @@ impl Follower {
             .collect();
         // Forget the container ids of processes that are gone.
         if self.containers.len() > 4 * facts.len() + 64 {
-            self.containers.retain(|&pid, _| pid_alive(pid));
+            self.containers.retain(|&(pid, _), _| pid_alive(pid));
         }
         let duration_ns = end_unix.saturating_sub(start_unix);
         let profiles: Vec<ProcessProfile<'_>> = reports
