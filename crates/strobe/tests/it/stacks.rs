@@ -456,8 +456,16 @@ fn a_smashed_frame_ends_the_walk_and_changes_nothing_in_the_target() {
         let (smashed, clean_end) = share(
             &paths,
             |p| p.last().is_some_and(|f| f == "smash" || f == "beneath"),
-            // The walk keeps the frames inside the smashed one and stops at it.
-            |p| p == ["smash"] || p == ["smash", "beneath"],
+            // The walk keeps the frames inside the smashed one and stops at it. A sample in
+            // smash's first or last few instructions, before the frame is smashed or after
+            // it is put back, has an intact stack (a dozen instructions of about 1.6 M
+            // cycles a call: a run of 1,500 samples meets one about once in 100; one run
+            // of eight here failed without this): its walk reaches the entry through main.
+            |p| {
+                p == ["smash"]
+                    || p == ["smash", "beneath"]
+                    || (ends_with(p, &["main", "smash"]) && at_entry(p))
+            },
         );
         let (clean, complete) = share(
             &paths,
