@@ -159,17 +159,26 @@ fn spawn_spin(args: &[&str]) -> (Child, u32) {
 
 /// CPU time (ms) process `pid` and its descendants ran, from /proc (0 when gone).
 fn tree_cpu_ms(pid: u32) -> u64 {
+    own_cpu_ms(pid) + children_cpu_ms(pid)
+}
+
+/// CPU time (ms) process `pid` itself ran (0 when gone).
+fn own_cpu_ms(pid: u32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let tick = 1000 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64);
-    let own = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
             let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
             Some((rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?) * tick)
         })
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// CPU time (ms) the descendants of `pid` ran: a recorder's target, without the recorder.
+fn children_cpu_ms(pid: u32) -> u64 {
     // Children of every thread (strobe starts its target from another thread than main).
-    let children = std::fs::read_dir(format!("/proc/{pid}/task"))
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
         .flatten()
@@ -181,15 +190,19 @@ fn tree_cpu_ms(pid: u32) -> u64 {
                 .collect::<Vec<_>>()
         })
         .map(tree_cpu_ms)
-        .sum::<u64>();
-    own + children
+        .sum::<u64>()
 }
 
 /// Waits until `pid`'s tree ran `ms` of CPU time since `from` (its tree's CPU time then),
 /// at most 20 s: a loaded host gives a spinning program less than its wall time.
 fn wait_cpu(pid: u32, from: u64, ms: u64) {
+    wait_for_cpu(ms, || tree_cpu_ms(pid).saturating_sub(from));
+}
+
+/// Waits until `ran()` reaches `ms`, at most 20 s.
+fn wait_for_cpu(ms: u64, ran: impl Fn() -> u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while tree_cpu_ms(pid) < from + ms && std::time::Instant::now() < deadline {
+    while ran() < ms && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -358,6 +371,9 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
             "100000",
             "--mode",
             "kernel",
+            // The kernel's call chains: a sample with an 8 KiB stack copy does not fit.
+            "--call-graph",
+            "fp",
             "--",
         ])
         .arg(prog("kernel_spin"))
@@ -368,9 +384,10 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let rec = strobe_format::read_all(&file).unwrap();
     let (kept, lost) = (rec.total_samples() as u64, r["lost_samples"].as_u64().unwrap());
     assert_eq!(lost, rec.total_lost());
-    // How many the reader saves depends on how soon it runs after each wakeup.
+    // How many the reader saves depends on how soon it runs after each wakeup (lost 6-45%
+    // of those kept in three runs here).
     assert!(
-        lost * 20 > kept,
+        lost * 100 > kept,
         "a one-page ring at 100,000 samples/s loses some: kept {kept}, lost {lost}"
     );
     let cpu = truth["spin_a_ns"] + truth["spin_b_ns"];
@@ -434,7 +451,9 @@ fn signals_end_a_kernel_recording_with_a_complete_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_cpu(rec.id(), 0, 300);
+    // 300 ms of the launched program's own CPU time: strobe's own start (reading the
+    // kernel's symbols takes 0.2-0.3 s of CPU in a debug build) must not count.
+    wait_for_cpu(300, || children_cpu_ms(rec.id()));
     // SAFETY: as above.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
     let out = rec.wait_with_output().unwrap();
@@ -537,7 +556,7 @@ fn an_unprivileged_user_records_their_own_processes_only() {
     one_line(&out, &[&format!("process {pid} belongs to another user")]);
 }
 
-/// Bad uses of -p, -a and --duration: one line each.
+/// Bad uses of -p, -a, --duration and --buffer: one line each.
 #[test]
 fn attach_options_are_checked() {
     let dir = Scratch::new("kernel-args");
@@ -552,6 +571,11 @@ fn attach_options_are_checked() {
     one_line(&["-p", "1", "--", "true"], "give no command");
     one_line(&["--duration", "2", "--", "true"], "--duration applies to -p and -a");
     one_line(&["-p", "1", "--mode", "agent"], "drop --mode agent");
+    // A launched program's samples carry an 8 KiB stack copy: a ring of one or two pages
+    // could hold none of them (every sample was lost before this was refused).
+    for b in ["4K", "8K"] {
+        one_line(&["--buffer", b, "--mode", "kernel", "--", "true"], "cannot hold one sample");
+    }
 }
 
 /// A perf.data file with kernel samples, recorded on this kernel: strobe report names

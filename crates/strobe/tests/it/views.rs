@@ -188,8 +188,19 @@ fn firefox_profile_reads_back_with_the_recordings_totals() {
     let mut last_cpu: std::collections::HashMap<u32, u64> = Default::default();
     let mut open: std::collections::HashMap<u32, u64> = Default::default();
     let mut beta = 0.0;
+    // The kernel floor's streams: their samples are places in time with no CPU delta of
+    // their own (their counters are the floor's totals, not the agent's task-clock).
+    let mut floor = std::collections::HashSet::new();
     for r in reader.by_ref() {
         match r.unwrap() {
+            Record::Process { stream, info } if info.floor => {
+                floor.insert(stream);
+            }
+            Record::Samples(b) if floor.contains(&b.stream) => {
+                for s in b.iter() {
+                    time_samples += u64::from(s.unwrap().kind.is_time_sample());
+                }
+            }
             Record::Samples(b) => {
                 for s in b.iter() {
                     let s = s.unwrap();
