@@ -394,7 +394,11 @@ pub fn profile(report: &Report) -> Profile {
         }
         let id = p.mapping.len() as u64 + 1;
         let build_id = if f.module_path.starts_with('/') {
-            strobe_target::debuginfo::build_id(std::path::Path::new(&f.module_path))
+            let file = match &report.symfs {
+                Some(root) => root.join(f.module_path.trim_start_matches('/')),
+                None => std::path::PathBuf::from(&f.module_path),
+            };
+            strobe_target::debuginfo::build_id(&file)
                 .ok()
                 .flatten()
                 .map(|b| hex(&b))

@@ -195,6 +195,9 @@ pub struct Report {
     pub has_stacks: bool,
     /// Time samples in total (the denominator of every time share).
     pub samples: u64,
+    /// The directory the modules' files were read under instead of `/` (`--symfs`), for
+    /// what is read from them after the report (the build ids of a pprof profile).
+    pub symfs: Option<std::path::PathBuf>,
     /// Samples the recorder had to drop.
     pub lost_samples: u64,
     /// The same, per thread (only threads that lost any), in the order first reported.

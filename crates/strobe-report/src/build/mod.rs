@@ -74,6 +74,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
         functions,
         paths,
         samples: t.sample_count + unsampled,
+        symfs: t.symbols.symfs.clone(),
         lost_samples: t.lost,
         lost_by_thread: t.lost_by_thread,
         windows_used: windows.used,
