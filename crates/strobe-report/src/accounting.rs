@@ -36,6 +36,15 @@
 //! counted on the thread whose count was lost) named 205 ms of its 419 ms `[not
 //! sampled]`: the other spinning thread's whole time.
 //!
+//! The launched command's rusage bounds the whole: what is named `[not sampled]` is at
+//! most what the tree ran beyond its samples' worth (kept and lost). The kernel's per-task
+//! counts can exceed it: with a 4 KB ring that overflows all the time (two threads
+//! spinning 200 ms at a 20 us period), each worker's task-clock at its exit read 209-219
+//! ms in six recordings, 201-203 ms with the default ring, and in one recording whose
+//! three counts all arrived they summed to 425.3 ms against the tree's 411.1. Unbounded,
+//! that excess was named: 79 ms of 402 once in CI, where the tree ran 12 ms beyond
+//! the spinning.
+//!
 //! Older files (no THREADCPU) keep the one `[not sampled]` row of the END chunks.
 //!
 //! Owns: that arithmetic. Must never read the file (the adapter feeds it) or touch
@@ -348,7 +357,7 @@ impl Accounting {
         // 1-2% of it, went unnamed and every share read that much high).
         // A thread whose count never arrived (kernel mode: the count at its exit is a
         // record in the ring, lost with the samples when the ring overflowed) ran at
-        // least what its samples, kept and lost, stand for.
+        // least what its kept samples stand for.
         let mut per_command: FxHashMap<&str, (f64, f64)> = FxHashMap::default();
         for t in self.threads.values() {
             let e = per_command.entry(t.command.as_str()).or_default();
@@ -356,16 +365,17 @@ impl Accounting {
                 e.0 += t.cpu.cpu_ns as f64;
                 e.1 += t.sampled_ns;
             } else {
-                e.0 += t.sampled_ns;
+                // Its kept samples' worth: its lost ones may be another thread's, whose
+                // shortfall they cancel below.
+                e.0 += t.sampled_ns - t.lost_ns;
                 e.1 += t.sampled_ns;
             }
         }
         let counted = per_command.values().map(|&(cpu, sampled)| cpu.max(sampled)).sum::<f64>();
         let counted = counted.round() as u64;
         let nproc: u64 = shares.values().map(|e| e.processes).sum();
-        if let Some(gap) =
-            self.tree_cpu_ns.and_then(|t| t.checked_sub(counted)).filter(|_| nproc > 0)
-        {
+        let gap = self.tree_cpu_ns.and_then(|t| t.checked_sub(counted)).filter(|_| nproc > 0);
+        if let Some(gap) = gap {
             let mut list: Vec<&mut ProcessShare> = shares.values_mut().collect();
             list.sort_by(|a, b| a.command.cmp(&b.command));
             for e in list {
@@ -392,6 +402,19 @@ impl Accounting {
         // (see the module note).
         for t in self.threads.values().filter(|t| t.cpu.cpu_ns == 0 && t.lost_ns > 0.0) {
             net.entry(t.command.clone()).or_default().0 -= t.lost_ns;
+        }
+        // The tree's rusage bounds what is named: counts above it (see the module note)
+        // name only what the tree ran beyond its samples' worth.
+        if let Some(tree) = self.tree_cpu_ns.filter(|_| nproc > 0) {
+            let sampled: f64 = self.threads.values().map(|t| t.sampled_ns).sum();
+            let room = (tree as f64 - sampled - gap.unwrap_or(0) as f64).max(0.0);
+            let named: f64 = net.values().map(|e| e.0.max(0.0)).sum();
+            if named > room {
+                let k = room / named;
+                for e in net.values_mut().filter(|e| e.0 > 0.0) {
+                    e.0 *= k;
+                }
+            }
         }
         let mut rows: Vec<((String, String), (f64, f64))> = groups.into_iter().collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -536,15 +559,25 @@ mod tests {
     #[test]
     fn lost_samples_on_a_thread_with_no_count_cancel_the_others_shortfall() {
         // Thread 101 ran `ran` ns; thread 102's count never arrived.
-        let recording = |ran: u64| {
+        let with_tree = |ran: u64, tree: Option<u64>| {
             let mut a = Accounting::default();
             a.process(7, &info(100, 20_000));
             a.thread_cpu(7, &[cpu(100, 11_008_805, 0), cpu(101, ran, 0)]);
             a.lost(7, 100, 515);
             a.lost(7, 101, 60);
             a.lost(7, 102, 20_203);
+            if let Some(t) = tree {
+                a.tree_cpu(t);
+            }
             finish(a)
         };
+        let recording = |ran: u64| with_tree(ran, None);
+        // With the tree's rusage: what it ran beyond every sample's worth is named, once
+        // (the lost samples of the thread without a count are not taken off twice).
+        let (rows, _) = with_tree(205_744_330, Some(430_000_000));
+        let named: f64 = rows.iter().filter(|r| r.0 == UNSAMPLED).map(|r| r.2).sum();
+        let want = (430_000_000.0 - 20_778.0 * 20_000.0) / 20_000.0;
+        assert!((named - want).abs() < 1e-6, "{named} vs {want}: {rows:?}");
         let (rows, shares) = recording(205_744_330);
         assert!(rows.is_empty(), "{rows:?}");
         assert!((shares[0].cpu_ns - 20_778.0 * 20_000.0).abs() < 1.0, "{shares:?}");
@@ -553,6 +586,47 @@ mod tests {
         let named: f64 = rows.iter().filter(|r| r.0 == UNSAMPLED).map(|r| r.2).sum();
         let want = (11_008_805.0 + 505_744_330.0 - 20_778.0 * 20_000.0) / 20_000.0;
         assert!((named - want).abs() < 1e-6, "{named} vs {want}: {rows:?}");
+    }
+
+    /// Counts that sum above the tree's rusage (the recording of the module note: 425.3 ms
+    /// of counts, a tree of 411.1): only the tree's time beyond the samples' worth is
+    /// named, and a tree the counts fit in changes nothing.
+    #[test]
+    fn the_trees_rusage_bounds_what_is_named() {
+        let recording = |tree: u64| {
+            let mut a = Accounting::default();
+            a.process(7, &info(100, 20_000));
+            a.thread_cpu(
+                7,
+                &[cpu(100, 4_174_058, 0), cpu(101, 217_271_093, 0), cpu(102, 203_833_506, 0)],
+            );
+            a.samples(7, 100, 158);
+            a.samples(7, 101, 9_916);
+            a.samples(7, 102, 9_073);
+            a.lost(7, 101, 1_190);
+            a.tree_cpu(tree);
+            finish(a)
+        };
+        let named = |rows: &[(String, String, f64)]| -> f64 {
+            rows.iter().filter(|r| r.0 == UNSAMPLED).map(|r| r.2).sum()
+        };
+        let worth = (158.0 + 9_916.0 + 9_073.0 + 1_190.0) * 20_000.0;
+        let (rows, shares) = recording(411_093_000);
+        let want = (411_093_000.0 - worth) / 20_000.0;
+        assert!((named(&rows) - want).abs() < 1e-6, "{} vs {want}: {rows:?}", named(&rows));
+        assert!((shares[0].cpu_ns - 411_093_000.0).abs() < 1.0, "{shares:?}");
+        // The counts fit in a larger tree: each is named as it is, the rest as starts and
+        // exits.
+        let (rows, shares) = recording(430_000_000);
+        let counts = 4_174_058.0 + 217_271_093.0 + 203_833_506.0;
+        assert!((named(&rows) - (430_000_000.0 - worth) / 20_000.0).abs() < 1e-6, "{rows:?}");
+        let threads: f64 = rows
+            .iter()
+            .filter(|r| r.0 == UNSAMPLED && !r.1.contains(STARTS_EXITS_SWITCHES))
+            .map(|r| r.2)
+            .sum();
+        assert!((threads - (counts - worth) / 20_000.0).abs() < 1e-6, "{rows:?}");
+        assert!((shares[0].cpu_ns - 430_000_000.0).abs() < 1.0, "{shares:?}");
     }
 
     /// Threads shorter than a cycle, one in ten with a sample: each sampled one stands

@@ -355,7 +355,7 @@ pub fn baseline_line(report: &Report) -> String {
 pub fn lost_warning(report: &Report) -> String {
     format!(
         "WARNING: {} samples were lost (a thread's buffer was full; {}); shares are of the {} \
-         kept. Record with a smaller --wakeup or a longer period to lose none.",
+         samples in the table. Record with a smaller --wakeup or a longer period to lose none.",
         report.lost_samples,
         lost_per_thread(report),
         report.samples
