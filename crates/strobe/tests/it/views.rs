@@ -181,11 +181,12 @@ fn firefox_profile_reads_back_with_the_recordings_totals() {
     let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
 
     // Ground truth from the record file itself: time samples, each thread's CPU time at
-    // its last time sample, and the page faults counted in windows net of the baseline.
+    // its last time sample (window start or plain), and the page faults counted in
+    // windows net of the baseline.
     let mut reader = Reader::open(workload()).unwrap();
     let pf = reader.header().events.iter().position(|e| e.name == "page-faults").unwrap();
     let (mut time_samples, mut faults, mut windows) = (0u64, 0f64, 0u64);
-    let mut last_cpu: std::collections::HashMap<u32, u64> = Default::default();
+    let mut last_cpu: std::collections::HashMap<(u32, u32), u64> = Default::default();
     let mut open: std::collections::HashMap<u32, u64> = Default::default();
     let mut beta = 0.0;
     // The kernel floor's streams: their samples are places in time with no CPU delta of
@@ -207,7 +208,7 @@ fn firefox_profile_reads_back_with_the_recordings_totals() {
                     match s.kind {
                         SampleKind::WindowStart => {
                             time_samples += 1;
-                            last_cpu.insert(s.tid, s.counters[0]);
+                            last_cpu.insert((b.stream, s.tid), s.counters[0]);
                             open.insert(s.tid, s.counters[pf]);
                         }
                         SampleKind::WindowEnd => {
@@ -216,7 +217,13 @@ fn firefox_profile_reads_back_with_the_recordings_totals() {
                                 windows += 1;
                             }
                         }
-                        SampleKind::Plain => time_samples += 1,
+                        // A plain sample is a time sample too (the launcher's main
+                        // thread, sampled once before it waits, makes one): its leader
+                        // is the thread's CPU time as well.
+                        SampleKind::Plain => {
+                            time_samples += 1;
+                            last_cpu.insert((b.stream, s.tid), s.counters[0]);
+                        }
                         // An overflow's own values: not a sample of its own.
                         SampleKind::CallTail | SampleKind::Overflow => {}
                     }
