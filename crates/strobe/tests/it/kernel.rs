@@ -353,32 +353,35 @@ fn off_cpu_time_of_a_blocking_function_matches_its_wall_time() {
 }
 
 /// A ring far too small for the rate (one page, woken every dozen samples, 50,000
-/// samples/s on each of two busy threads: an idle reader keeps up with 20,000): the kernel drops samples and says how many; every
-/// one is counted, so the samples kept and the samples lost together account for the
-/// program's CPU time (within 15%: a timer the loaded host delays skips periods that
-/// are no sample at all), and the report warns about them.
+/// samples/s on each of two busy threads: an idle reader keeps up with 20,000): the kernel
+/// drops samples and says how many; every one is counted, so the samples kept and the
+/// samples lost together account for the program's CPU time, and the report warns about
+/// them. Within 15%, or within 10 points of what a recording with a ring large enough
+/// for every sample accounts for just before: a timer the loaded host delays skips periods
+/// that are no sample at all (0.87-1.04 of the CPU time in 14 runs here under CPU hogs),
+/// and the control run measures how many the host skips now.
 #[test]
 fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let dir = Scratch::new("kernel-lost");
+    let spin = |file: &Path, ring: &[&str]| {
+        let out = run(record_to(file)
+            .args(["-e", "{task-clock/period=20us/}"])
+            .args(ring)
+            // The kernel's call chains: a sample with an 8 KiB stack copy does not fit 4K.
+            .args(["--mode", "kernel", "--call-graph", "fp", "--"])
+            .arg(prog("kernel_spin"))
+            .args(["2", "200"]));
+        assert!(out.status.success(), "{}", show(&out));
+        out
+    };
+    let control = dir.path("c.strobe");
+    let c_truth = fields(&spin(&control, &[]).stdout);
+    let c_rec = strobe_format::read_all(&control).unwrap();
+    assert_eq!(c_rec.total_lost(), 0, "the default ring keeps every sample");
+    let c_ratio =
+        c_rec.total_samples() as f64 * 20_000.0 / (c_truth["spin_a_ns"] + c_truth["spin_b_ns"]);
     let file = dir.path("l.strobe");
-    let out = run(record_to(&file)
-        .args([
-            "-e",
-            "{task-clock/period=20us/}",
-            "--buffer",
-            "4K",
-            "--wakeup",
-            "100000",
-            "--mode",
-            "kernel",
-            // The kernel's call chains: a sample with an 8 KiB stack copy does not fit.
-            "--call-graph",
-            "fp",
-            "--",
-        ])
-        .arg(prog("kernel_spin"))
-        .args(["2", "200"]));
-    assert!(out.status.success(), "{}", show(&out));
+    let out = spin(&file, &["--buffer", "4K", "--wakeup", "100000"]);
     let truth = fields(&out.stdout);
     let r = report_json(&file);
     let rec = strobe_format::read_all(&file).unwrap();
@@ -392,9 +395,11 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     );
     let cpu = truth["spin_a_ns"] + truth["spin_b_ns"];
     let accounted = (kept + lost) as f64 * 20_000.0;
+    let ratio = accounted / cpu;
     assert!(
-        rel(accounted, cpu) <= 0.15,
-        "{kept} kept + {lost} lost = {accounted:.0} ns of {cpu:.0}"
+        ratio <= 1.15 && ratio >= (c_ratio - 0.10).min(0.85),
+        "{kept} kept + {lost} lost = {accounted:.0} ns of {cpu:.0} ({ratio:.3}; the control \
+         run's samples stood for {c_ratio:.3} of its CPU time)"
     );
     let t = table(&file);
     assert!(t.contains(&format!("WARNING: {lost} samples were lost")), "{t}");
