@@ -75,6 +75,7 @@ pub(crate) fn continuous(
     rotate_bytes: u64,
 ) -> anyhow::Result<Continuous> {
     let flush_wait = export.retry.max_elapsed + export.timeout + Duration::from_secs(2);
+    one_malloc_arena();
     Ok(Continuous::start(ContinuousConfig {
         every,
         export,
@@ -90,6 +91,23 @@ pub(crate) fn continuous(
         live_containers: true,
         flush_wait,
     })?)
+}
+
+/// A continuous recorder runs for days: its threads (the recorder's, the interval
+/// thread's, the sender's) share one glibc malloc arena, before any of them starts. With an
+/// arena per thread, what one thread freed between intervals could not serve another's
+/// allocations, and the memory the arenas held grew with fragmentation though little was
+/// in use: under the export benchmark's load (600 processes a minute), anonymous RSS went
+/// from 24.5 to 27.3 MB between 60 s and 190 s (heap in use, by heaptrack, 18.7 to 19.0
+/// MB), and from 20.8 to 21.6 MB with one arena. Each interval's `malloc_trim` returns the
+/// free pages either way.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets an allocator parameter; M_ARENA_MAX only limits the arenas
+    // made from now on.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 /// The line that says where a continuous recording goes.
