@@ -275,6 +275,10 @@ impl Floor {
         self.rings.disable();
         self.drain();
         self.writer.apply(self.order.finish(), served);
+        // What the rings lost after their last record (see `unreported_lost`).
+        for (task, lost) in self.rings.unreported_lost() {
+            self.writer.lost_untold(u32::try_from(task).ok(), lost);
+        }
         self.writer.flush()
     }
 

@@ -671,17 +671,32 @@ impl Writer {
                         }
                     }
                 }
-                Ev::Lost { pid, tid, lost } => {
-                    let i = pid.and_then(|p| self.by_pid.get(&p).copied());
-                    let stream = i.map_or(strobe_format::RECORDER_STREAM, |i| {
-                        self.procs[i].lost += lost;
-                        self.procs[i].stream
-                    });
-                    let tid = if i.is_some() { tid.unwrap_or(0) } else { 0 };
-                    self.lost.push((stream, tid, lost));
-                }
+                Ev::Lost { pid, tid, lost } => self.count_lost(pid, tid, lost),
             }
         }
+    }
+
+    /// `lost` records lost in a ring, of process `pid` (where known) and thread `tid`.
+    fn count_lost(&mut self, pid: Option<u32>, tid: Option<u32>, lost: u64) {
+        let i = pid.and_then(|p| self.by_pid.get(&p).copied());
+        let stream = i.map_or(strobe_format::RECORDER_STREAM, |i| {
+            self.procs[i].lost += lost;
+            self.procs[i].stream
+        });
+        let tid = if i.is_some() { tid.unwrap_or(0) } else { 0 };
+        self.lost.push((stream, tid, lost));
+    }
+
+    /// `lost` records lost in a ring after its last record, which no LOST record told:
+    /// counted against the process of `task` (the task the event that lost them was
+    /// opened on: a launched command's first process, an attached thread, or none), on
+    /// no thread, since the kernel does not say whose they were.
+    pub(crate) fn lost_untold(&mut self, task: Option<u32>, lost: u64) {
+        let pid = task.map(|t| match self.threads.get(&t) {
+            Some(th) if th.pid != 0 => th.pid,
+            _ => t,
+        });
+        self.count_lost(pid, None, lost);
     }
 
     /// Whether thinning keeps this sample of `tid` (see [`Sampling::thin`]).

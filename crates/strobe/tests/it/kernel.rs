@@ -356,15 +356,14 @@ fn off_cpu_time_of_a_blocking_function_matches_its_wall_time() {
 /// samples/s on each of two busy threads: an idle reader keeps up with 20,000): the kernel
 /// drops samples and says how many; every one is counted, so the samples kept and the
 /// samples lost together account for the program's CPU time, and the report warns about
-/// them. At most 15% above the CPU time. Below it: a timer the loaded host delays skips
-/// periods that are no sample at all (0.87-1.04 of the CPU time in 14 runs here under CPU
-/// hogs; a control recording with a ring large enough for every sample, just before,
-/// measures it), and on a loaded host some samples are neither kept nor reported lost: in CI
-/// the samples stood for 0.809 of the CPU time where the control's stood for 1.012. (A
-/// likely way, not verified: the kernel writes a ring's lost count only with its next
-/// record, so what is lost after the last record a ring takes is never reported; each
-/// event's own lost count, `PERF_FORMAT_LOST`, read at its close would tell.) So the floor
-/// is 30 points under the control's.
+/// them. At most 15% above the CPU time, and at most 15 points below what a control
+/// recording with a ring large enough for every sample, just before, measures: a timer the
+/// loaded host delays skips periods that are no sample at all (0.87-1.04 of the CPU time in
+/// 14 runs here under CPU hogs). What the kernel loses after the last record a ring takes
+/// is told by no LOST record; strobe reads each event's own count at the end for it. (In CI,
+/// before it did, the samples stood for 0.809 of the CPU time where the control's stood for
+/// 1.012; with strobe's threads at nice 19 against three hogs here, 0.69, and 1.001-1.013
+/// with the count.)
 #[test]
 fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let dir = Scratch::new("kernel-lost");
@@ -403,7 +402,7 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let accounted = (kept + lost) as f64 * 20_000.0;
     let ratio = accounted / cpu;
     assert!(
-        ratio <= 1.15 && ratio >= c_ratio - 0.30,
+        ratio <= 1.15 && ratio >= c_ratio - 0.15,
         "{kept} kept + {lost} lost = {accounted:.0} ns of {cpu:.0} ({ratio:.3}; the control \
          run's samples stood for {c_ratio:.3} of its CPU time)"
     );
