@@ -394,10 +394,7 @@ pub fn profile(report: &Report) -> Profile {
         }
         let id = p.mapping.len() as u64 + 1;
         let build_id = if f.module_path.starts_with('/') {
-            let file = match &report.symfs {
-                Some(root) => root.join(f.module_path.trim_start_matches('/')),
-                None => std::path::PathBuf::from(&f.module_path),
-            };
+            let file = crate::symbolize::under_symfs(report.symfs.as_deref(), &f.module_path);
             strobe_target::debuginfo::build_id(&file)
                 .ok()
                 .flatten()

@@ -217,10 +217,7 @@ impl SymbolOptions {
     /// Where the file recorded as `path` is read: `path` itself, or under
     /// [`SymbolOptions::symfs`].
     pub fn file(&self, path: &str) -> std::path::PathBuf {
-        match &self.symfs {
-            Some(root) => root.join(path.trim_start_matches('/')),
-            None => std::path::PathBuf::from(path),
-        }
+        under_symfs(self.symfs.as_deref(), path)
     }
 
     /// The directories searched for separate debug files: those given, else
@@ -230,6 +227,15 @@ impl SymbolOptions {
             Some(d) => d.clone(),
             None => ["/usr/lib/debug", "/lib/debug"].map(|d| self.file(d)).to_vec(),
         }
+    }
+}
+
+/// Where the file recorded as `path` is read: `path` itself, or under `symfs` (perf's
+/// `--symfs`).
+pub(crate) fn under_symfs(symfs: Option<&std::path::Path>, path: &str) -> std::path::PathBuf {
+    match symfs {
+        Some(root) => root.join(path.trim_start_matches('/')),
+        None => std::path::PathBuf::from(path),
     }
 }
 
