@@ -22,8 +22,9 @@
 //! bundled workload keep both CPUs busy, and a shell starts a short process (`dd`, about
 //! 10 ms of CPU) every 100 ms, so processes keep coming and going. Reported: the strobe
 //! process's CPU share of one CPU from a tenth of the run to its end (and per thread:
-//! the recorder, the interval cutter, the sender), its resident memory at a tenth of the
-//! run (minute 1) and at its end (minute 10), the profiles sent and not sent, and the
+//! the recorder, the interval cutter, the sender), its resident memory (the median over
+//! one interval, read four times a second: it rises and falls within each) up to a tenth
+//! of the run (minute 1) and up to its end (minute 10), the profiles sent and not sent, and the
 //! process reports it built (one per process with samples per interval: the machine's
 //! own processes count, so the share depends on what else runs) with the CPU per report.
 //!
@@ -430,6 +431,18 @@ fn rss_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// The median of `pid`'s resident memory read four times a second for `over`, MiB.
+fn rss_median(pid: u32, over: Duration) -> Option<f64> {
+    let end = Instant::now() + over;
+    let mut seen = Vec::new();
+    while Instant::now() < end {
+        seen.push(rss_mb(pid)?);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    seen.sort_by(f64::total_cmp);
+    seen.get(seen.len() / 2).copied()
+}
+
 /// Kills a child when dropped.
 struct Reaped(Child);
 
@@ -483,14 +496,18 @@ fn continuous(
     let pid = rec.0.id();
     let start = Instant::now();
     let at = |f: f64| Duration::from_secs_f64(seconds as f64 * f);
-    // A tenth of the run: minute 1 of 10.
-    std::thread::sleep(at(0.1));
-    let rss1 = rss_mb(pid);
+    // The resident memory moves within an interval (what it gathers, then the encoding,
+    // then the trim after the send): each reading is the median over the last interval
+    // before a tenth of the run (minute 1 of 10), and before the end.
+    let cycle = Duration::from_secs(every);
+    std::thread::sleep(at(0.1).saturating_sub(start.elapsed() + cycle));
+    let rss1 = rss_median(pid, cycle);
     let t1 = thread_ticks(pid);
     let w1 = Instant::now();
-    // Just before the end.
-    std::thread::sleep(at(1.0).saturating_sub(start.elapsed() + Duration::from_secs(3)));
-    let rss10 = rss_mb(pid);
+    std::thread::sleep(
+        at(1.0).saturating_sub(start.elapsed() + Duration::from_secs(3) + cycle),
+    );
+    let rss10 = rss_median(pid, cycle);
     let t10 = thread_ticks(pid);
     let wall = w1.elapsed().as_secs_f64();
     let status = rec.0.wait().map_err(io("waiting for strobe record"))?;
@@ -548,7 +565,8 @@ fn continuous(
     let growth = 100.0 * (rss10 - rss1) / rss1;
     let _ = writeln!(
         text,
-        "RSS at {:.0} s {rss1:.1} MB, at {:.0} s {rss10:.1} MB ({growth:+.1}%; goal within 10%: {})",
+        "RSS (median over an interval) to {:.0} s {rss1:.1} MB, to {:.0} s {rss10:.1} MB \
+         ({growth:+.1}%; goal within 10%: {})",
         seconds as f64 * 0.1,
         seconds as f64 - 3.0,
         if growth.abs() <= 10.0 { "met" } else { "missed" }
