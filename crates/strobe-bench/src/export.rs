@@ -504,9 +504,7 @@ fn continuous(
     let rss1 = rss_median(pid, cycle);
     let t1 = thread_ticks(pid);
     let w1 = Instant::now();
-    std::thread::sleep(
-        at(1.0).saturating_sub(start.elapsed() + Duration::from_secs(3) + cycle),
-    );
+    std::thread::sleep(at(1.0).saturating_sub(start.elapsed() + Duration::from_secs(3) + cycle));
     let rss10 = rss_median(pid, cycle);
     let t10 = thread_ticks(pid);
     let wall = w1.elapsed().as_secs_f64();

@@ -847,10 +847,14 @@ mod tests {
             ring.read(|r| kept += u64::from(matches!(r, Record::Sample { .. })));
             told += ring.lost();
         }
-        let untold: u64 = set.unreported_lost().iter().map(|&(task, n)| {
-            assert_eq!(task, tid);
-            n
-        }).sum();
+        let untold: u64 = set
+            .unreported_lost()
+            .iter()
+            .map(|&(task, n)| {
+                assert_eq!(task, tid);
+                n
+            })
+            .sum();
         // The leader's count: the thread's CPU time while enabled.
         let mut periods = 0;
         let mut buf = [0u64; 8];
