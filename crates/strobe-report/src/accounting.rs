@@ -47,6 +47,12 @@
 //! that excess was named: 79 ms of 402 once in CI, where the tree ran 12 ms beyond the
 //! spinning.
 //!
+//! Where the sampling leader excluded the kernel (user space only: an unprivileged user
+//! at `perf_event_paranoid` 2), a timer that fires while a thread is in the kernel takes
+//! no sample, while the thread's task-clock count holds that time: its shortfall is
+//! mostly its time in the kernel, and its rows say so. (`dd bs=64` recorded so: 78% of
+//! its CPU time was named, as the kernel's.)
+//!
 //! Older files (no THREADCPU) keep the one `[not sampled]` row of the END chunks.
 //!
 //! Owns: that arithmetic. Must never read the file (the adapter feeds it) or touch
@@ -60,6 +66,8 @@ use crate::Aggregator;
 
 /// The name of the tree's rusage beyond the per-task counts (see the module note).
 const STARTS_EXITS_SWITCHES: &str = "starts, exits and switches";
+/// What a thread's shortfall is named when the leader excluded the kernel.
+const KERNEL_EXCLUDED: &str = " (its time in the kernel: the events sample user space only)";
 
 /// The agent samples a thread needs before its served CPU time measures the sampler's
 /// own time in it: its count over its served time is that time over the cycle give or
@@ -114,6 +122,9 @@ pub(crate) struct Accounting {
     pub old_unsampled: f64,
     /// Per pid, the command of its last image.
     last_command: FxHashMap<u32, String>,
+    /// The sampling leader excluded the kernel: the threads' time there has no sample
+    /// (see the module note).
+    kernel_excluded: bool,
 }
 
 /// One command's part of the recording: its processes, and the CPU time its samples and
@@ -138,6 +149,11 @@ fn file_name(p: &std::path::Path) -> String {
 }
 
 impl Accounting {
+    /// Accounting for a recording whose sampling leader excluded the kernel, or not.
+    pub(crate) fn new(kernel_excluded: bool) -> Accounting {
+        Accounting { kernel_excluded, ..Accounting::default() }
+    }
+
     /// A stream began.
     pub(crate) fn process(&mut self, stream: u32, info: &ProcessInfo) {
         let cycle = info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;
@@ -433,11 +449,14 @@ impl Accounting {
             if let Some(e) = shares.get_mut(&command) {
                 e.samples += missed / unit;
             }
-            let module = if thread.is_empty() || thread == command {
+            let mut module = if thread.is_empty() || thread == command {
                 command
             } else {
                 format!("{command}: {thread}")
             };
+            if self.kernel_excluded {
+                module.push_str(KERNEL_EXCLUDED);
+            }
             agg.add_unaccounted(UNSAMPLED, &module, (missed - by_agent) / unit);
         }
         let mut list: Vec<ProcessShare> = shares.into_values().collect();

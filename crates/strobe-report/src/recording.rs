@@ -165,7 +165,9 @@ impl Feed {
             notes: Vec::new(),
             samples_read: 0,
             uncounted: 0.0,
-            acct: Accounting::default(),
+            acct: Accounting::new(
+                header.events.first().is_some_and(|e| e.is_time && e.exclude_kernel),
+            ),
             floor_streams: Vec::new(),
             kernel_mode: header.mode == strobe_format::RecordMode::Kernel,
         })
