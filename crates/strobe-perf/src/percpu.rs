@@ -822,7 +822,10 @@ mod tests {
     #[test]
     fn what_a_full_ring_loses_after_its_last_record_is_counted() {
         let g = spec::parse("{task-clock,page-faults}", false).unwrap();
-        let s = RingSampling { period: 20_000, callchain: false, ..sampling() };
+        // With the kernel counted (root), every timer takes a sample, wherever it fires.
+        // SAFETY: geteuid has no preconditions.
+        let kernel_allowed = unsafe { libc::geteuid() } == 0;
+        let s = RingSampling { period: 20_000, callchain: false, kernel_allowed, ..sampling() };
         let (tx, rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
@@ -863,11 +866,15 @@ mod tests {
             periods += buf[1] / 20_000;
         }
         assert!(untold > 0, "kept {kept}, told {told}: the ring filled, so some went untold");
-        // Within 5%: a timer that fires while the thread is in the kernel (a fault, an
-        // interrupt) takes no sample, the kernel being excluded (1-2.5% in runs here).
+        // Within 5% below with the kernel counted: a timer the loaded host delays past
+        // its next period skips that period (0.991-1.000 of the periods under three CPU
+        // hogs here, 0.984 among the crate's tests on 8 threads). Without the kernel, a
+        // timer that fires while the thread is in the kernel (a fault, an interrupt, a
+        // preemption) takes no sample either: 1-2.5% alone here, 9.4% once in a CI run.
         let all = kept + told + untold;
+        let slack = if kernel_allowed { periods / 20 + 2 } else { periods / 4 };
         assert!(
-            all <= periods + 2 && all + periods / 20 >= periods,
+            all <= periods + 2 && all + slack >= periods,
             "kept {kept} + told {told} + untold {untold} = {all}, against {periods} periods"
         );
     }
