@@ -51,7 +51,10 @@
 //! at `perf_event_paranoid` 2), a timer that fires while a thread is in the kernel takes
 //! no sample, while the thread's task-clock count holds that time: its shortfall is
 //! mostly its time in the kernel, and its rows say so. (`dd bs=64` recorded so: 78% of
-//! its CPU time was named, as the kernel's.)
+//! its CPU time was named, as the kernel's.) An agent's samples then stand for the
+//! configured cycle: the leader's count between two samples holds every period whose
+//! timer fired in the kernel, and taken as the cycle it spread the kernel time over the
+//! user functions sampled (`dd`: 1 sample's worth named of 28).
 //!
 //! Older files (no THREADCPU) keep the one `[not sampled]` row of the END chunks.
 //!

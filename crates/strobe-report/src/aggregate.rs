@@ -256,6 +256,15 @@ impl Aggregator {
         if n > 0 && sum > 0 {
             return sum as f64 / n as f64;
         }
+        self.configured_cycle(nominal)
+    }
+
+    /// The sampling cycle as configured: `nominal` plus what the windows measured beyond
+    /// the requested window and the calibrated delay before each window starts. (Where
+    /// the leader samples user space only, the gaps between samples also hold every
+    /// period whose timer fired in the kernel and took no sample: the leader's count per
+    /// sample measures that, not the cycle.)
+    pub fn configured_cycle(&self, nominal: f64) -> f64 {
         let t = &self.t;
         let over = if t.paired > 0 && t.info.window > 0 {
             (t.leader_raw / t.paired as f64 - t.info.window as f64).max(0.0)

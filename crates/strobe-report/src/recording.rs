@@ -115,6 +115,8 @@ pub fn read_from<R: std::io::Read>(
 struct Feed {
     agg: Aggregator,
     leader_is_time: bool,
+    /// The time leader samples user space only (see `Accounting::new`).
+    kernel_excluded: bool,
     /// Each stream's mean sampling cycle (ns), to turn unsampled time into samples'
     /// worth.
     cycle: Vec<(u32, f64)>,
@@ -137,6 +139,7 @@ struct Feed {
 
 impl Feed {
     fn new(header: &strobe_format::Header, opts: &ReadOptions) -> Result<Feed, ReportError> {
+        let kernel_excluded = header.events.first().is_some_and(|e| e.is_time && e.exclude_kernel);
         let info = RecordInfo {
             events: header.events.iter().map(|e| e.name.clone()).collect(),
             period: header.period.unwrap_or(0),
@@ -165,9 +168,8 @@ impl Feed {
             notes: Vec::new(),
             samples_read: 0,
             uncounted: 0.0,
-            acct: Accounting::new(
-                header.events.first().is_some_and(|e| e.is_time && e.exclude_kernel),
-            ),
+            kernel_excluded,
+            acct: Accounting::new(kernel_excluded),
             floor_streams: Vec::new(),
             kernel_mode: header.mode == strobe_format::RecordMode::Kernel,
         })
@@ -291,8 +293,12 @@ impl Feed {
         }
         // The sampling cycle as the samples measured it (the leader's count per time
         // sample), else as configured.
+        // (Where it samples user space only, as configured: see `configured_cycle`.)
         let nominal = self.cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
-        let c = nominal.map(|n| self.agg.measured_cycle(stream, n));
+        let c = nominal.map(|n| match self.kernel_excluded {
+            true => self.agg.configured_cycle(n),
+            false => self.agg.measured_cycle(stream, n),
+        });
         if let (true, Some(c)) = (self.leader_is_time, c.filter(|c| *c > 0.0)) {
             // What the threads ran before sampling was armed; and, when the process's own
             // CPU time is known, everything the samples do not account for (a thread's
