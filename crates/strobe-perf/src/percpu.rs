@@ -771,30 +771,39 @@ mod tests {
         }
     }
 
-    /// A thread of this test sampled on every CPU: samples arrive in the rings with
-    /// this thread's id, the leader's id and the group's values.
-    #[test]
-    fn a_thread_is_sampled_into_per_cpu_rings_with_its_group() {
-        let g = spec::parse("{task-clock,page-faults}", false).unwrap();
-        let s = RingSampling { period: 200_000, ..sampling() };
+    /// A thread that spins `ms` of wall time in user code (the vDSO clock) with `g`
+    /// opened on it into rings of `pages`, enabled for just that: the set, disabled, and
+    /// the thread's id.
+    fn spin_sampled(g: &GroupSpec, s: &RingSampling, pages: usize, ms: u64) -> (CpuRings, i32) {
         let (tx, rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
             tx.send(sys::gettid()).unwrap();
             go_rx.recv().unwrap();
-            let end = std::time::Instant::now() + std::time::Duration::from_millis(60);
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(ms);
             let mut v = 0u64;
             while std::time::Instant::now() < end {
                 v = std::hint::black_box(v.wrapping_mul(31).wrapping_add(7));
             }
         });
         let tid = rx.recv().unwrap();
-        let mut set = CpuRings::open(&g, &s, Scope::Threads(vec![tid]), 32).unwrap();
-        assert_eq!(set.event_count(), 2 * set.cpus().len());
+        let mut set = CpuRings::open(g, s, Scope::Threads(vec![tid]), pages).unwrap();
         set.enable().unwrap();
         go_tx.send(()).unwrap();
         worker.join().unwrap();
         set.disable();
+        (set, tid)
+    }
+
+    /// A thread of this test sampled on every CPU: samples arrive in the rings with
+    /// this thread's id, the leader's id and the group's values.
+    #[test]
+    fn a_thread_is_sampled_into_per_cpu_rings_with_its_group() {
+        let g = spec::parse("{task-clock,page-faults}", false).unwrap();
+        let s = RingSampling { period: 200_000, ..sampling() };
+        let (set, tid) = spin_sampled(&g, &s, 32, 60);
+        assert_eq!(set.event_count(), 2 * set.cpus().len());
+        let mut set = set;
         let attr = *set.attr_of(Role::Leader).unwrap();
         let layout = crate::ring::SampleLayout::new(attr.sample_type);
         let (mut samples, mut ours, mut leader_ids) = (0, 0, 0);
@@ -826,25 +835,7 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let kernel_allowed = unsafe { libc::geteuid() } == 0;
         let s = RingSampling { period: 20_000, callchain: false, kernel_allowed, ..sampling() };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let worker = std::thread::spawn(move || {
-            tx.send(sys::gettid()).unwrap();
-            go_rx.recv().unwrap();
-            // User code only (the vDSO clock): the events exclude the kernel, and a
-            // timer that fires in a system call takes no sample.
-            let end = std::time::Instant::now() + std::time::Duration::from_millis(40);
-            let mut v = 0u64;
-            while std::time::Instant::now() < end {
-                v = std::hint::black_box(v.wrapping_mul(31).wrapping_add(7));
-            }
-        });
-        let tid = rx.recv().unwrap();
-        let mut set = CpuRings::open(&g, &s, Scope::Threads(vec![tid]), 1).unwrap();
-        set.enable().unwrap();
-        go_tx.send(()).unwrap();
-        worker.join().unwrap();
-        set.disable();
+        let (mut set, tid) = spin_sampled(&g, &s, 1, 40);
         let (mut kept, mut told) = (0u64, 0u64);
         for ring in set.rings_mut() {
             ring.read(|r| kept += u64::from(matches!(r, Record::Sample { .. })));
