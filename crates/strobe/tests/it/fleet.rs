@@ -790,11 +790,13 @@ fn each_process_of_a_recording_is_its_own_resource_and_they_add_up_to_the_report
     }
     for (name, want) in wanted {
         let have = sum.get(name).copied().unwrap_or(0);
-        if name == "[not sampled]" {
+        if name == "[not sampled]" || name == "[strobe agent]" {
             // Rounded per process, and named per process: the whole recording's report lets
             // one process's surplus of samples (sampling noise) cancel another's shortfall
             // within a command, which separate resources cannot, so a resource set names
-            // at least what the report names, less the rounding.
+            // at least what the report names, less the rounding. The agent's set-up is part
+            // of what is named (a CI run: 1 sample's worth in the report, under half of one
+            // in each of the three processes, so 0 in each resource).
             assert!(have >= want - got.len() as i64, "{name}: {have} vs {want}");
         } else {
             assert_eq!(have, want, "{name}");
