@@ -157,6 +157,11 @@ impl Accounting {
         Accounting { kernel_excluded, ..Accounting::default() }
     }
 
+    /// Whether the sampling leader excluded the kernel (see the module note).
+    pub(crate) fn kernel_excluded(&self) -> bool {
+        self.kernel_excluded
+    }
+
     /// A stream began.
     pub(crate) fn process(&mut self, stream: u32, info: &ProcessInfo) {
         let cycle = info.period as f64 + info.jitter as f64 / 2.0 + info.window as f64;

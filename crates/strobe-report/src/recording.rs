@@ -115,8 +115,6 @@ pub fn read_from<R: std::io::Read>(
 struct Feed {
     agg: Aggregator,
     leader_is_time: bool,
-    /// The time leader samples user space only (see `Accounting::new`).
-    kernel_excluded: bool,
     /// Each stream's mean sampling cycle (ns), to turn unsampled time into samples'
     /// worth.
     cycle: Vec<(u32, f64)>,
@@ -168,7 +166,6 @@ impl Feed {
             notes: Vec::new(),
             samples_read: 0,
             uncounted: 0.0,
-            kernel_excluded,
             acct: Accounting::new(kernel_excluded),
             floor_streams: Vec::new(),
             kernel_mode: header.mode == strobe_format::RecordMode::Kernel,
@@ -295,7 +292,7 @@ impl Feed {
         // sample), else as configured.
         // (Where it samples user space only, as configured: see `configured_cycle`.)
         let nominal = self.cycle.iter().rev().find(|(s, _)| *s == stream).map(|(_, c)| *c);
-        let c = nominal.map(|n| match self.kernel_excluded {
+        let c = nominal.map(|n| match self.acct.kernel_excluded() {
             true => self.agg.configured_cycle(n),
             false => self.agg.measured_cycle(stream, n),
         });

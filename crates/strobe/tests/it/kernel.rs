@@ -54,6 +54,15 @@ fn rel(got: f64, want: f64) -> f64 {
     (got - want).abs() / want.abs().max(1e-12)
 }
 
+/// The launched command's tree's CPU time (its `wait4` rusage) as the file holds it, ns.
+fn tree_cpu_ns(rec: &strobe_format::Recording) -> f64 {
+    rec.processes
+        .iter()
+        .filter_map(|p| p.end.and_then(|e| e.tree_cpu_ns))
+        .max()
+        .expect("the launched command's rusage is in the file") as f64
+}
+
 fn kernel_allowed() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -413,12 +422,7 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     // rusage) beyond the samples' worth. (Summed per thread, the kernel's own counts read
     // more than the tree here, up to 8% with this ring: they bound nothing.)
     let unsampled_ns = (r["samples"].as_f64().unwrap() - kept as f64) * 20_000.0;
-    let tree = rec
-        .processes
-        .iter()
-        .filter_map(|p| p.end.and_then(|e| e.tree_cpu_ns))
-        .max()
-        .expect("the launched command's rusage is in the file") as f64;
+    let tree = tree_cpu_ns(&rec);
     let beyond = (tree - accounted).max(0.0);
     assert!(
         (unsampled_ns - beyond).abs() <= 2.0 * 20_000.0,
@@ -557,13 +561,7 @@ fn an_unprivileged_user_records_their_own_processes_only() {
         let after: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
         let tick_ns = |field: usize| after[field - 3].parse::<f64>().unwrap() * 1e7;
         let (sys_ns, cpu_ns) = (tick_ns(17), tick_ns(16) + tick_ns(17));
-        let tree = strobe_format::read_all(&dd)
-            .unwrap()
-            .processes
-            .iter()
-            .filter_map(|p| p.end.and_then(|e| e.tree_cpu_ns))
-            .max()
-            .expect("the launched command's rusage is in the file") as f64;
+        let tree = tree_cpu_ns(&strobe_format::read_all(&dd).unwrap());
         let r = report_json(&dd);
         let named: f64 = r["functions"]
             .as_array()
