@@ -402,9 +402,10 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     let (kept, lost) = (rec.total_samples() as u64, r["lost_samples"].as_u64().unwrap());
     assert_eq!(lost, rec.total_lost());
     // How many the reader saves depends on how soon it runs after each wakeup (lost 6-45%
-    // of those kept in three runs here).
+    // of those kept in three runs here; 174 of 19,148, 0.9%, in a clean-clone CI run whose
+    // reader kept up).
     assert!(
-        lost * 100 > kept,
+        lost > 0,
         "a one-page ring at 100,000 samples/s loses some: kept {kept}, lost {lost}"
     );
     let cpu = truth["spin_a_ns"] + truth["spin_b_ns"];
