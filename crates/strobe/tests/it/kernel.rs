@@ -404,10 +404,7 @@ fn every_sample_the_kernel_drops_is_counted_and_reported() {
     // How many the reader saves depends on how soon it runs after each wakeup (lost 6-45%
     // of those kept in three runs here; 174 of 19,148, 0.9%, in a clean-clone CI run whose
     // reader kept up).
-    assert!(
-        lost > 0,
-        "a one-page ring at 100,000 samples/s loses some: kept {kept}, lost {lost}"
-    );
+    assert!(lost > 0, "a one-page ring at 100,000 samples/s loses some: kept {kept}, lost {lost}");
     let cpu = truth["spin_a_ns"] + truth["spin_b_ns"];
     let accounted = (kept + lost) as f64 * 20_000.0;
     let ratio = accounted / cpu;
