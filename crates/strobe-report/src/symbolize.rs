@@ -39,7 +39,7 @@ use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::input::{KernelSymbol, Mapping};
 
@@ -308,7 +308,9 @@ fn maybe_jit(path: &str) -> bool {
 ///
 /// Entries are keyed by the file's path and the address's file offset, and belong to
 /// the file as it was when they were made (its device, inode, size and modification
-/// time): a file replaced on disk is read again. Every entry is dropped when the
+/// time): a file replaced on disk is read again. The addresses that name the same frame
+/// share one copy of it (a function's addresses, in a report without source lines), so
+/// an entry costs about 16 bytes, and a frame its strings once. Every entry is dropped when the
 /// [`SymbolOptions`] change; the names (not the parsed tables) when the cache holds
 /// [`SymbolCache::MAX_ENTRIES`]. Kernel, JIT and pseudo-mapping names are not kept
 /// (they are cheap, or change).
@@ -413,11 +415,29 @@ impl CacheInner {
 #[derive(Debug, Default)]
 struct CachedFile {
     id: Option<FileId>,
-    frames: FxHashMap<u64, Frame>,
+    /// By file offset: its frame, one of `distinct`.
+    frames: FxHashMap<u64, std::sync::Arc<Frame>>,
+    /// The different frames of `frames`, each once.
+    distinct: FxHashSet<std::sync::Arc<Frame>>,
+}
+
+impl CachedFile {
+    /// Keeps `frame` as the name of `off`; true if `off` was not kept before.
+    fn keep(&mut self, off: u64, frame: &Frame) -> bool {
+        let shared = match self.distinct.get(frame) {
+            Some(f) => std::sync::Arc::clone(f),
+            None => {
+                let f = std::sync::Arc::new(frame.clone());
+                self.distinct.insert(std::sync::Arc::clone(&f));
+                f
+            }
+        };
+        self.frames.insert(off, shared).is_none()
+    }
 }
 
 impl SymbolCache {
-    /// The most addresses kept (about 150 bytes each).
+    /// The most addresses kept (about 16 bytes each, and each different frame once).
     pub const MAX_ENTRIES: usize = 1 << 16;
     /// The most bytes of parsed symbol tables kept of those the last two batches did
     /// not use.
@@ -511,11 +531,11 @@ pub(crate) fn symbolize_with(
             let entry = c.files.entry(path.to_string()).or_default();
             if entry.id != id {
                 c.entries -= entry.frames.len();
-                *entry = CachedFile { id, frames: FxHashMap::default() };
+                *entry = CachedFile { id, ..CachedFile::default() };
             }
             offs.retain(|&(off, i)| match (entry.frames.get(&off), out.get_mut(i)) {
                 (Some(f), Some(slot)) => {
-                    *slot = f.clone();
+                    *slot = Frame::clone(f);
                     false
                 }
                 _ => true,
@@ -549,7 +569,7 @@ pub(crate) fn symbolize_with(
             entry.id = id;
             for (off, i) in named {
                 if let Some(f) = out.get(i) {
-                    if entry.frames.insert(off, f.clone()).is_none() {
+                    if entry.keep(off, f) {
                         c.entries += 1;
                     }
                 }
@@ -887,6 +907,45 @@ mod tests {
         assert_eq!((f[0].function.as_str(), f[0].module.as_str()), ("clear_page_erms", "[kernel]"));
         assert_eq!((f[1].function.as_str(), f[1].module.as_str()), ("ext4_read", "[ext4]"));
         assert_eq!(f[2].function, "[unknown in [kernel]]");
+    }
+
+    /// The cache's addresses that name the same frame share one copy of it, and a
+    /// report named through the cache reads as one named without it.
+    #[test]
+    fn cached_addresses_of_one_function_share_its_frame() {
+        #[inline(never)]
+        fn named(x: u64) -> u64 {
+            std::hint::black_box(x).wrapping_mul(6364136223846793005).rotate_left(7)
+        }
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap().to_string();
+        let mut s = Spaces::default();
+        for line in std::fs::read_to_string("/proc/self/maps").unwrap().lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() == 6 && f[5] == exe && f[1].contains('x') {
+                let (a, b) = f[0].split_once('-').unwrap();
+                let hex = |t: &str| u64::from_str_radix(t, 16).unwrap();
+                let m =
+                    Mapping { start: hex(a), end: hex(b), offset: hex(f[2]), path: exe.clone() };
+                s.add_mapping(1, m);
+            }
+        }
+        let sp = s.space_of(1);
+        let at = named as *const () as u64;
+        assert_eq!(named(1), named(1));
+        let addrs = [(sp, at), (sp, at + 1), (sp, at + 4), (sp, at + 8)];
+        let opts = SymbolOptions { names_only: true, ..SymbolOptions::default() };
+        let plain = symbolize_with(&mut s, &addrs, &opts, None);
+        assert!(plain[0].function.contains("named"), "{:?}", plain[0]);
+        let cache = SymbolCache::default();
+        let first = symbolize_with(&mut s, &addrs, &opts, Some(&cache));
+        let again = symbolize_with(&mut s, &addrs, &opts, Some(&cache));
+        assert_eq!(first, plain);
+        assert_eq!(again, plain);
+        assert_eq!(cache.len(), 4);
+        let c = cache.0.lock().unwrap();
+        let file = &c.files[&exe];
+        assert_eq!((file.frames.len(), file.distinct.len()), (4, 1));
     }
 
     /// The symbol cache keeps a table for as long as batches use it, whatever its size,
