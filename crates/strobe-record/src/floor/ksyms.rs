@@ -16,13 +16,21 @@ use strobe_target::kallsyms::Kallsyms;
 /// Where the kernel half of a 64-bit address space starts.
 pub(crate) const KERNEL_START: u64 = 1 << 63;
 
+/// The most addresses [`KernelNames`] remembers as looked up.
+const SEEN_MAX: usize = 1 << 13;
+
 /// The symbols of a recording's kernel addresses, written as they are first hit.
 #[derive(Debug, Default)]
 pub(crate) struct KernelNames {
     /// Loaded on the first kernel address; `Some(None)` once found unreadable.
     table: Option<Option<Kallsyms>>,
-    /// Addresses already looked up.
+    /// Addresses looked up lately (at most [`SEEN_MAX`]: a sampled kernel has many
+    /// thousands of distinct return addresses, and a day-long system-wide recording
+    /// would hold them all; one forgotten is looked up again, its symbol not written
+    /// again).
     seen: FxHashSet<u64>,
+    /// `seen` was emptied at its bound once.
+    forgot_some: bool,
     /// Symbols already written.
     written: FxHashSet<usize>,
     /// Addresses to look up at the next [`KernelNames::take_new`].
@@ -49,6 +57,10 @@ impl KernelNames {
     pub(crate) fn note(&mut self, addr: u64) {
         if self.allowed && addr >= KERNEL_START && self.seen.insert(addr) {
             self.pending.push(addr);
+            if self.seen.len() > SEEN_MAX {
+                self.seen.clear();
+                self.forgot_some = true;
+            }
         }
     }
 
@@ -75,7 +87,7 @@ impl KernelNames {
 
     /// True when a kernel address was noted.
     pub(crate) fn any_seen(&self) -> bool {
-        !self.seen.is_empty()
+        self.forgot_some || !self.seen.is_empty()
     }
 
     /// True when `/proc/kallsyms` was read and shows addresses.
@@ -112,6 +124,18 @@ ffffffffc0002000 t ext4_end [ext4]
         n.note(0xffffffff81000010);
         let got: Vec<String> = n.take_new().into_iter().map(|s| s.name).collect();
         assert_eq!(got, ["_stext"]);
+        assert!(n.take_new().is_empty());
+        // Past its bound the set of addresses looked up starts again: it stays bounded,
+        // and an address forgotten is looked up again but its symbol not written again.
+        let many = 0xffffffff81010000u64..0xffffffff81010000 + 3 * SEEN_MAX as u64;
+        for a in many.clone() {
+            n.note(a);
+            assert!(n.seen.len() <= SEEN_MAX);
+        }
+        assert!(n.any_seen());
+        let got: Vec<String> = n.take_new().into_iter().map(|s| s.name).collect();
+        assert_eq!(got, ["weak_fn"]);
+        many.for_each(|a| n.note(a));
         assert!(n.take_new().is_empty());
         let mut off = KernelNames::new(false);
         off.note(0xffffffff81000310);
