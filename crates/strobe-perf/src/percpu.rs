@@ -801,9 +801,8 @@ mod tests {
     fn a_thread_is_sampled_into_per_cpu_rings_with_its_group() {
         let g = spec::parse("{task-clock,page-faults}", false).unwrap();
         let s = RingSampling { period: 200_000, ..sampling() };
-        let (set, tid) = spin_sampled(&g, &s, 32, 60);
+        let (mut set, tid) = spin_sampled(&g, &s, 32, 60);
         assert_eq!(set.event_count(), 2 * set.cpus().len());
-        let mut set = set;
         let attr = *set.attr_of(Role::Leader).unwrap();
         let layout = crate::ring::SampleLayout::new(attr.sample_type);
         let (mut samples, mut ours, mut leader_ids) = (0, 0, 0);
