@@ -64,6 +64,8 @@ struct Stream {
     notes: Vec<Note>,
     /// The last interval it brought anything in.
     active_in: u64,
+    /// Its END was read: nothing more of it comes.
+    ended: bool,
 }
 
 impl Stream {
@@ -78,6 +80,7 @@ impl Stream {
             off_cpu: Vec::new(),
             notes: Vec::new(),
             active_in: interval,
+            ended: false,
         }
     }
 
@@ -300,8 +303,13 @@ impl Cutter {
             }
             // The process's end and its threads' CPU times are whole-recording figures
             // (what the samples of the whole run do not account for): an interval's
-            // profile carries its samples only.
-            Record::End { .. } | Record::ThreadCpu { .. } | Record::Truncated { .. } => {}
+            // profile carries its samples only. An END says the stream can go.
+            Record::End { stream, .. } => {
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    s.ended = true;
+                }
+            }
+            Record::ThreadCpu { .. } | Record::Truncated { .. } => {}
         }
     }
 
@@ -438,12 +446,14 @@ impl Cutter {
             let info = self.streams.get(&owner).and_then(|s| s.info.clone());
             parts.push(Part { info, time_samples, bytes });
         }
-        // Forget the streams of processes that are gone and brought nothing for two
-        // intervals (their last samples were cut above).
+        // Forget the streams that ended, or whose processes are gone, once they brought
+        // nothing for a whole interval (for an END, so a kernel-floor stream of the same
+        // process that comes later still finds the agent's stream to join), or for two
+        // (gone without an END yet); their last samples were cut above.
         let interval = self.interval;
         self.streams.retain(|_, s| {
-            let quiet = s.active_in + 2 <= interval && s.queues.is_empty();
-            !(quiet && s.info.as_ref().is_none_or(|i| !alive(i.pid)))
+            let quiet = |n: u64| s.active_in + n <= interval && s.queues.is_empty();
+            !((s.ended && quiet(1)) || (quiet(2) && s.info.as_ref().is_none_or(|i| !alive(i.pid))))
         });
         self.interval += 1;
         self.cut_at = self.cut_at.max(t);
@@ -725,13 +735,14 @@ mod tests {
     }
 
     /// Processes that each live one interval, with the END and thread CPU times the
-    /// kernel-mode writer writes as soon as they are gone: each one's last interval
-    /// carries its samples with its thread's name, and the streams held stay at the few
-    /// of the last intervals however many came and went.
+    /// recorder writes as soon as they are gone: each one's last interval carries its
+    /// samples with its thread's name, and the streams held stay at those of the last
+    /// two intervals however many came and went (the pids look alive: only the ENDs
+    /// let them go).
     #[test]
     fn a_process_that_ended_is_named_in_its_last_interval_and_then_forgotten() {
         let mut c = Cutter::new(header());
-        let alive = |pid: u32| pid == 1;
+        let alive = |_: u32| true;
         for k in 0..300u32 {
             let (stream, pid, t) = (k + 2, 1000 + k, u64::from(k) * 10);
             c.add(Record::Process { stream, info: info(pid) });
@@ -770,7 +781,7 @@ mod tests {
             assert_eq!(parts[0].time_samples, 2);
             assert_eq!(parts[0].info.as_ref().map(|i| i.pid), Some(pid));
             assert_eq!(part_names(&parts[0]), [(stream, format!("p{k}"))]);
-            assert!(c.streams() <= 3, "{k}: {} streams held", c.streams());
+            assert!(c.streams() <= 2, "{k}: {} streams held", c.streams());
         }
         assert_eq!(c.samples_cut, 600);
     }
