@@ -4,8 +4,10 @@
 //! Each pass reads every published sample (crate strobe-sampler's `custody::Drain`),
 //! interns its stack in its stream's stack table, and appends STACKS, THREADS, SAMPLES
 //! and LOST chunks; it also re-reads the mappings of live processes now and then (a
-//! library loaded with `dlopen` after the agent's last snapshot). At the end it writes
-//! each stream's END.
+//! library loaded with `dlopen` after the agent's last snapshot). A stream whose process
+//! is gone ends in the pass that read its last blocks: its END is written and nothing of
+//! it is held after, so a program that starts processes without end does not grow the
+//! recorder; at the end, the streams still followed end.
 //!
 //! Owns: the file's sample chunks and the per-stream statistics. Must never free the
 //! blocks of a thread that may still write (see `procs`), and never drop a sample it read
@@ -140,6 +142,21 @@ impl ServedCpu {
     }
 }
 
+/// A thread's THREADCPU row: its whole CPU time as the kernel counted it (`total`, when
+/// known) and what the agent served of it (`s`), never more than the whole.
+pub(crate) fn thread_cpu_row(
+    tid: u32,
+    total: Option<u64>,
+    s: ServedCpu,
+) -> strobe_format::ThreadCpu {
+    strobe_format::ThreadCpu {
+        tid,
+        cpu_ns: total.unwrap_or(0),
+        served_ns: s.served_ns(total).min(total.unwrap_or(u64::MAX)),
+        agent_ns: s.setup_ns,
+    }
+}
+
 fn served_cpu_of(slot: &strobe_sampler::custody::SharedSlot) -> ServedCpu {
     let (_, _, closed, open_from) = slot.stretch();
     ServedCpu {
@@ -181,9 +198,16 @@ pub(crate) struct Drainer<'a> {
     write_error: Option<std::io::Error>,
     /// When the agent served which thread (for the kernel floor's samples).
     served: Served,
-    /// What the agent served of each (pid, tid), from slots that were freed or live at
-    /// the end.
-    served_cpu: FxHashMap<(u32, u32), ServedCpu>,
+    /// What the agent served of each thread (pid -> tid -> served), from slots that were
+    /// freed or live at the end, until the session takes a process's
+    /// ([`Drainer::take_served_of`]).
+    served_cpu: FxHashMap<u32, FxHashMap<u32, ServedCpu>>,
+    /// (stream, tid) pairs seen, ended streams' included.
+    threads_seen: usize,
+    /// The launched command's pid, and the command at its end (set by
+    /// [`Drainer::finish`]).
+    launched_pid: Option<u32>,
+    launched: Option<Launched>,
 }
 
 fn kind_of(byte: u8) -> SampleKind {
@@ -224,7 +248,15 @@ impl<'a> Drainer<'a> {
             write_error: None,
             served: Served::default(),
             served_cpu: FxHashMap::default(),
+            threads_seen: 0,
+            launched_pid: None,
+            launched: None,
         }
+    }
+
+    /// `pid` is the launched command: its END waits for how it ends.
+    pub(crate) fn set_launched(&mut self, pid: u32) {
+        self.launched_pid = Some(pid);
     }
 
     /// The processes seen.
@@ -237,14 +269,32 @@ impl<'a> Drainer<'a> {
         &self.served
     }
 
-    /// What the agent served of each (pid, tid) whose slot was freed (and, after
-    /// [`Drainer::finish`], of every thread).
-    pub(crate) fn served_cpu(&self) -> &FxHashMap<(u32, u32), ServedCpu> {
+    /// What the agent served of each thread (pid -> tid -> served) whose slot was freed
+    /// (and, after [`Drainer::finish`], of every thread), less the processes taken.
+    pub(crate) fn served_cpu(&self) -> &FxHashMap<u32, FxHashMap<u32, ServedCpu>> {
         &self.served_cpu
     }
 
+    /// The processes some instance of which is followed still. The agent's data of any
+    /// other process is all in the file: each instance of it ended (its slots were
+    /// drained and freed, its END written).
+    pub(crate) fn held_pids(&self) -> FxHashSet<u32> {
+        self.procs.all().map(|p| p.pid).collect()
+    }
+
+    /// Takes what the agent served of process `pid`'s threads (once it is final: see
+    /// [`Drainer::held_pids`]), and forgets their served stretches that ended before `before`
+    /// (the floor applied every record up to then: none of them can ask any more).
+    pub(crate) fn take_served_of(&mut self, pid: u32, before: u64) -> FxHashMap<u32, ServedCpu> {
+        let taken = self.served_cpu.remove(&pid).unwrap_or_default();
+        for &tid in taken.keys() {
+            self.served.forget_ended(tid, before);
+        }
+        taken
+    }
+
     fn add_served_cpu(&mut self, pid: u32, tid: u32, c: ServedCpu) {
-        let e = self.served_cpu.entry((pid, tid)).or_default();
+        let e = self.served_cpu.entry(pid).or_default().entry(tid).or_default();
         e.closed_ns = e.closed_ns.saturating_add(c.closed_ns);
         // One thread may have had two slots (its image before and after an exec): the one
         // still serving at the end has the open stretch.
@@ -293,12 +343,13 @@ impl<'a> Drainer<'a> {
         let pool = self.arena.pool();
         let slots = self.arena.slots();
         let high = self.arena.high_water();
-        let (pending, lost, threads, streams, tids) = (
+        let (pending, lost, threads, streams, tids, threads_seen) = (
             &mut self.pending,
             &mut self.lost,
             &mut self.threads,
             &mut self.streams,
             &mut self.tids,
+            &mut self.threads_seen,
         );
         let ncounters = self.ncounters;
         // SAFETY: this drainer is the arena's only recorder, and `gone` holds only streams
@@ -313,9 +364,9 @@ impl<'a> Drainer<'a> {
                     let stream = slot.stream.load(std::sync::atomic::Ordering::Relaxed);
                     let tid = slot.tid.load(std::sync::atomic::Ordering::Relaxed);
                     let st = streams.entry(stream).or_default();
-                    if tids.insert((stream, tid))
-                        || (matches!(ev, SlotEvent::Freed) && st.named.contains(&tid))
-                    {
+                    let first = tids.insert((stream, tid));
+                    *threads_seen += usize::from(first);
+                    if first || (matches!(ev, SlotEvent::Freed) && st.named.contains(&tid)) {
                         st.named.insert(tid);
                         threads.push((stream, ThreadInfo { tid, name: comm_name(slot.comm()) }));
                     }
@@ -379,7 +430,50 @@ impl<'a> Drainer<'a> {
             self.poll_maps();
         }
         self.encode();
+        // ... so they end now, after their last chunks: nothing of them is held after.
+        for p in self.procs.take_freed(self.launched_pid) {
+            self.end_stream(&p, now);
+        }
         self.flush()
+    }
+
+    /// Writes the END of process instance `p` and forgets its stream's state.
+    fn end_stream(&mut self, p: &crate::procs::Proc, now: u64) {
+        let st = self.streams.remove(&p.stream).unwrap_or_default();
+        for tid in &st.named {
+            self.tids.remove(&(p.stream, *tid));
+        }
+        let last_image = !self.procs.replaced(p);
+        let this = self.launched.filter(|l| l.pid == p.pid && last_image);
+        let (cpu_ns, tree_cpu_ns) = (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
+        let (reason, status) = match (p.state, this) {
+            (_, Some(Launched { exit, .. })) => match exit {
+                strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
+                strobe_target::Exit::Signal { signal, .. } => {
+                    (EndReason::Killed, Some(signal as u64))
+                }
+            },
+            (ProcState::Exited, _) => (EndReason::Exit, None),
+            (ProcState::Execed, _) => (EndReason::Exec, None),
+            _ if p.dead => (EndReason::Vanished, None),
+            _ => (EndReason::Stopped, None),
+        };
+        self.enc.end_process(
+            p.stream,
+            &ProcessEnd {
+                reason,
+                time_mono_ns: now,
+                samples: st.samples + st.window_ends,
+                lost: st.lost,
+                wakeups: self.totals.wakeups,
+                windows: st.windows,
+                window_sum: st.window_sum,
+                status,
+                unsampled_ns: st.unsampled_ns,
+                cpu_ns,
+                tree_cpu_ns,
+            },
+        );
     }
 
     /// Re-reads the mappings of processes that still run; writes those that changed.
@@ -462,6 +556,8 @@ impl<'a> Drainer<'a> {
         if let Some(l) = launched {
             self.procs.reaped(l.pid);
         }
+        self.launched = launched;
+        self.launched_pid = None;
         self.pass()?;
         // Threads of processes that still run (a daemon that outlived the command) keep
         // their slots; their samples so far were read above. Windows of live slots:
@@ -487,42 +583,10 @@ impl<'a> Drainer<'a> {
         let now = mono_ns();
         let procs: Vec<_> = self.procs.all().cloned().collect();
         for p in &procs {
-            let st = self.streams.entry(p.stream).or_default();
-            let last_image = !self.procs.replaced(p);
-            let this = launched.filter(|l| l.pid == p.pid && last_image);
-            let (cpu_ns, tree_cpu_ns) =
-                (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
-            let (reason, status) = match (p.state, this) {
-                (_, Some(Launched { exit, .. })) => match exit {
-                    strobe_target::Exit::Code(c) => (EndReason::Exit, Some(c as u64)),
-                    strobe_target::Exit::Signal { signal, .. } => {
-                        (EndReason::Killed, Some(signal as u64))
-                    }
-                },
-                (ProcState::Exited, _) => (EndReason::Exit, None),
-                (ProcState::Execed, _) => (EndReason::Exec, None),
-                _ if p.dead => (EndReason::Vanished, None),
-                _ => (EndReason::Stopped, None),
-            };
-            self.enc.end_process(
-                p.stream,
-                &ProcessEnd {
-                    reason,
-                    time_mono_ns: now,
-                    samples: st.samples + st.window_ends,
-                    lost: st.lost,
-                    wakeups: self.totals.wakeups,
-                    windows: st.windows,
-                    window_sum: st.window_sum,
-                    status,
-                    unsampled_ns: st.unsampled_ns,
-                    cpu_ns,
-                    tree_cpu_ns,
-                },
-            );
+            self.end_stream(p, now);
         }
         self.flush()?;
-        self.totals.threads = self.tids.len();
+        self.totals.threads = self.threads_seen;
         Ok(self.totals.clone())
     }
 }

@@ -33,11 +33,13 @@ pub(crate) struct Proc {
     pub dead: bool,
 }
 
-/// The processes seen so far.
+/// The processes followed: those seen and not yet ended (see [`Procs::take_freed`]).
 #[derive(Debug, Default)]
 pub(crate) struct Procs {
     /// By claim number.
     procs: BTreeMap<u64, Proc>,
+    /// Processes (agent instances) seen, ended ones included.
+    seen: usize,
     /// Pids the recorder reaped itself (the launched command).
     reaped: FxHashSet<u32>,
 }
@@ -60,6 +62,20 @@ pub(crate) fn pid_dead(pid: u32) -> bool {
             zombie && threads <= 1
         }
     }
+}
+
+/// Whether `pid` was reaped (no process has that id any more): one `kill(pid, 0)`, a
+/// tenth of the cost of reading `/proc/PID/stat`, so it can be asked of every process
+/// followed each second. A zombie is not reaped; [`pid_dead`] says whether it is dead.
+/// (`EPERM`, another user's process, means it exists.)
+pub(crate) fn pid_reaped(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    if p <= 0 {
+        return false; // 0 and negative ids name groups, not a process
+    }
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let r = unsafe { libc::kill(p, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// The CPU time (ns) of `pid`'s own threads, live or dead, from `/proc/PID/stat`
@@ -100,14 +116,10 @@ impl Procs {
             let seq = e.seq.load(std::sync::atomic::Ordering::Relaxed);
             let pid = e.pid.load(std::sync::atomic::Ordering::Relaxed);
             let stream = e.stream.load(std::sync::atomic::Ordering::Relaxed);
-            let p = self.procs.entry(seq).or_insert(Proc {
-                index,
-                seq,
-                pid,
-                stream,
-                state,
-                dead: false,
-                freed: false,
+            let seen = &mut self.seen;
+            let p = self.procs.entry(seq).or_insert_with(|| {
+                *seen += 1;
+                Proc { index, seq, pid, stream, state, dead: false, freed: false }
             });
             p.state = state;
             if !p.dead {
@@ -146,6 +158,18 @@ impl Procs {
         }
     }
 
+    /// Takes out the processes whose table entries were given back: their streams'
+    /// data is all read, and nothing of them is followed any longer. A later image of
+    /// the same process is taken out only with or after the image it replaced (an image
+    /// is gone once its successor registered), so [`Procs::replaced`] stays right.
+    /// The images of `keep` (the launched command, whose END waits for how it ended)
+    /// stay.
+    pub(crate) fn take_freed(&mut self, keep: Option<u32>) -> Vec<Proc> {
+        let freed: Vec<u64> =
+            self.procs.values().filter(|p| p.freed && Some(p.pid) != keep).map(|p| p.seq).collect();
+        freed.iter().filter_map(|seq| self.procs.remove(seq)).collect()
+    }
+
     /// Whether a later image of `p`'s process registered.
     pub(crate) fn replaced(&self, p: &Proc) -> bool {
         self.procs.values().any(|q| q.pid == p.pid && q.seq > p.seq)
@@ -158,13 +182,19 @@ impl Procs {
         self.procs.values().filter(move |p| !gone.contains(&p.stream))
     }
 
-    /// Every process seen.
+    /// Every process followed.
     pub(crate) fn all(&self) -> impl Iterator<Item = &Proc> {
         self.procs.values()
     }
 
-    /// Processes seen.
+    /// Processes seen, ended ones included.
     pub(crate) fn len(&self) -> usize {
+        self.seen
+    }
+
+    /// Processes followed now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         self.procs.len()
     }
 }
@@ -219,6 +249,17 @@ mod tests {
         assert_eq!(gone, [10, 11], "replaced by a later claim in a lower index");
         let running: Vec<u32> = procs.running().map(|p| p.stream).collect();
         assert_eq!(running, [12]);
+        // Those given back are taken out (the launched command's stay), the others stay;
+        // the count of those seen does not go down.
+        procs.free_gone(&arena, &procs.gone_streams());
+        let taken: Vec<u32> = procs.take_freed(Some(me)).iter().map(|p| p.stream).collect();
+        assert_eq!(taken, [11], "the exec'd image of the launched command waits");
+        let taken: Vec<u32> = procs.take_freed(None).iter().map(|p| p.stream).collect();
+        assert_eq!(taken, [10]);
+        assert_eq!((procs.held(), procs.len()), (1, 3));
+        assert!(procs.take_freed(None).is_empty());
+        procs.refresh(&arena);
+        assert_eq!((procs.held(), procs.len()), (1, 3), "what was given back is not seen again");
     }
 
     #[test]
@@ -243,8 +284,11 @@ mod tests {
         while !pid_dead(pid) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        assert!(!pid_reaped(pid), "a zombie is not reaped yet");
         c.wait().unwrap();
         assert!(pid_dead(pid), "reaped: gone from /proc");
+        assert!(pid_reaped(pid));
+        assert!(!pid_reaped(std::process::id()) && !pid_reaped(1) && !pid_reaped(0));
     }
 
     /// main() called pthread_exit while two workers spin for 300 ms: the leader is a

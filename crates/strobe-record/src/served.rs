@@ -84,6 +84,24 @@ impl Served {
         }
     }
 
+    /// Forgets `tid`'s stretches that ended before `before` (no record of a time in them
+    /// is still to come); a stretch still open, or of a thread that took the tid later,
+    /// stays.
+    pub(crate) fn forget_ended(&mut self, tid: u32, before: u64) {
+        if let Some(v) = self.by_tid.get_mut(&tid) {
+            v.retain(|s| s.to == u64::MAX || s.to >= before);
+            if v.is_empty() {
+                self.by_tid.remove(&tid);
+            }
+        }
+    }
+
+    /// Threads with stretches held.
+    #[cfg(test)]
+    pub(crate) fn threads_held(&self) -> usize {
+        self.by_tid.len()
+    }
+
     /// Whether the agent served `tid` at `time`.
     pub(crate) fn covers(&self, tid: u32, time: u64) -> bool {
         self.by_tid.get(&tid).is_some_and(|v| v.iter().any(|s| s.from <= time && time < s.to))
@@ -115,6 +133,24 @@ mod tests {
         // The slot's next owner is another thread.
         s.slot(3, 9, 600, 0);
         assert!(s.covers(9, 600) && !s.covers(7, 600));
+    }
+
+    #[test]
+    fn ended_stretches_are_forgotten_and_open_ones_stay() {
+        let mut s = Served::default();
+        s.slot(1, 7, 100, 200);
+        s.freed(1, 7, 100, 200, 250);
+        s.slot(2, 7, 300, 400); // the tid's next thread, ended later
+        s.freed(2, 7, 300, 400, 450);
+        s.forget_ended(7, 250);
+        assert!(!s.covers(7, 150), "ended before 250: forgotten");
+        assert!(s.covers(7, 350), "ends after 250: kept");
+        s.slot(3, 7, 500, 0); // open
+        s.forget_ended(7, 1_000);
+        assert!(!s.covers(7, 350) && s.covers(7, 600));
+        s.freed(3, 7, 500, 700, 800);
+        s.forget_ended(7, 1_000);
+        assert_eq!(s.threads_held(), 0);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! configuration the agents read, the floor's period), the target's start (the arena,
 //! the held child, the floor's events, the file's header, the release), the loop that
 //! drains the agents' arena and the floor's rings into the file until the target ends
-//! (or `--duration` passes, or a signal comes), and the end (every stream's END, every
-//! thread's CPU time, the warnings).
+//! (or `--duration` passes, or a signal comes), retiring each process that ended as
+//! soon as both samplers are done with it, and the end (the END and threads' CPU times
+//! of every stream still followed, the warnings).
 //!
 //! Agent mode runs both samplers: the agent where it serves a thread, the kernel floor
 //! for every other task of the tree and every moment the agent did not serve (see
@@ -23,7 +24,7 @@ use strobe_protocol::{env, Arena, ArenaSizes, Calibration, CallGraph, RecordConf
 use strobe_target::launch::HeldChild;
 use strobe_target::Exit;
 
-use crate::drain::{Drainer, Launched, Totals};
+use crate::drain::{Drainer, Launched, ServedCpu, Totals};
 use crate::floor::{Floor, FloorConfig, Target};
 use crate::plan::Plan;
 use crate::served::Served;
@@ -386,7 +387,10 @@ fn run_with(
     agent_file: &mut File,
 ) -> Result<Recorded, RecordError> {
     let ncounters = plan.spec.events.len();
-    let drainer = arena.map(|ar| Drainer::new(ar, agent_file, ncounters));
+    let mut drainer = arena.map(|ar| Drainer::new(ar, agent_file, ncounters));
+    if let (Some(d), Some(c)) = (drainer.as_mut(), child.as_ref()) {
+        d.set_launched(c.pid() as u32);
+    }
     if let Some(c) = child.as_mut() {
         c.release()?;
     }
@@ -482,6 +486,18 @@ impl Live<'_> {
         };
         let served = self.drainer.as_ref().map_or(&empty, |d| d.served());
         let ok = ok.and_then(|_| self.floor.release(served));
+        if let Some(d) = self.drainer.as_mut() {
+            // Processes the floor let go of whose agent instances all ended: their images
+            // and threads retire now, not at the end, so a program that starts processes
+            // without end does not grow the recorder.
+            let (wakeups, before) = (self.floor.wakeups, self.floor.writer().applied_to());
+            let held = d.held_pids();
+            self.floor.writer().retire_beside_agent(
+                &held,
+                |pid| d.take_served_of(pid, before),
+                wakeups,
+            );
+        }
         if let Err(e) = ok {
             self.warnings.push(format!(
                 "writing {} failed: {e}; the recording is incomplete",
@@ -593,7 +609,14 @@ impl Live<'_> {
             // ended is replaced by it.
             exact.insert(k, v);
         }
-        let served = self.drainer.as_ref().map(|d| d.served_cpu().clone()).unwrap_or_default();
+        let served: FxHashMap<(u32, u32), ServedCpu> = self
+            .drainer
+            .as_ref()
+            .map(|d| {
+                let s = d.served_cpu().iter();
+                s.flat_map(|(&pid, t)| t.iter().map(move |(&tid, &c)| ((pid, tid), c))).collect()
+            })
+            .unwrap_or_default();
         let mut by_pid: FxHashMap<u32, Vec<strobe_format::ThreadCpu>> = FxHashMap::default();
         let mut keys: Vec<(u32, u32)> = exact.keys().chain(served.keys()).copied().collect();
         keys.sort_unstable();
@@ -601,13 +624,7 @@ impl Live<'_> {
         for (pid, tid) in keys {
             let total = exact.get(&(pid, tid)).copied();
             let s = served.get(&(pid, tid)).copied().unwrap_or_default();
-            let served_ns = s.served_ns(total).min(total.unwrap_or(u64::MAX));
-            by_pid.entry(pid).or_default().push(strobe_format::ThreadCpu {
-                tid,
-                cpu_ns: total.unwrap_or(0),
-                served_ns,
-                agent_ns: s.setup_ns,
-            });
+            by_pid.entry(pid).or_default().push(crate::drain::thread_cpu_row(tid, total, s));
         }
         let mut pids: Vec<u32> = by_pid.keys().copied().collect();
         pids.sort_unstable();

@@ -15,8 +15,9 @@
 //! retired as soon as that is known ([`Writer::forget_gone`]): its threads' CPU times
 //! (THREADCPU) and its END are written then, and nothing of it is held any longer, so a
 //! system-wide recording holds the processes alive, not every one that ever ran. Beside
-//! an agent an image's state is dropped then too, but its END waits for the end of the
-//! recording, where the agent's served times join its threads' CPU times.
+//! an agent an image's state is dropped then too, and it retires once the agent is done
+//! with its process as well ([`Writer::retire_beside_agent`]), so that what the agent
+//! served of each thread joins the thread's CPU time.
 //!
 //! Owns: that bookkeeping and the chunks it writes. Must never write a sample before its
 //! stream's PROCESS chunk, a stack id before its nodes, or drop a sample or a loss it was
@@ -222,6 +223,9 @@ pub(crate) struct Writer {
     images_seen: usize,
     /// Images retired.
     pub retired: u64,
+    /// Beside an agent: indices into `procs` of images forgotten and not yet retired (their
+    /// threads' CPU times wait for what the agent served of them to be final).
+    awaiting: Vec<usize>,
     threads: FxHashMap<u32, Thread>,
     known: FxHashMap<u32, Known>,
     /// The launched command's pid (its first image is the Start stream).
@@ -277,6 +281,7 @@ impl Writer {
             retire: !sampling.floor,
             images_seen: 0,
             retired: 0,
+            awaiting: Vec::new(),
             threads: FxHashMap::default(),
             known,
             launched,
@@ -443,9 +448,11 @@ impl Writer {
     /// image an exec replaced, and a process `/proc` shows dead once an event later than
     /// that moment was applied (events are applied in time order, and a dead process's
     /// threads made theirs before it died). Called after [`Writer::flush`], so what an
-    /// image's records need is in the file before it is forgotten. `/proc` is read at
-    /// most once a second, for processes whose leader's EXIT was seen, and every
-    /// [`FORGET_ALL_EVERY`] of those times for all (an EXIT the kernel lost). The
+    /// image's records need is in the file before it is forgotten. It looks at most once
+    /// a second: `/proc` for processes whose leader's EXIT was seen, and every
+    /// [`FORGET_ALL_EVERY`] of those times for all; in between, whether each other
+    /// process was reaped (a cheap check, so a process whose EXIT the kernel lost in a
+    /// full ring is forgotten within seconds, not held for half a minute). The
     /// launched command is never forgotten. When retiring (kernel mode), a forgotten
     /// image is retired at once: its threads' CPU times (the image that is its pid's
     /// last) and its END are encoded, to go with the next flush, and it is dropped with
@@ -471,7 +478,12 @@ impl Writer {
                 _ if p.replaced => true,
                 Some(t) => applied > t,
                 None => {
-                    if (p.exited || all) && crate::procs::pid_dead(p.pid) {
+                    let dead = if p.exited || all {
+                        crate::procs::pid_dead(p.pid)
+                    } else {
+                        crate::procs::pid_reaped(p.pid)
+                    };
+                    if dead {
                         p.gone_at = Some(now);
                     }
                     false
@@ -487,13 +499,61 @@ impl Writer {
         let exited_before = applied.saturating_sub(EXITED_KEPT_NS);
         self.threads.retain(|_, t| t.exited_at.is_none_or(|e| e >= exited_before));
         if self.retire && !gone_now.is_empty() {
-            self.retire_images(&gone_now, now, wakeups);
+            self.retire_images(&gone_now, now, wakeups, FxHashMap::default());
+        } else {
+            self.awaiting.extend(gone_now);
+        }
+    }
+
+    /// The latest time of an event applied (events are applied in time order).
+    pub(crate) fn applied_to(&self) -> u64 {
+        self.applied_to
+    }
+
+    /// Beside an agent: retires the images forgotten whose process the agent is done
+    /// with (not in `held`: every agent instance of it ended, so what it served is final),
+    /// as [`Writer::forget_gone`] does in kernel mode, with what the agent served of each
+    /// thread joined to its CPU time: `take(pid)` gives that, tid -> served, for each
+    /// process whose last image is retired. The others wait for a later call (or the
+    /// end).
+    pub(crate) fn retire_beside_agent(
+        &mut self,
+        held: &FxHashSet<u32>,
+        mut take: impl FnMut(u32) -> FxHashMap<u32, crate::drain::ServedCpu>,
+        wakeups: u64,
+    ) {
+        if self.awaiting.is_empty() {
+            return;
+        }
+        let (procs, by_pid) = (&self.procs, &self.by_pid);
+        let mut served = FxHashMap::default();
+        let mut now = Vec::new();
+        self.awaiting.retain(|&i| {
+            let pid = procs[i].pid;
+            if held.contains(&pid) {
+                return true;
+            }
+            if by_pid.get(&pid) == Some(&i) {
+                served.insert(pid, take(pid));
+            }
+            now.push(i);
+            false
+        });
+        if !now.is_empty() {
+            self.retire_images(&now, crate::drain::mono_ns(), wakeups, served);
         }
     }
 
     /// Retires the forgotten images `gone` (indices into `procs`): see
-    /// [`Writer::forget_gone`].
-    fn retire_images(&mut self, gone: &[usize], now: u64, wakeups: u64) {
+    /// [`Writer::forget_gone`]. `served`: what an agent served of the threads of the
+    /// processes whose last image is retired (pid -> tid -> served).
+    fn retire_images(
+        &mut self,
+        gone: &[usize],
+        now: u64,
+        wakeups: u64,
+        mut served: FxHashMap<u32, FxHashMap<u32, crate::drain::ServedCpu>>,
+    ) {
         let mut last_of: FxHashSet<u32> = FxHashSet::default();
         for &i in gone {
             let pid = self.procs[i].pid;
@@ -514,14 +574,19 @@ impl Writer {
                 if !last_of.contains(&pid) {
                     return true;
                 }
-                cpu.entry(pid).or_default().push(strobe_format::ThreadCpu {
-                    tid,
-                    cpu_ns: ns,
-                    served_ns: 0,
-                    agent_ns: 0,
-                });
+                let s = served.get_mut(&pid).and_then(|t| t.remove(&tid)).unwrap_or_default();
+                cpu.entry(pid).or_default().push(crate::drain::thread_cpu_row(tid, Some(ns), s));
                 false
             });
+        }
+        // Threads the agent served that the kernel gave no count of.
+        for (pid, threads) in served {
+            if last_of.contains(&pid) {
+                let rows = cpu.entry(pid).or_default();
+                rows.extend(
+                    threads.into_iter().map(|(tid, s)| crate::drain::thread_cpu_row(tid, None, s)),
+                );
+            }
         }
         let mut gone: Vec<Proc> = gone.iter().filter_map(|&i| self.procs.remove(i)).collect();
         gone.sort_by_key(|p| p.stream);
@@ -1241,6 +1306,70 @@ mod tests {
                 "{k}"
             );
         }
+    }
+
+    /// Beside an agent, a process's images that can have no more records wait while the
+    /// agent still follows the process, then retire as in kernel mode, with what the
+    /// agent served of each thread joined to its CPU time (a thread only the agent saw
+    /// too), and nothing of the process is held after.
+    #[test]
+    fn beside_an_agent_a_process_retires_once_the_agent_is_done_with_it() {
+        let (me, dead) = (std::process::id(), dead_pid());
+        let dir = std::env::temp_dir().join(format!("strobe-writer-agent-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        let mut w = writer_at(&path);
+        w.retire = false;
+        let mut values = [0; MAX_COUNTERS];
+        values[0] = 7_000;
+        let mut time = crate::drain::mono_ns() - 10_000_000_000;
+        let round = vec![
+            Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
+            Ev::Comm { pid: dead, tid: dead, name: "true".into(), exec: true },
+            sample(dead, dead, 0x40_0020, vec![]),
+            Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
+            Ev::Exit { pid: dead, tid: dead },
+        ];
+        apply_round(&mut w, timed(&mut time, round), true);
+        time = time.max(crate::drain::mono_ns() + 1);
+        apply_round(&mut w, timed(&mut time, vec![sample(me, me, 0x50_0010, vec![])]), true);
+        assert_eq!((w.forgotten, w.retired, w.awaiting.len()), (2, 0, 2));
+        // The agent still follows it: nothing is asked, nothing retires.
+        let held: FxHashSet<u32> = [dead].into_iter().collect();
+        w.retire_beside_agent(&held, |_| unreachable!("not done"), 0);
+        assert_eq!((w.retired, w.awaiting.len()), (0, 2));
+        let only_agent_saw = 4_194_305; // above any pid: its row sorts last
+        let served = |pid: u32| -> FxHashMap<u32, crate::drain::ServedCpu> {
+            assert_eq!(pid, dead);
+            let s = |closed_ns, setup_ns| crate::drain::ServedCpu {
+                closed_ns,
+                open_from_ns: 0,
+                setup_ns,
+            };
+            [(dead, s(4_000, 300)), (only_agent_saw, s(100, 0))].into_iter().collect()
+        };
+        let mut asked = 0;
+        w.retire_beside_agent(
+            &FxHashSet::default(),
+            |pid| {
+                asked += 1;
+                served(pid)
+            },
+            0,
+        );
+        assert_eq!(asked, 1, "asked once, for the pid's last image");
+        assert_eq!((w.retired, w.awaiting.len()), (2, 0));
+        assert_eq!((w.procs.len(), w.by_pid.len()), (1, 1), "only this process is held");
+        assert!(w.task_counts().is_empty());
+        w.finish(None, 0).unwrap();
+        let mut cpu = Vec::new();
+        for r in Reader::open(&path).unwrap() {
+            if let strobe_format::Record::ThreadCpu { threads, .. } = r.unwrap() {
+                cpu.extend(threads.into_iter().map(|t| (t.tid, t.cpu_ns, t.served_ns, t.agent_ns)));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(cpu, [(dead, 7_000, 4_000, 300), (only_agent_saw, 0, 100, 0)]);
     }
 
     /// A process that reuses a forgotten process's pid is a new process: it gets a
