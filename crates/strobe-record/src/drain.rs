@@ -431,20 +431,20 @@ impl<'a> Drainer<'a> {
         }
         self.encode();
         // ... so they end now, after their last chunks: nothing of them is held after.
-        for p in self.procs.take_freed(self.launched_pid) {
-            self.end_stream(&p, now);
+        for (p, replaced) in self.procs.take_freed(self.launched_pid) {
+            self.end_stream(&p, replaced, now);
         }
         self.flush()
     }
 
-    /// Writes the END of process instance `p` and forgets its stream's state.
-    fn end_stream(&mut self, p: &crate::procs::Proc, now: u64) {
+    /// Writes the END of process instance `p` (`replaced`: a later image of its process
+    /// registered) and forgets its stream's state.
+    fn end_stream(&mut self, p: &crate::procs::Proc, replaced: bool, now: u64) {
         let st = self.streams.remove(&p.stream).unwrap_or_default();
         for tid in &st.named {
             self.tids.remove(&(p.stream, *tid));
         }
-        let last_image = !self.procs.replaced(p);
-        let this = self.launched.filter(|l| l.pid == p.pid && last_image);
+        let this = self.launched.filter(|l| l.pid == p.pid && !replaced);
         let (cpu_ns, tree_cpu_ns) = (this.and_then(|l| l.cpu_ns), this.and_then(|l| l.tree_cpu_ns));
         let (reason, status) = match (p.state, this) {
             (_, Some(Launched { exit, .. })) => match exit {
@@ -581,9 +581,9 @@ impl<'a> Drainer<'a> {
             self.add_served_cpu(pid, tid, c);
         }
         let now = mono_ns();
-        let procs: Vec<_> = self.procs.all().cloned().collect();
-        for p in &procs {
-            self.end_stream(p, now);
+        let procs: Vec<_> = self.procs.all().map(|p| (p.clone(), self.procs.replaced(p))).collect();
+        for (p, replaced) in &procs {
+            self.end_stream(p, *replaced, now);
         }
         self.flush()?;
         self.totals.threads = self.threads_seen;

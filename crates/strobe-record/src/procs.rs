@@ -158,16 +158,22 @@ impl Procs {
         }
     }
 
-    /// Takes out the processes whose table entries were given back: their streams'
-    /// data is all read, and nothing of them is followed any longer. A later image of
-    /// the same process is taken out only with or after the image it replaced (an image
-    /// is gone once its successor registered), so [`Procs::replaced`] stays right.
-    /// The images of `keep` (the launched command, whose END waits for how it ended)
-    /// stay.
-    pub(crate) fn take_freed(&mut self, keep: Option<u32>) -> Vec<Proc> {
-        let freed: Vec<u64> =
-            self.procs.values().filter(|p| p.freed && Some(p.pid) != keep).map(|p| p.seq).collect();
-        freed.iter().filter_map(|seq| self.procs.remove(seq)).collect()
+    /// Takes out the processes whose table entries were given back (their streams' data
+    /// is all read, and nothing of them is followed any longer), each with whether a
+    /// later image of it registered (as [`Procs::replaced`] said before they were taken
+    /// out). The images of `keep` (the launched command, whose END waits for how it
+    /// ended) stay.
+    pub(crate) fn take_freed(&mut self, keep: Option<u32>) -> Vec<(Proc, bool)> {
+        let freed: Vec<(u64, bool)> = self
+            .procs
+            .values()
+            .filter(|p| p.freed && Some(p.pid) != keep)
+            .map(|p| (p.seq, self.replaced(p)))
+            .collect();
+        freed
+            .into_iter()
+            .filter_map(|(seq, replaced)| Some((self.procs.remove(&seq)?, replaced)))
+            .collect()
     }
 
     /// Whether a later image of `p`'s process registered.
@@ -252,10 +258,12 @@ mod tests {
         // Those given back are taken out (the launched command's stay), the others stay;
         // the count of those seen does not go down.
         procs.free_gone(&arena, &procs.gone_streams());
-        let taken: Vec<u32> = procs.take_freed(Some(me)).iter().map(|p| p.stream).collect();
-        assert_eq!(taken, [11], "the exec'd image of the launched command waits");
-        let taken: Vec<u32> = procs.take_freed(None).iter().map(|p| p.stream).collect();
-        assert_eq!(taken, [10]);
+        let taken: Vec<(u32, bool)> =
+            procs.take_freed(Some(me)).iter().map(|(p, r)| (p.stream, *r)).collect();
+        assert_eq!(taken, [(11, false)], "the launched command's exec'd image waits");
+        let taken: Vec<(u32, bool)> =
+            procs.take_freed(None).iter().map(|(p, r)| (p.stream, *r)).collect();
+        assert_eq!(taken, [(10, true)], "replaced by 12");
         assert_eq!((procs.held(), procs.len()), (1, 3));
         assert!(procs.take_freed(None).is_empty());
         procs.refresh(&arena);

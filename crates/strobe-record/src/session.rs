@@ -486,7 +486,7 @@ impl Live<'_> {
         };
         let served = self.drainer.as_ref().map_or(&empty, |d| d.served());
         let ok = ok.and_then(|_| self.floor.release(served));
-        if let Some(d) = self.drainer.as_mut() {
+        if let Some(d) = self.drainer.as_mut().filter(|_| self.floor.writer().awaiting() > 0) {
             // Processes the floor let go of whose agent instances all ended: their images
             // and threads retire now, not at the end, so a program that starts processes
             // without end does not grow the recorder.

@@ -505,6 +505,11 @@ impl Writer {
         }
     }
 
+    /// Images forgotten beside an agent and not yet retired.
+    pub(crate) fn awaiting(&self) -> usize {
+        self.awaiting.len()
+    }
+
     /// The latest time of an event applied (events are applied in time order).
     pub(crate) fn applied_to(&self) -> u64 {
         self.applied_to
