@@ -64,9 +64,9 @@ pub(crate) fn pid_dead(pid: u32) -> bool {
     }
 }
 
-/// Whether `pid` was reaped (no process has that id any more): one `kill(pid, 0)`, a
-/// tenth of the cost of reading `/proc/PID/stat`, so it can be asked of every process
-/// followed each second. A zombie is not reaped; [`pid_dead`] says whether it is dead.
+/// Whether `pid` was reaped (no process has that id any more): one `kill(pid, 0)`, where
+/// [`pid_dead`] opens, reads and parses `/proc/PID/stat`, so it can be asked of every
+/// process followed each second. A zombie is not reaped; [`pid_dead`] says whether it is dead.
 /// (`EPERM`, another user's process, means it exists.)
 pub(crate) fn pid_reaped(pid: u32) -> bool {
     let Ok(p) = libc::pid_t::try_from(pid) else { return false };
