@@ -142,13 +142,24 @@ impl ServedCpu {
     }
 }
 
+/// One process's THREADCPU rows, by tid: every thread with a kernel count (`counts`, tid
+/// -> ns) or a served time (`served`, tid -> what the agent served), the two joined.
+pub(crate) fn thread_cpu_rows(
+    counts: FxHashMap<u32, u64>,
+    mut served: FxHashMap<u32, ServedCpu>,
+) -> Vec<strobe_format::ThreadCpu> {
+    let mut rows: Vec<strobe_format::ThreadCpu> = counts
+        .into_iter()
+        .map(|(tid, ns)| thread_cpu_row(tid, Some(ns), served.remove(&tid).unwrap_or_default()))
+        .collect();
+    rows.extend(served.into_iter().map(|(tid, s)| thread_cpu_row(tid, None, s)));
+    rows.sort_unstable_by_key(|t| t.tid);
+    rows
+}
+
 /// A thread's THREADCPU row: its whole CPU time as the kernel counted it (`total`, when
 /// known) and what the agent served of it (`s`), never more than the whole.
-pub(crate) fn thread_cpu_row(
-    tid: u32,
-    total: Option<u64>,
-    s: ServedCpu,
-) -> strobe_format::ThreadCpu {
+fn thread_cpu_row(tid: u32, total: Option<u64>, s: ServedCpu) -> strobe_format::ThreadCpu {
     strobe_format::ThreadCpu {
         tid,
         cpu_ns: total.unwrap_or(0),

@@ -24,7 +24,7 @@ use strobe_protocol::{env, Arena, ArenaSizes, Calibration, CallGraph, RecordConf
 use strobe_target::launch::HeldChild;
 use strobe_target::Exit;
 
-use crate::drain::{Drainer, Launched, ServedCpu, Totals};
+use crate::drain::{Drainer, Launched, Totals};
 use crate::floor::{Floor, FloorConfig, Target};
 use crate::plan::Plan;
 use crate::served::Served;
@@ -603,33 +603,23 @@ impl Live<'_> {
     /// what its set-up cost, into THREADCPU chunks of the floor's streams (in kernel mode
     /// a process that ended had its threads' written with its END already).
     fn write_thread_cpu(&mut self) {
-        let mut exact: FxHashMap<(u32, u32), u64> = self.alive_cpu.clone();
-        for (&k, &v) in self.floor.writer().task_counts() {
-            // A thread that ended has its kernel count; one read from /proc before it
-            // ended is replaced by it.
-            exact.insert(k, v);
+        // Per pid, tid -> ns. A thread that ended has its kernel count; one read from
+        // /proc before it ended is replaced by it.
+        let mut counts: FxHashMap<u32, FxHashMap<u32, u64>> = FxHashMap::default();
+        let ended = self.floor.writer().task_counts();
+        for (&(pid, tid), &ns) in self.alive_cpu.iter().chain(ended) {
+            counts.entry(pid).or_default().insert(tid, ns);
         }
-        let served: FxHashMap<(u32, u32), ServedCpu> = self
-            .drainer
-            .as_ref()
-            .map(|d| {
-                let s = d.served_cpu().iter();
-                s.flat_map(|(&pid, t)| t.iter().map(move |(&tid, &c)| ((pid, tid), c))).collect()
-            })
-            .unwrap_or_default();
-        let mut by_pid: FxHashMap<u32, Vec<strobe_format::ThreadCpu>> = FxHashMap::default();
-        let mut keys: Vec<(u32, u32)> = exact.keys().chain(served.keys()).copied().collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for (pid, tid) in keys {
-            let total = exact.get(&(pid, tid)).copied();
-            let s = served.get(&(pid, tid)).copied().unwrap_or_default();
-            by_pid.entry(pid).or_default().push(crate::drain::thread_cpu_row(tid, total, s));
-        }
-        let mut pids: Vec<u32> = by_pid.keys().copied().collect();
+        let mut served = self.drainer.as_ref().map(|d| d.served_cpu().clone()).unwrap_or_default();
+        let mut pids: Vec<u32> = counts.keys().chain(served.keys()).copied().collect();
         pids.sort_unstable();
+        pids.dedup();
         for pid in pids {
-            self.floor.writer().thread_cpu(pid, &by_pid[&pid]);
+            let rows = crate::drain::thread_cpu_rows(
+                counts.remove(&pid).unwrap_or_default(),
+                served.remove(&pid).unwrap_or_default(),
+            );
+            self.floor.writer().thread_cpu(pid, &rows);
         }
     }
 }

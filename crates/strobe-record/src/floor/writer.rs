@@ -559,46 +559,43 @@ impl Writer {
         wakeups: u64,
         mut served: FxHashMap<u32, FxHashMap<u32, crate::drain::ServedCpu>>,
     ) {
-        let mut last_of: FxHashSet<u32> = FxHashSet::default();
+        // pid -> the index of its last image, for the pids whose last image retires.
+        let mut last_of: FxHashMap<u32, usize> = FxHashMap::default();
         for &i in gone {
             let pid = self.procs[i].pid;
             if self.by_pid.get(&pid) == Some(&i) {
                 self.by_pid.remove(&pid);
-                last_of.insert(pid);
+                last_of.insert(pid, i);
             }
         }
         // Its threads are gone with it (an EXIT may come before the thread's last
         // switch-out, or be lost).
         if !last_of.is_empty() {
-            self.threads.retain(|_, t| !last_of.contains(&t.pid));
+            self.threads.retain(|_, t| !last_of.contains_key(&t.pid));
         }
         // The threads' CPU times go to the pid's last image, as at the end.
-        let mut cpu: FxHashMap<u32, Vec<strobe_format::ThreadCpu>> = FxHashMap::default();
+        let mut counts: FxHashMap<u32, FxHashMap<u32, u64>> = FxHashMap::default();
         if !last_of.is_empty() && !self.task_counts.is_empty() {
             self.task_counts.retain(|&(pid, tid), &mut ns| {
-                if !last_of.contains(&pid) {
-                    return true;
+                let last = last_of.contains_key(&pid);
+                if last {
+                    counts.entry(pid).or_default().insert(tid, ns);
                 }
-                let s = served.get_mut(&pid).and_then(|t| t.remove(&tid)).unwrap_or_default();
-                cpu.entry(pid).or_default().push(crate::drain::thread_cpu_row(tid, Some(ns), s));
-                false
+                !last
             });
         }
-        // Threads the agent served that the kernel gave no count of.
-        for (pid, threads) in served {
-            if last_of.contains(&pid) {
-                let rows = cpu.entry(pid).or_default();
-                rows.extend(
-                    threads.into_iter().map(|(tid, s)| crate::drain::thread_cpu_row(tid, None, s)),
+        let mut gone: Vec<(usize, Proc)> =
+            gone.iter().filter_map(|&i| Some((i, self.procs.remove(i)?))).collect();
+        gone.sort_by_key(|(_, p)| p.stream);
+        for (i, p) in gone {
+            if last_of.get(&p.pid) == Some(&i) {
+                let rows = crate::drain::thread_cpu_rows(
+                    counts.remove(&p.pid).unwrap_or_default(),
+                    served.remove(&p.pid).unwrap_or_default(),
                 );
-            }
-        }
-        let mut gone: Vec<Proc> = gone.iter().filter_map(|&i| self.procs.remove(i)).collect();
-        gone.sort_by_key(|p| p.stream);
-        for p in gone {
-            if let Some(mut threads) = cpu.remove(&p.pid).filter(|_| last_of.contains(&p.pid)) {
-                threads.sort_unstable_by_key(|t| t.tid);
-                self.enc.thread_cpu(p.stream, &threads);
+                if !rows.is_empty() {
+                    self.enc.thread_cpu(p.stream, &rows);
+                }
             }
             self.enc.end_process(p.stream, &ended(&p, None, now, wakeups));
             self.retired += 1;
