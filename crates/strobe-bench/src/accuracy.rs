@@ -59,7 +59,10 @@ const MIN_SHARE_PCT: f64 = 2.0;
 
 /// Short-only at the default window's length: every sample ends one interval and starts
 /// the next. (The windows runs take the default options: no `-e`.)
-const SHORT_SPEC: &str = "{task-clock/period=50us,window=0/,page-faults,context-switches}";
+fn short_spec() -> String {
+    let us = strobe_perf::spec::DEFAULT_TIME_WINDOW_NS / 1000;
+    format!("{{task-clock/period={us}us,window=0/,page-faults,context-switches}}")
+}
 
 /// The second family's cases: (case, threads, CPU seconds per thread, functions).
 const FAMILY: [(&str, u32, f64, &[&str]); 3] = [
@@ -549,8 +552,8 @@ pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     eprintln!("strobe bench accuracy: the workload, windows (default options) and short-only");
     let windows = record_workload(&exe, dir, None, plan.seconds, "windows")?;
     workload_rows("workload-windows", &windows, &mut rows);
-    // Short-only samples every 50 us: a third of the time is enough.
-    let short = record_workload(&exe, dir, Some(SHORT_SPEC), plan.seconds / 3.0, "short")?;
+    // Short-only samples at every window's length: a third of the time is enough.
+    let short = record_workload(&exe, dir, Some(&short_spec()), plan.seconds / 3.0, "short")?;
     workload_rows("workload-short", &short, &mut rows);
     modes_rows(&windows, &short, &mut rows);
 

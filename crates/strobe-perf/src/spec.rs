@@ -34,12 +34,17 @@ use crate::sys::{self, perf_event_attr};
 /// The most events in a group (leader included); matches the record format's limit.
 pub const MAX_GROUP: usize = 8;
 
-/// Default window for a time-based leader: 50 us. The kernel clamps task-clock periods
-/// below 10 us, and on a VM about 28 us of every window is the sampler's own dead time
-/// (see the agent's calibration): at 20 us the target runs only about 10 us per window
-/// and the per-millisecond rates scatter by -4% to -27% run to run; at 50 us they land
-/// within a few percent of a program's own counts.
-pub const DEFAULT_TIME_WINDOW_NS: u64 = 50_000;
+/// Default window for a time-based leader: 150 us. What a window holds that is not the
+/// target's is a fixed amount per window, whatever its length: the handler's return
+/// (2-4 us on this VM) and, for a window that begins inside a system call or a fault,
+/// the signal's delivery from the call's tail (10-12 us). At 50 us that was 8-24% of the
+/// net window, so a few microseconds of difference between the calibration's figures and
+/// the target's moved every rate by as much; at 150 us it is 3-6%. The number of windows
+/// does not change (the cycle follows the overhead budget, not the window); the price is
+/// more windows that straddle two functions and are dropped (15% of the bundled
+/// workload's, against 5% at 50 us). Measured in docs/BENCHMARKS.md ("windows: the
+/// default length"). The kernel clamps task-clock periods below 10 us.
+pub const DEFAULT_TIME_WINDOW_NS: u64 = 150_000;
 /// Default window for a hardware leader, in its counts (the kernel patch series' 300).
 pub const DEFAULT_HW_WINDOW: u64 = 300;
 /// The kernel's shortest period for hrtimer-based software events (task-clock, cpu-clock).
@@ -590,7 +595,7 @@ impl GroupSpec {
         &self.events[0]
     }
 
-    /// The window to use: the explicit one, else 50 us for time leaders, 300 counts for
+    /// The window to use: the explicit one, else 150 us for time leaders, 300 counts for
     /// hardware leaders, and 0 (plain fixed-period sampling) for anything else.
     pub fn window_or_default(&self) -> u64 {
         self.window.unwrap_or_else(|| {

@@ -26,7 +26,7 @@ In agent mode, strobe injects its agent (libstrobe_agent.so) into a dynamically 
 program with LD_PRELOAD (other programs are recorded in kernel mode, below). Every thread, including threads created later, gets its own \
 perf event group: a sampling leader (task-clock, or cycles when the machine has a hardware \
 PMU) and the counters chosen with -e. Sampling alternates a long period and a short window \
-(50 us of task-clock by default); the counters read at both ends of each window give \
+(150 us of task-clock by default); the counters read at both ends of each window give \
 per-function metrics (strobe report). A window whose overflow interrupted the kernel's \
 work for the thread (a system call or a page fault) begins at the overflow (the kernel's own \
 record of the counters there), so functions that spend time in long calls or faults are \
