@@ -73,7 +73,8 @@
 //!
 //! # What a window's own timer costs a thread that switches
 //!
-//! A window's timer (50 us) is always the CPU's next one, so every context switch inside
+//! A window's timer (150 us by default, well inside the 4 ms tick) is always the CPU's
+//! next one, so every context switch inside
 //! a window cancels it (switch out) and starts it again (switch in), each a timer
 //! reprogramming that the leader counts as the thread's time. Measured here with a C loop
 //! of 100 us `nanosleep`s and a second, counting task-clock (load average 4-6): 9.9 us of
@@ -89,6 +90,12 @@
 //! window the thread was switched out of ends earlier by its switches times the excess of
 //! the windows' leader per switch over the thread's (`Alternation::switch_excess`, 0 until
 //! the estimate is good to a tenth of the window).
+//!
+//! That premise fails between threads that meet at a lock: a window begins just after the
+//! thread stood still in the handler while the others ran on, and two threads contending
+//! on `mmap_lock` held 2.3-2.8 times their own density of switches in windows (faults per
+//! ms 0.34-0.41x), while fixed-period intervals read both right (docs/BENCHMARKS.md, "Two
+//! threads contending on `mmap`/`munmap`"). The fit does not correct that.
 //!
 //! # A fair first period
 //!

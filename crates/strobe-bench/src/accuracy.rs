@@ -552,7 +552,7 @@ pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
     eprintln!("strobe bench accuracy: the workload, windows (default options) and short-only");
     let windows = record_workload(&exe, dir, None, plan.seconds, "windows")?;
     workload_rows("workload-windows", &windows, &mut rows);
-    // Short-only samples at every window's length: a third of the time is enough.
+    // Short-only samples at the default window's length: a third of the time is enough.
     let short = record_workload(&exe, dir, Some(&short_spec()), plan.seconds / 3.0, "short")?;
     workload_rows("workload-short", &short, &mut rows);
     modes_rows(&windows, &short, &mut rows);

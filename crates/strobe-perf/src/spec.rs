@@ -42,8 +42,8 @@ pub const MAX_GROUP: usize = 8;
 /// the target's moved every rate by as much; at 150 us it is 3-6%. The number of windows
 /// does not change (the cycle follows the overhead budget, not the window); the price is
 /// more windows that straddle two functions and are dropped (15% of the bundled
-/// workload's, against 5% at 50 us). Measured in docs/BENCHMARKS.md ("windows: the
-/// default length"). The kernel clamps task-clock periods below 10 us.
+/// workload's, against 5% at 50 us). Measured in docs/BENCHMARKS.md ("The default
+/// length: 150 us"). The kernel clamps task-clock periods below 10 us.
 pub const DEFAULT_TIME_WINDOW_NS: u64 = 150_000;
 /// Default window for a hardware leader, in its counts (the kernel patch series' 300).
 pub const DEFAULT_HW_WINDOW: u64 = 300;
