@@ -74,9 +74,9 @@
 //! # What a window's own timer costs a thread that switches
 //!
 //! A window's timer (150 us by default, well inside the 4 ms tick) is always the CPU's
-//! next one, so every context switch inside
-//! a window cancels it (switch out) and starts it again (switch in), each a timer
-//! reprogramming that the leader counts as the thread's time. Measured here with a C loop
+//! next one, so every context switch inside a window cancels it (switch out) and starts
+//! it again (switch in), each a timer reprogramming that the leader counts as the
+//! thread's time. Measured here with a C loop
 //! of 100 us `nanosleep`s and a second, counting task-clock (load average 4-6): 9.9 us of
 //! task-clock a sleep with no sampling event, 10.3-13.3 us with a 10 ms one armed,
 //! 14.4-19.6 us with a 50 us one. The program's own clock, outside windows, pays the first
