@@ -94,7 +94,11 @@ fn window_metrics(dir: &Scratch) -> (f64, f64) {
         f["page_faults_per_ms_high"].as_f64().unwrap(),
     );
     assert!(lo < got && got < hi && hi - lo < got, "{lo} {got} {hi}");
-    assert!(w["net_window"].as_f64().unwrap() < w["mean_window"].as_f64().unwrap());
+    // The net window is the measured one less the baseline, plus the tails of windows that
+    // began inside a call: at the 150 us default the correction is a few percent, so the
+    // net window may lie on either side of the measured mean, but never far from it.
+    let (net, mean) = (w["net_window"].as_f64().unwrap(), w["mean_window"].as_f64().unwrap());
+    assert!(net > 0.0 && rel(net, mean) <= 0.25, "net window {net:.0} ns, measured {mean:.0} ns");
     (got, truth)
 }
 
