@@ -347,8 +347,17 @@ mod tests {
         assert!(samples.iter().all(|s| s.period == 100_000 && !s.kernel));
         assert!(samples.iter().any(|s| !s.callers.is_empty()));
         assert!(samples.iter().all(|s| s.callers.len() <= 16));
-        // Per thread, the group's values only grow.
-        assert!(samples.windows(2).all(|w| w[1].values[0] >= w[0].values[0]));
+        // The thread's events are one copy per CPU, each counting the time the thread ran
+        // there: per CPU (in its ring's order), the group's values only grow. (Across
+        // CPUs they do not: a thread that migrated reads another copy's values.)
+        for cpu in rings.cpus().to_vec() {
+            let on: Vec<u64> = samples
+                .iter()
+                .filter(|s| i64::from(s.cpu) == i64::from(cpu))
+                .map(|s| s.values[0])
+                .collect();
+            assert!(on.windows(2).all(|w| w[1] >= w[0]), "cpu {cpu}: {on:?}");
+        }
         let exe_path = std::env::current_exe().unwrap();
         assert!(
             out.iter().any(|t| matches!(&t.ev, Ev::Mmap { pid: p, path, .. }
