@@ -61,6 +61,9 @@ struct ThreadSlot {
     first_leader: u64,
     last_leader: u64,
     time_samples: u64,
+    /// The values where the thread's last window ended (its long period began there),
+    /// until its next window's overflow; with the space they were read in.
+    last_end: Option<(u32, [u64; MAX_COUNTERS])>,
 }
 
 /// Accumulates samples in one streaming pass; [`Aggregator::finish`] symbolizes and
@@ -371,6 +374,7 @@ impl Aggregator {
                         first_leader: 0,
                         last_leader: 0,
                         time_samples: 0,
+                        last_end: None,
                     });
                 }
                 self.last_tid = Some((tid, i));
@@ -443,6 +447,14 @@ impl Aggregator {
             } else {
                 close_window(t, slot, &s.values[..n], end_overflow, width)
             };
+            if !slot.plain {
+                if let Some(net) = &net {
+                    t.window_check.add_window(&net[..width]);
+                }
+                let mut end = [0u64; MAX_COUNTERS];
+                end[..n].copy_from_slice(&s.values[..n]);
+                slot.last_end = Some((space, end));
+            }
             match net {
                 Some(net) => {
                     let key = WindowKey {
@@ -461,6 +473,24 @@ impl Aggregator {
                 None => t.unpaired += 1,
             }
             slot.open = false;
+        }
+        let time_sample = matches!(s.kind, SampleKind::Plain | SampleKind::WindowStart);
+        if let Some((at, end)) = slot.last_end.take_if(|_| time_sample) {
+            // A long period: from the last window's end to this window's overflow (the
+            // call's tail or the sampler's delay, when one came first).
+            let to: &[u64] = match pending {
+                Some(_) => &slot.pending_values[..n],
+                None => &s.values[..n],
+            };
+            if s.kind == SampleKind::WindowStart && at == space {
+                let mut d = [0u64; MAX_COUNTERS];
+                if to.iter().zip(&end).zip(&mut d).all(|((&b, &a), d)| {
+                    *d = b.wrapping_sub(a);
+                    b >= a
+                }) {
+                    t.window_check.add_long(&d[..n]);
+                }
+            }
         }
         match s.kind {
             SampleKind::Plain | SampleKind::WindowStart => {

@@ -52,6 +52,7 @@ mod symbolize;
 mod tally;
 pub mod throughput;
 mod timeline;
+pub mod window_check;
 
 pub use aggregate::{Aggregator, MAX_COUNTERS};
 pub use error::ReportError;

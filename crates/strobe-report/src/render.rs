@@ -243,6 +243,9 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     if let Some(c) = correction_line(report) {
         lines.push(c);
     }
+    if let Some(w) = crate::window_check::warning(&report.window_check) {
+        lines.push(format!("warning:  {w}"));
+    }
     if let Some(o) = &report.off_cpu {
         lines.push(format!(
             "off-cpu:  {} intervals, {:.3} s switched out ({:.3} s of it preempted, waiting for \
@@ -683,7 +686,23 @@ struct JsonReport<'r> {
     off_cpu: Option<JsonOffCpu>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     processes: Vec<JsonProcess<'r>>,
+    /// Each counter's rate in the windows over its rate in the long periods between them
+    /// (absent when not judged: fixed-period sampling, or too few windows).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    window_check: Vec<JsonCheck<'r>>,
     functions: Vec<JsonFunction<'r>>,
+}
+
+/// A counter's windows against the long periods.
+#[derive(Serialize)]
+struct JsonCheck<'r> {
+    counter: &'r str,
+    ratio: Option<f64>,
+    windows_events: f64,
+    expected: f64,
+    z: f64,
+    judged: bool,
+    flagged: bool,
 }
 
 /// A command's share of the recording.
@@ -747,6 +766,19 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
                 samples: round4(p.samples),
                 cpu_ns: p.cpu_ns.round(),
                 pct: round4(100.0 * p.samples / process_total.max(1e-9)),
+            })
+            .collect(),
+        window_check: report
+            .window_check
+            .iter()
+            .map(|c| JsonCheck {
+                counter: &c.counter,
+                ratio: c.ratio.is_finite().then(|| round4(c.ratio)),
+                windows_events: round4(c.windows_events),
+                expected: round4(c.expected),
+                z: round4(c.z),
+                judged: c.judged,
+                flagged: c.flagged,
             })
             .collect(),
         functions: rows.iter().map(|f| JsonFunction { report, f }).collect(),

@@ -239,6 +239,9 @@ pub struct Report {
     /// Each command's share of the CPU time (empty for recordings without per-thread
     /// CPU times), most first.
     pub processes: Vec<crate::accounting::ProcessShare>,
+    /// Each counter's rate in the windows against the long periods between them (empty
+    /// when the recording did not alternate, or had too few windows to judge).
+    pub window_check: Vec<crate::window_check::CounterCheck>,
 }
 
 impl Report {

@@ -134,6 +134,8 @@ pub(crate) struct Tally {
     pub timeline: Option<RawTimeline>,
     /// Off-CPU intervals per (space, IP left at, stack).
     pub off_cpu: FxHashMap<(u32, u64, u32), OffCpuSums>,
+    /// The windows' counts against the long periods' between them.
+    pub window_check: crate::window_check::WindowCheck,
 }
 
 /// One sample as it arrived, for views that show time (the Firefox Profiler).
@@ -203,6 +205,7 @@ impl Tally {
             thread_names: FxHashMap::default(),
             timeline: None,
             off_cpu: FxHashMap::default(),
+            window_check: Default::default(),
         }
     }
 

@@ -628,3 +628,43 @@ fn rust_names_are_demangled() {
     let names: Vec<&str> = r.functions.iter().map(|f| f.function.as_str()).collect();
     assert_eq!(names, ["strobe_report::tests::mangled_rust_function"]);
 }
+
+/// Each counter's rate in the windows is judged against the long periods between them
+/// (a window's end to the next window's overflow, or its start when no overflow came
+/// first): windows at the long periods' rates pass; windows with half their faults are
+/// flagged at 0.5x; a counter with too few events is not judged.
+#[test]
+fn windows_are_checked_against_the_long_periods_between_them() {
+    let mut fair = Stream::new(SW);
+    for i in 0..60u64 {
+        fair.window(1 + (i % 2) as u32, alpha(0), alpha(4), &[20_000, 4 + i % 3, 1]);
+    }
+    let r = fair.finish(WindowPolicy::Discard);
+    assert_eq!(r.window_check.len(), 2, "{:?}", r.window_check);
+    let (pf, cs) = (&r.window_check[0], &r.window_check[1]);
+    assert_eq!((pf.counter.as_str(), cs.counter.as_str()), ("page-faults", "context-switches"));
+    // Each thread's first long period (before its first window) is not one.
+    assert!((pf.ratio - 1.0).abs() < 0.02 && pf.judged && !pf.flagged, "{pf:?}");
+    assert!(!cs.judged && !cs.flagged, "60 switches in the windows: not judged: {cs:?}");
+    assert_eq!(crate::window_check::warning(&r.window_check), None);
+
+    let mut biased = Stream::new(SW);
+    for i in 0..60u64 {
+        // Long periods of 1 ms with 200 faults; every other window's overflow came first.
+        if i % 2 == 0 {
+            biased.push(1, SampleKind::Overflow, alpha(0), &[1_000_000, 200, 50]);
+            biased.push(1, SampleKind::WindowStart, alpha(0), &[0, 0, 0]);
+        } else {
+            biased.push(1, SampleKind::WindowStart, alpha(0), &[1_000_000, 200, 50]);
+        }
+        biased.push(1, SampleKind::WindowEnd, alpha(4), &[20_000, 1 + i % 3, 1]);
+    }
+    let r = biased.finish(WindowPolicy::Discard);
+    let pf = &r.window_check[0];
+    assert!((pf.ratio - 0.5).abs() < 0.01 && pf.flagged, "{pf:?}");
+    let text = render(&r, &RenderOptions::default()).unwrap();
+    assert!(
+        text.contains("warning:  windows are not like the rest of this run: page-faults 0.50x"),
+        "{text}"
+    );
+}

@@ -92,6 +92,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
         timeline,
         off_cpu,
         processes: std::mem::take(&mut t.processes),
+        window_check: t.window_check.finish(&t.info.events),
         info: t.info,
     }
 }

@@ -66,6 +66,11 @@ windows that started and ended in it: the counter deltas of each window (end sam
 start sample of the same thread) are attributed to a function only when both samples fall \
 in it (--window-policy discard, the default) or to the function where the window ended \
 (fold). A function too small to hold whole windows keeps its sample count and rank.\n\n\
+Windows begin at random points of each thread's time, so over a recording they count each \
+counter at the rate the long periods between them do. Where they do not (by 20% or more, \
+beyond chance), the report says so in a warning: the program ran differently inside its \
+windows, and its window metrics are biased, on average by about as much. The JSON output \
+gives each counter's ratio (`window_check`).\n\n\
 A perf.data file written by `perf record` is recognized by its magic: each function's \
 samples are those of one event (--event, or the first that samples), counted as \
 `perf report --no-children --sort sym` counts them; a leader-sampling group's counters \
@@ -260,6 +265,11 @@ fn warn(loaded: &Loaded, file: &Path, table_on_stdout: bool) -> std::io::Result<
     }
     if loaded.report.lost_samples > 0 && !table_on_stdout {
         writeln!(err, "strobe: {}", strobe_report::render::lost_warning(&loaded.report))?;
+    }
+    if let Some(w) = strobe_report::window_check::warning(&loaded.report.window_check) {
+        if !table_on_stdout {
+            writeln!(err, "strobe: warning: {w}")?;
+        }
     }
     for note in &loaded.notes {
         writeln!(err, "strobe: {note}")?;
