@@ -23,7 +23,8 @@
 //!
 //! [`recording`] is the adapter that feeds a record file (crate strobe-format) to the
 //! engine; [`perfdata`] feeds a Linux perf perf.data file (crate strobe-perfdata).
-//! [`throughput`] measures the engine's samples per second. [`lookup`] lends the
+//! [`window_check`] judges whether a recording's windows saw the program as the long
+//! periods between them did. [`throughput`] measures the engine's samples per second. [`lookup`] lends the
 //! symbolization to tools that learn code addresses another way (`strobe watch`).
 //!
 //! This crate must never touch perf or the target: it reads what was recorded.
