@@ -321,6 +321,19 @@ const METRICS: [(&str, &str); 2] = [
     ("total_context_switches_per_ms", "context_switches_per_ms"),
 ];
 
+/// The report's check of its windows (`window_check`) for the counter a metric rests on:
+/// the windows' rate over the long periods', and whether the report flagged it.
+fn check_of(report: &Value, metric: &str) -> (Option<f64>, bool) {
+    let counter = if metric.contains("fault") { "page-faults" } else { "context-switches" };
+    let c = report["window_check"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["counter"] == counter));
+    match c {
+        Some(c) => (c["ratio"].as_f64(), c["flagged"] == true),
+        None => (None, false),
+    }
+}
+
 /// Rows of one workload run: time shares and window metrics against the truth.
 fn workload_rows(case: &str, run: &WorkloadRun, rows: &mut Vec<Value>) {
     let keep = 1.0 - run.facts.dilution();
@@ -347,12 +360,14 @@ fn workload_rows(case: &str, run: &WorkloadRun, rows: &mut Vec<Value>) {
             }
             let truth = raw / keep.max(0.1);
             let expected = truth * windows as f64 * net_window_ms;
+            let (check_ratio, check_flagged) = check_of(&run.report, key);
             rows.push(json!({
                 "case": case, "function": name, "metric": key, "unit": "%",
                 "truth": truth, "truth_raw": raw, "strobe": got,
                 "low": f[format!("{key}_low")].as_f64(), "high": f[format!("{key}_high")].as_f64(),
                 "error": 100.0 * (got - truth) / truth, "windows": windows,
                 "expected_events": expected, "judged": windows >= 100 && expected >= MIN_EVENTS,
+                "check_ratio": check_ratio, "check_flagged": check_flagged,
             }));
         }
     }
@@ -423,7 +438,9 @@ fn family_rows(case: &str, run: &FamilyRun, rows: &mut Vec<Value>) {
             }
             let truth = raw / keep.max(0.1);
             let expected = truth * windows as f64 * net_window_ms;
+            let (check_ratio, check_flagged) = check_of(&run.report, key);
             rows.push(json!({
+                "check_ratio": check_ratio, "check_flagged": check_flagged,
                 "family": "own_rates", "case": case, "function": name, "metric": key,
                 "unit": "%", "truth": truth, "truth_raw": raw, "strobe": got,
                 "low": f[format!("{key}_low")].as_f64(), "high": f[format!("{key}_high")].as_f64(),
@@ -630,6 +647,29 @@ pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         .map(|(case, pct)| json!({"case": case, "correction_pct": pct}))
         .collect();
     rep.extra.insert("correction_pct".into(), json!(corrections));
+    // The report's own check per case and counter, and the judged metrics it flagged.
+    let checks: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| {
+            let counter =
+                if r["metric"].as_str()?.contains("fault") { "faults" } else { "switches" };
+            Some(((r["case"].as_str()?.to_string(), counter), r["check_ratio"].as_f64()?))
+        })
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .map(|((case, counter), ratio)| json!({"case": case, "counter": counter, "ratio": ratio}))
+        .collect();
+    rep.extra.insert("window_check".into(), json!(checks));
+    let flagged = |want: bool| {
+        rows.iter()
+            .filter(|r| r["judged"] == true && r["unit"] == "%" && r["check_flagged"] == want)
+            .filter_map(|r| r["error"].as_f64())
+            .fold(0.0f64, |m, e| m.max(e.abs()))
+    };
+    rep.extra.insert(
+        "max_error_pct_by_check".into(),
+        json!({"flagged": flagged(true), "not_flagged": flagged(false)}),
+    );
     rep.extra.insert("modes_max_difference_pct".into(), json!(max_modes));
     rep.extra.insert("max_share_error_points".into(), json!(max_share));
     rep.extra.insert("short_threads_error_points".into(), json!(short_pts));
@@ -778,6 +818,28 @@ fn render(rows: &[Value], extra: &Map<String, Value>, quick: bool) -> String {
                 c["correction_pct"].as_f64().unwrap_or(f64::NAN)
             );
         }
+    }
+    if let Some(list) = extra.get("window_check").and_then(Value::as_array) {
+        let _ = writeln!(
+            t,
+            "\nwindow check (the report's: windows' rate over the long periods' between them):"
+        );
+        for c in list {
+            let _ = writeln!(
+                t,
+                "  {:<20} {:<9} {:.2}x",
+                c["case"].as_str().unwrap_or(""),
+                c["counter"].as_str().unwrap_or(""),
+                c["ratio"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+        let by = &extra["max_error_pct_by_check"];
+        let _ = writeln!(
+            t,
+            "  worst judged metric where the report flagged its counter {:.1}%, elsewhere {:.1}%",
+            by["flagged"].as_f64().unwrap_or(0.0),
+            by["not_flagged"].as_f64().unwrap_or(0.0)
+        );
     }
     let _ = writeln!(
         t,
