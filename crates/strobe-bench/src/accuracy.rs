@@ -833,13 +833,15 @@ fn render(rows: &[Value], extra: &Map<String, Value>, quick: bool) -> String {
                 c["ratio"].as_f64().unwrap_or(f64::NAN)
             );
         }
-        let by = &extra["max_error_pct_by_check"];
-        let _ = writeln!(
-            t,
-            "  worst judged metric where the report flagged its counter {:.1}%, elsewhere {:.1}%",
-            by["flagged"].as_f64().unwrap_or(0.0),
-            by["not_flagged"].as_f64().unwrap_or(0.0)
-        );
+        if let Some(by) = extra.get("max_error_pct_by_check") {
+            let _ = writeln!(
+                t,
+                "  worst judged metric where the report flagged its counter {:.1}%, elsewhere \
+                 {:.1}%",
+                by["flagged"].as_f64().unwrap_or(0.0),
+                by["not_flagged"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     let _ = writeln!(
         t,
