@@ -14,7 +14,11 @@
 //!
 //! Every row names its `family` (`workload` or `own_rates`) and carries its case's
 //! `correction_pct`: the share of the net window the report took out as the sampler's
-//! (the baseline, and the signal's delivery from call tails).
+//! (the baseline, and the signal's delivery from call tails). A metric's row also carries
+//! the report's own check of its windows for the counter the metric rests on
+//! (`check_ratio`: the windows' rate over the long periods', `check_flagged`), and the
+//! summary gives the worst judged error where the report flagged it and where it did not
+//! (`max_error_pct_by_check`).
 //!
 //! A program's own clocks count the sampler's time where it lands (inside the functions
 //! it measures around); strobe's per-ms metrics are per ms of the program's own work. So
