@@ -12,7 +12,7 @@
 //! - [`watch`]: `strobe watch`'s request (the points to watch and the options) and the
 //!   hit stream the agent writes back on its pipe.
 //! - [`probe`]: the probe library's configuration and its exit report and trace lines.
-//! - [`env`]: the environment variables and the `LD_PRELOAD` list, named once.
+//! - [`env`](mod@env): the environment variables and the `LD_PRELOAD` list, named once.
 //! - [`wire`]: the small binary encoding the above use, with typed decode errors.
 //!
 //! Owns: these layouts and encodings, with round-trip tests. Must never grow policy (what

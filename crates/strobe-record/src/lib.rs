@@ -51,7 +51,7 @@ use strobe_target::Exit;
 pub enum Mode {
     /// By the agent injected with `LD_PRELOAD` (windows, the overhead budget).
     Agent,
-    /// From the kernel's ring buffers, without injection ([`kernel`]).
+    /// From the kernel's ring buffers, without injection (`strobe record --mode kernel`).
     Kernel,
     /// The agent, unless the program is one it cannot serve (static, Go): then kernel
     /// mode, saying why.

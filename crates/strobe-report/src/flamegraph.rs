@@ -31,7 +31,7 @@ use crate::ReportError;
 /// How to draw a flame graph.
 #[derive(Debug, Clone, Default)]
 pub struct FlameOptions {
-    /// The title; `None`: "Flame Graph: <command>".
+    /// The title; `None`: "Flame Graph: " and the command.
     pub title: Option<String>,
     /// Colour each function by this metric (one of [`Report::metrics`]).
     pub color_by: Option<&'static MetricDef>,
@@ -72,7 +72,7 @@ pub fn find_metric(report: &Report, name: &str) -> Result<&'static MetricDef, Re
 }
 
 /// The colour scale's ends: `(low, high)` over the functions with at least
-/// [`FEW_WINDOWS`] windows (so that one window's extreme value does not flatten the
+/// `FEW_WINDOWS` (30) windows (so that one window's extreme value does not flatten the
 /// scale), or over every function with a value when those few span no range.
 pub fn scale(report: &Report, m: &MetricDef) -> Option<(f64, f64)> {
     let values = |min_windows: u64| -> Vec<f64> {

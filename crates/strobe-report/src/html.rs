@@ -100,7 +100,7 @@ pub fn write<W: Write>(report: &Report, file: Option<&str>, out: W) -> Result<()
     write_with(report, file, None, out)
 }
 
-/// [`write`], the flame graph first coloured by the metric `color_by` (key or header).
+/// [`write()`], the flame graph first coloured by the metric `color_by` (key or header).
 pub fn write_with<W: Write>(
     report: &Report,
     file: Option<&str>,

@@ -12,7 +12,7 @@
 //!    folding, call paths, samples, off-CPU time, windows under a [`WindowPolicy`],
 //!    inclusive windows, the unsampled rows, pruning).
 //! 5. [`metrics`]: the table of derived metrics and their formulas.
-//! 6. [`render`]: table, CSV or JSON, sorted and cut to the top N.
+//! 6. [`render`](mod@render): table, CSV or JSON, sorted and cut to the top N.
 //!
 //! Views of a finished report, each in its own module: [`calltree`] (callers, callees,
 //! folded stacks), [`flamegraph`] (SVG, coloured by a window metric), [`pprof`]

@@ -372,7 +372,7 @@ impl Report {
         }
     }
 
-    /// True when `f`'s metrics rest on fewer than [`FEW_WINDOWS`] windows.
+    /// True when `f`'s metrics rest on fewer than `FEW_WINDOWS` (30) windows.
     pub fn few_windows(&self, f: &FunctionStats) -> bool {
         f.windows > 0 && f.windows < FEW_WINDOWS
     }

@@ -55,7 +55,7 @@ pub struct WindowSums {
     pub n: u64,
     /// Per counter, `Σx`.
     pub sums: CounterSums,
-    /// Per counter pair `i <= j`, `Σ x_i x_j`, packed (see [`tri`]).
+    /// Per counter pair `i <= j`, `Σ x_i x_j`, packed (see `tri`).
     pub prods: PairSums,
 }
 

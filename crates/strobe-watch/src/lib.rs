@@ -3,7 +3,7 @@
 //! - [`spec`]: the watch spec grammar (`SYMBOL[+OFF][:LEN][:w|rw]`, `0xADDR[:LEN][:w|rw]`)
 //!   and the checks that need no ELF file; [`spec::Watchpoint`] is a resolved, armable
 //!   location.
-//! - [`resolve`] (feature `resolve`): data symbols of ELF modules (read by strobe-target),
+//! - [`resolve`](mod@resolve) (feature `resolve`): data symbols of ELF modules (read by strobe-target),
 //!   specs resolved to `(module, vaddr, len)`, close names on a miss.
 //! - [`slots`]: the per-thread debug-register slot table of seed 000, over a
 //!   [`slots::ThreadMultiMap`]: strobe's is a hash multimap keyed by thread (O(1) per

@@ -16,13 +16,13 @@
 //! ```
 //!
 //! Without LIBRARY a symbol is looked up in the executable, then in the libraries it loads
-//! (see [`crate::resolve`]). Fields are separated by single colons; a double colon belongs to the symbol (C++ and
+//! (see [`crate::resolve`](mod@crate::resolve)). Fields are separated by single colons; a double colon belongs to the symbol (C++ and
 //! Rust paths such as `ns::counter`). A symbol literally named `w` or `rw` with no fields
 //! after it must be written with a length (`rw:8`).
 //!
 //! This module owns the grammar and the checks that need no ELF file: the length is one the
 //! hardware supports, a raw address is aligned to it. Symbol lookup is in
-//! [`crate::resolve`]; the final, checked location is a [`Watchpoint`]. It must never touch
+//! [`crate::resolve`](mod@crate::resolve); the final, checked location is a [`Watchpoint`]. It must never touch
 //! the file system or the target.
 
 use std::fmt;
@@ -142,7 +142,7 @@ pub struct WatchSpec {
     pub module: Option<String>,
     /// What to watch.
     pub location: Location,
-    /// The length given with `:LEN`; `None` means "the default" (see [`crate::resolve`]).
+    /// The length given with `:LEN`; `None` means "the default" (see [`crate::resolve`](mod@crate::resolve)).
     pub len: Option<Len>,
     /// Which accesses to report.
     pub access: Access,

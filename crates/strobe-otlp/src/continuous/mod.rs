@@ -4,7 +4,7 @@
 //! The recorder is left as it is: it writes its record file (the agents append their own
 //! chunks to it, the kernel-mode writer its own) into a private temporary directory
 //! ([`Continuous::path`]). A thread of this module follows that file as it grows
-//! (strobe-format's reader in follow mode), hands every record to the [`cut`] state,
+//! (strobe-format's reader in follow mode), hands every record to the `cut` state,
 //! and at each interval's end (intervals are aligned to multiples of the period in Unix
 //! time, so every host's profiles line up) cuts the interval: per process, a small
 //! recording of its own (the header, the recorder's chunks, the process's state and the
@@ -12,16 +12,16 @@
 //! is the report's. The reports become one OTLP request, handed to the exporter thread
 //! without waiting ([`crate::Exporter`]: bounded queue, retries, spool, counts).
 //!
-//! - **Nothing lost or doubled at a cut**: see [`cut`]. An interval is cut a grace time
+//! - **Nothing lost or doubled at a cut**: see `cut`. An interval is cut a grace time
 //!   after its end (the recorder writes a sample tens of milliseconds after it was
 //!   taken); a sample that comes later still goes to the next interval.
 //! - **Bounded**: the bytes read are given back to the file system behind the reader
-//!   ([`local`]); memory holds one interval's samples and the state of the processes
+//!   (`local`); memory holds one interval's samples and the state of the processes
 //!   alive; the exporter's queue is bounded. A collector that is down costs retries on
 //!   the exporter's thread and counted profiles, never a wait in the recorder or the
 //!   target.
 //! - **No local file** unless one is asked for: then the live file's bytes are copied to
-//!   it as they are read, and it is rotated by size ([`local`]).
+//!   it as they are read, and it is rotated by size (`local`).
 //! - **The last interval** is cut when the recording ends however it ends (the program
 //!   exits, `--duration`, SIGINT or SIGTERM: the recorder's signal handling ends the
 //!   recording, then [`Continuous::finish`] reads to the end and sends the rest within a

@@ -22,7 +22,7 @@
 //!   weak `clock_gettime`).
 //! - **PLT entries**, added after that, from the file's `.rela.plt` (or `.rel.plt`)
 //!   against its `.dynsym`: entry `i` of `.plt` (after its header) is `NAME@plt`.
-//! - **Lookup.** perf keeps the symbols in a red-black tree ([`tree`]); an address gets
+//! - **Lookup.** perf keeps the symbols in a red-black tree (`tree`); an address gets
 //!   the first symbol holding it on the path from the root. Where a stretched symbol
 //!   covers PLT entries (`_init` before `.plt`) or nested labels, which one that is depends
 //!   on the tree's shape, so the tree is perf's, node for node; it is built only when an
