@@ -1,5 +1,5 @@
 //! libstrobe_agent.so: the in-process capture agent that `strobe record` and `strobe watch`
-//! inject into a target with LD_PRELOAD. Watchpoints live in [`watch`]; everything else
+//! inject into a target with LD_PRELOAD. Watchpoints live in `watch`; everything else
 //! here serves recording.
 //!
 //! It owns: attaching to the recording's arena (`session`), following the target's
