@@ -19,6 +19,7 @@ mod accuracy;
 mod breakpoint;
 mod coverage;
 mod export;
+mod handler_calls;
 mod kernel_mode;
 mod probe;
 mod probe_uprobe;

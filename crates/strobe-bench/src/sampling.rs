@@ -34,6 +34,11 @@
 //! samples taken: what one sample really cost the workload) beside `charged_cost_us` (what
 //! the agent's budget model charged, recovered from its predicted overhead and period), so
 //! the model's allowance for costs its calibration cannot see can be checked.
+//! The handler's system calls are also timed one at a time in the bench's own thread
+//! (`handler_calls`): what a window cycle's calls cost with every timer the CPU's next
+//! one (the calibration's conditions) and with the long period's timer beyond the tick
+//! (the target's), against the floor's one read, so the per-sample cost's distance from
+//! the floor is split into calls and the rest.
 //! `report_s` times `strobe report FILE --format json`. Report throughput is measured on
 //! a large synthetic recording written through strobe-format's encoder (crate
 //! strobe-report's `throughput::measure_file`), so it is not limited by a short run.
@@ -52,6 +57,7 @@ use serde_json::{json, Map, Value};
 use strobe_format::{ProcessOrigin, Reader, Record};
 
 use crate::drive::{find_perf, last_line, med, r3, run_quiet, Scratch};
+use crate::handler_calls::{self, HandlerCalls};
 use crate::report::{machine_summary, row};
 use crate::stats::{median, median_interval};
 use crate::{BenchError, BenchOpts, BenchReport};
@@ -148,6 +154,8 @@ struct Measured {
     perf: PerfResult,
     /// Report throughput on the synthetic recording: samples, seconds, file bytes.
     synthetic: Vec<(u64, f64, u64)>,
+    /// The handler's system calls, one at a time, or why they could not be measured.
+    calls: Result<HandlerCalls, String>,
 }
 
 /// Runs every variant of the `sampling` benchmark side by side.
@@ -174,6 +182,7 @@ pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
         short: Vec::new(),
         perf: PerfResult::Skipped(String::new()),
         synthetic: Vec::new(),
+        calls: Err(String::new()),
     };
     let mut perf_runs = Vec::new();
     let mut perf_period = None;
@@ -210,6 +219,7 @@ pub(crate) fn run(opts: &BenchOpts) -> Result<BenchReport, BenchError> {
             }
         }
     }
+    m.calls = handler_calls::measure();
     m.perf = match (perf, perf_period) {
         (Ok(_), Some(period_ns)) if !perf_runs.is_empty() => {
             PerfResult::Ran { period_ns, runs: perf_runs }
@@ -732,6 +742,13 @@ fn summarize(m: &Measured) -> BenchReport {
                 .collect(),
         ),
     );
+    x.insert(
+        "handler_calls".into(),
+        match &m.calls {
+            Ok(c) => c.json(),
+            Err(why) => json!({ "skipped": why }),
+        },
+    );
     x.insert("machine".into(), machine_summary().into());
 
     let mut t = String::new();
@@ -825,6 +842,43 @@ fn summarize(m: &Measured) -> BenchReport {
         amp_effective_us / cost_us.max(1e-9),
         w.samples_per_cpu_s
     );
+    match &m.calls {
+        Ok(c) => {
+            let beyond = |cycle| HandlerCalls::per_sample_beyond_floor_us(cycle, c.read_us);
+            let (next, far) = (beyond(c.cycle_next_us()), beyond(c.cycle_far_us()));
+            let _ = writeln!(
+                t,
+                "the handler's system calls, one at a time (us): group read {:.2}; period on the \
+                 stopped leader {:.2}; disable {:.2} / {:.2} and enable {:.2} / {:.2} with the \
+                 timer beyond the tick / the CPU's next; refresh (the window's timer, the CPU's \
+                 next) {:.2}; a bare system call {:.2}",
+                c.read_us,
+                c.period_stopped_us,
+                c.disable_far_us,
+                c.disable_next_us,
+                c.enable_far_us,
+                c.enable_next_us,
+                c.refresh_next_us,
+                c.bare_us
+            );
+            let _ = writeln!(
+                t,
+                "  a window cycle's calls: {:.1} us with every timer the CPU's next (the \
+                 calibration's 50 us periods), {:.1} us with the long period's beyond the tick \
+                 (the default period); per sample beyond the floor's read: {next:.1} us \
+                 ({:.2}x the floor with nothing else) and {far:.1} us ({:.2}x); the measured \
+                 cost leaves {:.1} us a sample to the rest (interrupts, stack walk, records)",
+                c.cycle_next_us(),
+                c.cycle_far_us(),
+                (floor_us + next) / floor_us.max(1e-9),
+                (floor_us + far) / floor_us.max(1e-9),
+                cost_us - floor_us - next
+            );
+        }
+        Err(why) => {
+            let _ = writeln!(t, "the handler's system calls: not measured: {why}");
+        }
+    }
     match &perf_json.get("skipped") {
         Some(why) => {
             let _ = writeln!(t, "perf record: skipped: {}", why.as_str().unwrap_or(""));
@@ -915,6 +969,16 @@ mod tests {
             short: vec![recorded(8.0, 40_000, 5_000, 40, 0.5); 3],
             perf: PerfResult::Skipped("perf is not installed".into()),
             synthetic: vec![(100, 1e-5, 10), (100, 2e-5, 10), (100, 5e-5, 10)],
+            calls: Ok(HandlerCalls {
+                read_us: 1.0,
+                period_stopped_us: 0.5,
+                disable_far_us: 0.4,
+                disable_next_us: 6.0,
+                enable_far_us: 0.6,
+                enable_next_us: 6.5,
+                refresh_next_us: 7.0,
+                bare_us: 0.2,
+            }),
         }
     }
 
