@@ -42,6 +42,10 @@ pub(crate) struct HandlerCalls {
     pub(crate) read_us: f64,
     /// `PERF_EVENT_IOC_PERIOD` on a stopped leader.
     pub(crate) period_stopped_us: f64,
+    /// `PERF_EVENT_IOC_PERIOD` on a running leader (its timer restarted), the timer not
+    /// the CPU's next / the CPU's next: the older window start's one call.
+    pub(crate) period_running_far_us: f64,
+    pub(crate) period_running_next_us: f64,
     /// `PERF_EVENT_IOC_DISABLE`, the leader's timer not the CPU's next / the CPU's next.
     pub(crate) disable_far_us: f64,
     pub(crate) disable_next_us: f64,
@@ -85,6 +89,8 @@ impl HandlerCalls {
         json!({
             "read_us": r3(self.read_us),
             "period_stopped_us": r3(self.period_stopped_us),
+            "period_running_far_us": r3(self.period_running_far_us),
+            "period_running_next_us": r3(self.period_running_next_us),
             "disable_far_us": r3(self.disable_far_us),
             "disable_next_us": r3(self.disable_next_us),
             "enable_far_us": r3(self.enable_far_us),
@@ -173,6 +179,21 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
         },
         || {},
     );
+    let period_running = |base: u64| {
+        let _ = fd.set_period(base);
+        let _ = fd.enable();
+        let us = time_op(
+            || p.set(p.get() ^ 1),
+            || {
+                let _ = fd.set_period(base + p.get());
+            },
+            || {},
+        );
+        let _ = fd.disable();
+        us
+    };
+    let period_running_far_us = period_running(FAR_NS);
+    let period_running_next_us = period_running(DEFAULT_TIME_WINDOW_NS);
     far();
     let disable_far_us = time_op(
         || {
@@ -233,6 +254,8 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
     Ok(HandlerCalls {
         read_us,
         period_stopped_us,
+        period_running_far_us,
+        period_running_next_us,
         disable_far_us,
         disable_next_us,
         enable_far_us,
@@ -251,6 +274,8 @@ mod tests {
         let c = HandlerCalls {
             read_us: 1.0,
             period_stopped_us: 0.5,
+            period_running_far_us: 0.9,
+            period_running_next_us: 7.5,
             disable_far_us: 0.4,
             disable_next_us: 6.0,
             enable_far_us: 0.6,
@@ -275,7 +300,14 @@ mod tests {
                 return;
             }
         };
-        for v in [c.read_us, c.period_stopped_us, c.disable_far_us, c.enable_far_us, c.bare_us] {
+        for v in [
+            c.read_us,
+            c.period_stopped_us,
+            c.period_running_far_us,
+            c.disable_far_us,
+            c.enable_far_us,
+            c.bare_us,
+        ] {
             assert!(v > 0.0 && v < 1_000.0, "{c:?}");
         }
         assert!(c.cycle_next_us() > c.cycle_far_us() * 0.9, "{c:?}");

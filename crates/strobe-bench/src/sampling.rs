@@ -849,11 +849,14 @@ fn summarize(m: &Measured) -> BenchReport {
             let _ = writeln!(
                 t,
                 "the handler's system calls, one at a time (us): group read {:.2}; period on the \
-                 stopped leader {:.2}; disable {:.2} / {:.2} and enable {:.2} / {:.2} with the \
-                 timer beyond the tick / the CPU's next; refresh (the window's timer, the CPU's \
-                 next) {:.2}; a bare system call {:.2}",
+                 stopped leader {:.2}; with the timer beyond the tick / the CPU's next: period \
+                 on the running leader {:.2} / {:.2}, disable {:.2} / {:.2}, enable {:.2} / \
+                 {:.2}; refresh (the window's timer, the CPU's next) {:.2}; a bare system call \
+                 {:.2}",
                 c.read_us,
                 c.period_stopped_us,
+                c.period_running_far_us,
+                c.period_running_next_us,
                 c.disable_far_us,
                 c.disable_next_us,
                 c.enable_far_us,
@@ -972,6 +975,8 @@ mod tests {
             calls: Ok(HandlerCalls {
                 read_us: 1.0,
                 period_stopped_us: 0.5,
+                period_running_far_us: 0.9,
+                period_running_next_us: 7.5,
                 disable_far_us: 0.4,
                 disable_next_us: 6.0,
                 enable_far_us: 0.6,
