@@ -146,21 +146,13 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
     }
     let fd = leader.handle();
     let mut words = [0u64; 16];
-    let far = || {
-        let _ = fd.disable();
-        let _ = fd.set_period(FAR_NS);
-    };
-    let next = || {
-        let _ = fd.disable();
-        let _ = fd.set_period(DEFAULT_TIME_WINDOW_NS);
-    };
     // Warm the paths.
     for _ in 0..CALLS {
         let _ = fd.enable();
         let _ = fd.read_into(&mut words);
         let _ = fd.disable();
     }
-    far();
+    let _ = fd.set_period(FAR_NS);
     let _ = fd.enable();
     let read_us = time_op(
         || {},
@@ -194,44 +186,20 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
     };
     let period_running_far_us = period_running(FAR_NS);
     let period_running_next_us = period_running(DEFAULT_TIME_WINDOW_NS);
-    far();
-    let disable_far_us = time_op(
-        || {
+    // Disable, then enable, the leader stopped with period `base` set: (disable, enable).
+    let stop_start = |base: u64| {
+        let _ = fd.disable();
+        let _ = fd.set_period(base);
+        let enable = || {
             let _ = fd.enable();
-        },
-        || {
+        };
+        let disable = || {
             let _ = fd.disable();
-        },
-        || {},
-    );
-    let enable_far_us = time_op(
-        || {},
-        || {
-            let _ = fd.enable();
-        },
-        || {
-            let _ = fd.disable();
-        },
-    );
-    next();
-    let disable_next_us = time_op(
-        || {
-            let _ = fd.enable();
-        },
-        || {
-            let _ = fd.disable();
-        },
-        || {},
-    );
-    let enable_next_us = time_op(
-        || {},
-        || {
-            let _ = fd.enable();
-        },
-        || {
-            let _ = fd.disable();
-        },
-    );
+        };
+        (time_op(enable, disable, || {}), time_op(|| {}, enable, disable))
+    };
+    let (disable_far_us, enable_far_us) = stop_start(FAR_NS);
+    let (disable_next_us, enable_next_us) = stop_start(DEFAULT_TIME_WINDOW_NS);
     let refresh_next_us = time_op(
         || {},
         || {
@@ -265,24 +233,28 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
     })
 }
 
+/// Figures for tests of the arithmetic and of the bench's summary.
+#[cfg(test)]
+pub(crate) const EXAMPLE: HandlerCalls = HandlerCalls {
+    read_us: 1.0,
+    period_stopped_us: 0.5,
+    period_running_far_us: 0.9,
+    period_running_next_us: 7.5,
+    disable_far_us: 0.4,
+    disable_next_us: 6.0,
+    enable_far_us: 0.6,
+    enable_next_us: 6.5,
+    refresh_next_us: 7.0,
+    bare_us: 0.2,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_cycle_adds_its_calls_and_a_sample_is_half_of_it_beyond_the_floors_read() {
-        let c = HandlerCalls {
-            read_us: 1.0,
-            period_stopped_us: 0.5,
-            period_running_far_us: 0.9,
-            period_running_next_us: 7.5,
-            disable_far_us: 0.4,
-            disable_next_us: 6.0,
-            enable_far_us: 0.6,
-            enable_next_us: 6.5,
-            refresh_next_us: 7.0,
-            bare_us: 0.2,
-        };
+        let c = EXAMPLE;
         assert!((c.cycle_next_us() - (6.0 + 2.0 + 1.0 + 7.0 + 6.5)).abs() < 1e-9);
         assert!((c.cycle_far_us() - (0.4 + 2.0 + 1.0 + 7.0 + 0.6)).abs() < 1e-9);
         let beyond = HandlerCalls::per_sample_beyond_floor_us(c.cycle_far_us(), c.read_us);

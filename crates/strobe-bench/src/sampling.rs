@@ -972,18 +972,7 @@ mod tests {
             short: vec![recorded(8.0, 40_000, 5_000, 40, 0.5); 3],
             perf: PerfResult::Skipped("perf is not installed".into()),
             synthetic: vec![(100, 1e-5, 10), (100, 2e-5, 10), (100, 5e-5, 10)],
-            calls: Ok(HandlerCalls {
-                read_us: 1.0,
-                period_stopped_us: 0.5,
-                period_running_far_us: 0.9,
-                period_running_next_us: 7.5,
-                disable_far_us: 0.4,
-                disable_next_us: 6.0,
-                enable_far_us: 0.6,
-                enable_next_us: 6.5,
-                refresh_next_us: 7.0,
-                bare_us: 0.2,
-            }),
+            calls: Ok(handler_calls::EXAMPLE),
         }
     }
 
