@@ -1011,6 +1011,27 @@ mod tests {
         assert!(v["rows"][1].get("sample_cost_us").is_none());
         assert_eq!(v["report_samples_per_s"], 5_000_000);
         assert_eq!(v["perf_record"]["skipped"], "perf is not installed");
+        // The example calls: a cycle of 6 + 2 x 1 + 2 x 0.5 + 7 + 6.5 = 22.5 us with every
+        // timer the CPU's next, 10.25 us a sample beyond the floor's read.
+        let c = &v["handler_calls"];
+        assert_eq!(c["cycle_every_timer_next_us"], 22.5);
+        assert_eq!(c["per_sample_beyond_floor_every_timer_next_us"], 10.25);
+    }
+
+    #[test]
+    fn text_splits_the_cost_into_calls_and_the_rest_or_says_why_not() {
+        // Floor 15 us, cost 28 us: a 22.5 us cycle, 10.25 us of calls a sample (1.68x the
+        // floor with nothing else), 2.75 us left to the rest.
+        let r = summarize(&measured());
+        assert!(r.text.contains("calls: 22.5 us with every timer the CPU's next"), "{}", r.text);
+        assert!(r.text.contains("(1.68x the floor with nothing else)"), "{}", r.text);
+        assert!(r.text.contains("us a sample to the rest"), "{}", r.text);
+        let mut m = measured();
+        m.calls = Err("EACCES".into());
+        let r = summarize(&m);
+        assert!(r.text.contains("the handler's system calls: not measured: EACCES"), "{}", r.text);
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["handler_calls"]["skipped"], "EACCES");
     }
 
     #[test]
