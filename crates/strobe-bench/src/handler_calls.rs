@@ -146,6 +146,16 @@ pub(crate) fn measure() -> Result<HandlerCalls, String> {
     }
     let fd = leader.handle();
     let mut words = [0u64; 16];
+    // Every call once, checked: the timings below ignore results, so a call this kernel
+    // refuses must fail here, not time an error path.
+    let check = |what: &str, r: std::io::Result<()>| r.map_err(|e| format!("{what}: {e}"));
+    check("PERF_EVENT_IOC_PERIOD", fd.set_period(DEFAULT_TIME_WINDOW_NS))?;
+    check("PERF_EVENT_IOC_REFRESH", fd.refresh(1))?;
+    check("read", fd.read_into(&mut words).map(drop))?;
+    check("PERF_EVENT_IOC_PERIOD (running)", fd.set_period(FAR_NS))?;
+    check("PERF_EVENT_IOC_DISABLE", fd.disable())?;
+    check("PERF_EVENT_IOC_ENABLE", fd.enable())?;
+    check("PERF_EVENT_IOC_DISABLE", fd.disable())?;
     // Warm the paths.
     for _ in 0..CALLS {
         let _ = fd.enable();
