@@ -62,7 +62,8 @@ pub use input::{
 };
 pub use render::{render, Format, RenderOptions};
 pub use report::{
-    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, AGENT, UNSAMPLED,
+    BaselineUse, FunctionStats, OffCpuTotals, PathStats, Report, WindowPolicy, WithoutAgent, AGENT,
+    UNSAMPLED,
 };
 pub use stats::{Estimate, WindowSums};
 pub use symbolize::{SymbolCache, SymbolOptions};

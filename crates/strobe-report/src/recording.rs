@@ -12,9 +12,10 @@
 //!
 //! This module must never interpret samples: attribution is the engine's.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use strobe_format::{NoteLevel, ProcessOrigin, Reader, Record};
 
 use crate::accounting::Accounting;
@@ -97,12 +98,15 @@ pub fn read_from<R: std::io::Read>(
         }
         feed.record(record?)?;
     }
+    let without_agent = feed.without_agent();
     feed.acct.finish(&mut feed.agg);
     progress(size, size);
     let clock =
         crate::firefox::ClockStart { unix_ns: header.start_unix_ns, mono_ns: header.start_mono_ns };
+    let mut report = feed.agg.finish(opts.policy);
+    report.without_agent = without_agent;
     Ok(Loaded {
-        report: feed.agg.finish(opts.policy),
+        report,
         truncated_at: feed.truncated_at,
         notes: feed.notes,
         samples_read: feed.samples_read,
@@ -133,6 +137,11 @@ struct Feed {
     floor_streams: Vec<u32>,
     /// The whole recording was kernel-sampled (kernel mode).
     kernel_mode: bool,
+    /// The programs the agent ran in (pid, executable), and whether it alternated.
+    agent_images: FxHashSet<(u32, PathBuf)>,
+    alternating: bool,
+    /// The floor's streams: stream -> (pid, executable).
+    floor_images: FxHashMap<u32, (u32, PathBuf)>,
 }
 
 impl Feed {
@@ -169,6 +178,9 @@ impl Feed {
             acct: Accounting::new(kernel_excluded),
             floor_streams: Vec::new(),
             kernel_mode: header.mode == strobe_format::RecordMode::Kernel,
+            agent_images: Default::default(),
+            alternating: false,
+            floor_images: FxHashMap::default(),
         })
     }
 
@@ -261,6 +273,43 @@ impl Feed {
         Ok(())
     }
 
+    /// The programs the kernel floor sampled that the agent never ran in, in a recording
+    /// where the agent alternated elsewhere (a floor stream beside an agent stream of the
+    /// same process and executable holds only moments the agent did not serve; one with
+    /// none is a program the agent could not enter). A floor stream whose executable the
+    /// floor never learnt (a fork child that ended or exec'd before it looked) says
+    /// nothing either way and is left out.
+    fn without_agent(&self) -> Vec<crate::report::WithoutAgent> {
+        if !self.alternating {
+            return Vec::new();
+        }
+        let mut by: BTreeMap<String, (FxHashSet<u32>, u64)> = Default::default();
+        for (stream, (pid, exe)) in &self.floor_images {
+            let samples = self.per_stream.get(stream).copied().unwrap_or(0);
+            let unknown = exe.as_os_str().is_empty();
+            if samples == 0 || unknown || self.agent_images.contains(&(*pid, exe.clone())) {
+                continue;
+            }
+            let name = exe.file_name().map_or_else(
+                || exe.to_string_lossy().into_owned(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let e = by.entry(name).or_default();
+            e.0.insert(*pid);
+            e.1 += samples;
+        }
+        let mut list: Vec<_> = by
+            .into_iter()
+            .map(|(command, (pids, samples))| crate::report::WithoutAgent {
+                command,
+                processes: pids.len() as u64,
+                samples,
+            })
+            .collect();
+        list.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.command.cmp(&b.command)));
+        list
+    }
+
     /// A profiled process: its OS pid, its sampling cycle, and (for the launched command,
     /// or a child when the command has none) the sampling parameters the report shows.
     fn process(&mut self, stream: u32, info: &strobe_format::ProcessInfo) {
@@ -268,6 +317,10 @@ impl Feed {
         if info.floor {
             self.agg.set_floor(stream);
             self.floor_streams.push(stream);
+            self.floor_images.insert(stream, (info.pid, info.exe.clone()));
+        } else {
+            self.agent_images.insert((info.pid, info.exe.clone()));
+            self.alternating |= info.window > 0;
         }
         self.acct.process(stream, info);
         self.cycle

@@ -246,6 +246,9 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
     if let Some(w) = crate::window_check::warning(&report.window_check) {
         lines.push(format!("warning:  {w}"));
     }
+    if let Some(w) = without_agent_line(report) {
+        lines.push(format!("note:     {w}"));
+    }
     if let Some(o) = &report.off_cpu {
         lines.push(format!(
             "off-cpu:  {} intervals, {:.3} s switched out ({:.3} s of it preempted, waiting for \
@@ -291,6 +294,35 @@ pub fn summary_lines(report: &Report, file: Option<&str>) -> Vec<String> {
         lines.push(format!("commands: {}", parts.join(", ")));
     }
     lines
+}
+
+/// Which programs have no window metrics because the agent did not run in them, and
+/// why that happens (`None`: every sampled program had the agent, or none alternated).
+pub fn without_agent_line(report: &Report) -> Option<String> {
+    const SHOWN: usize = 4;
+    let list = &report.without_agent;
+    let first = list.first()?;
+    let mut parts: Vec<String> = list
+        .iter()
+        .take(SHOWN)
+        .map(|w| {
+            let n = if w.processes == 1 { String::new() } else { format!(" x{}", w.processes) };
+            format!("{}{n} ({} samples)", w.command, w.samples)
+        })
+        .collect();
+    if list.len() > SHOWN {
+        parts.push(format!("{} more", list.len() - SHOWN));
+    }
+    let one = list.len() == 1 && first.processes == 1;
+    Some(format!(
+        "no window metrics for {}: the agent did not run in {} (a statically linked or setuid \
+         program, one started with LD_PRELOAD cleared, or one past the agent's tables; \
+         `strobe record` warns with the cause it knows), so the kernel floor sampled {} time \
+         without windows",
+        parts.join(", "),
+        if one { "it" } else { "them" },
+        if one { "its" } else { "their" },
+    ))
 }
 
 /// The correction's share of the net window: how much of what a window measured the
@@ -690,7 +722,18 @@ struct JsonReport<'r> {
     /// (absent when not judged: fixed-period sampling, or too few windows).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     window_check: Vec<JsonCheck<'r>>,
+    /// Programs the agent did not run in: the kernel floor's samples, no windows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    without_agent: Vec<JsonWithoutAgent<'r>>,
     functions: Vec<JsonFunction<'r>>,
+}
+
+/// A program the agent did not run in.
+#[derive(Serialize)]
+struct JsonWithoutAgent<'r> {
+    command: &'r str,
+    processes: u64,
+    samples: u64,
 }
 
 /// A counter's windows against the long periods.
@@ -779,6 +822,15 @@ fn json(report: &Report, rows: &[&FunctionStats], file: Option<&str>) -> String 
                 z: round4(c.z),
                 judged: c.judged,
                 flagged: c.flagged,
+            })
+            .collect(),
+        without_agent: report
+            .without_agent
+            .iter()
+            .map(|w| JsonWithoutAgent {
+                command: &w.command,
+                processes: w.processes,
+                samples: w.samples,
             })
             .collect(),
         functions: rows.iter().map(|f| JsonFunction { report, f }).collect(),

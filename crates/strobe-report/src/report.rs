@@ -242,6 +242,21 @@ pub struct Report {
     /// Each counter's rate in the windows against the long periods between them (empty
     /// when the recording did not alternate, or had too few windows to judge).
     pub window_check: Vec<crate::window_check::CounterCheck>,
+    /// Programs of an alternating recording that the agent did not run in (a statically
+    /// linked program a shell started, a setuid one, one that cleared `LD_PRELOAD`): the
+    /// kernel floor sampled their time, without windows. Most samples first.
+    pub without_agent: Vec<WithoutAgent>,
+}
+
+/// A program the agent did not run in, in a recording whose other programs it served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WithoutAgent {
+    /// The executable's file name.
+    pub command: String,
+    /// Processes that ran it.
+    pub processes: u64,
+    /// The kernel floor's samples of them (time samples, lost ones included).
+    pub samples: u64,
 }
 
 impl Report {

@@ -668,3 +668,31 @@ fn windows_are_checked_against_the_long_periods_between_them() {
         "{text}"
     );
 }
+
+#[test]
+fn programs_the_agent_did_not_run_in_are_named_in_the_header_and_the_json() {
+    let mut r = snapshot_report();
+    assert_eq!(crate::render::without_agent_line(&r), None);
+    r.without_agent = vec![
+        crate::WithoutAgent { command: "gprog".into(), processes: 1, samples: 98 },
+        crate::WithoutAgent { command: "busybox".into(), processes: 3, samples: 4 },
+    ];
+    let line = crate::render::without_agent_line(&r).unwrap();
+    assert!(
+        line.starts_with(
+            "no window metrics for gprog (98 samples), busybox x3 (4 samples): the agent did \
+             not run in them"
+        ),
+        "{line}"
+    );
+    let text = render(&r, &RenderOptions::default()).unwrap();
+    assert!(text.contains(&format!("note:     {line}")), "{text}");
+    let opts = RenderOptions { format: Format::Json, ..Default::default() };
+    let v: serde_json::Value = serde_json::from_str(&render(&r, &opts).unwrap()).unwrap();
+    assert_eq!(v["without_agent"][1]["command"], "busybox");
+    assert_eq!(v["without_agent"][1]["processes"], 3);
+    assert_eq!(v["without_agent"][0]["samples"], 98);
+    r.without_agent.truncate(1);
+    let one = crate::render::without_agent_line(&r).unwrap();
+    assert!(one.contains("did not run in it ") && one.contains("sampled its time"), "{one}");
+}

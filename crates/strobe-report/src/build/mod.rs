@@ -93,6 +93,7 @@ pub(crate) fn build(mut t: Tally, policy: WindowPolicy) -> Report {
         off_cpu,
         processes: std::mem::take(&mut t.processes),
         window_check: t.window_check.finish(&t.info.events),
+        without_agent: Vec::new(),
         info: t.info,
     }
 }

@@ -71,6 +71,9 @@ counter at the rate the long periods between them do. Where they do not (by 20% 
 beyond chance), the report says so in a warning: the program ran differently inside its \
 windows, and its window metrics are biased, on average by about as much. The JSON output \
 gives each counter's ratio (`window_check`).\n\n\
+A program the agent did not run in (a statically linked or setuid program a shell started, \
+say) is sampled by the kernel floor, without windows: the report names such programs in a \
+note, and the JSON lists them (`without_agent`).\n\n\
 A perf.data file written by `perf record` is recognized by its magic: each function's \
 samples are those of one event (--event, or the first that samples), counted as \
 `perf report --no-children --sort sym` counts them; a leader-sampling group's counters \
@@ -269,6 +272,11 @@ fn warn(loaded: &Loaded, file: &Path, table_on_stdout: bool) -> std::io::Result<
     if let Some(w) = strobe_report::window_check::warning(&loaded.report.window_check) {
         if !table_on_stdout {
             writeln!(err, "strobe: warning: {w}")?;
+        }
+    }
+    if let Some(w) = strobe_report::render::without_agent_line(&loaded.report) {
+        if !table_on_stdout {
+            writeln!(err, "strobe: note: {w}")?;
         }
     }
     for note in &loaded.notes {

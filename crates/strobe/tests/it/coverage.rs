@@ -437,6 +437,56 @@ fn shell_children_are_followed() {
     }
 }
 
+/// A statically linked program that a shell starts (`sh -c 'static_hello MS; ...'`): the
+/// agent cannot enter it, the kernel floor samples it. Its samples against its own CPU
+/// time over the sampling cycle, and the report names it as the program without window
+/// metrics (the shell, which had the agent, is not named).
+#[test]
+fn a_static_program_a_shell_starts_is_sampled_and_named_without_windows() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-static");
+    let stat = prog("static_hello").display().to_string();
+    let script = format!("{stat} 1000; {stat} 1000");
+    let c = record(&dir, "static", &[], Path::new("sh"), &["-c", &script]);
+    let plain = run(Command::new("sh").args(["-c", &script]));
+    assert_eq!(c.out.status.code(), plain.status.code());
+    assert_eq!(c.out.stdout.len(), plain.stdout.len(), "{}", show(&c.out));
+    let process_ns: f64 = String::from_utf8_lossy(&c.out.stdout)
+        .lines()
+        .filter_map(|l| fields(l.as_bytes()).get("process_ns").copied())
+        .sum();
+    assert!(process_ns > 1.9e9, "{}", show(&c.out));
+    let without = c.report["without_agent"].as_array().cloned().unwrap_or_default();
+    assert_eq!(without.len(), 1, "only the static program is named: {without:?}");
+    assert_eq!(without[0]["command"], "static_hello");
+    assert_eq!(without[0]["processes"], 2);
+    let n = without[0]["samples"].as_f64().unwrap();
+    assert!(n >= 100.0, "{without:?}");
+    // Its samples against its CPU time over the sampling cycle (the floor samples such a
+    // program at the agent's cycle: period, half the jitter, the window), within 3.29
+    // standard deviations of a Poisson count (periodic sampling varies less).
+    let g = |k: &str| c.report[k].as_f64().unwrap_or(0.0);
+    let cycle = g("period") + g("jitter") / 2.0 + g("window");
+    let want = process_ns / cycle;
+    let tol = Z * want.sqrt() + 1.0;
+    println!("static_hello: {n} samples against {want:.1} (tolerance {tol:.1})");
+    assert!((n - want).abs() <= tol, "{n} samples against {want:.1}\n{}", c.table);
+    // The CPU time the report gives it, from the kernel's per-task counts, against its own.
+    let share = c.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["command"] == "static_hello")
+        .cloned()
+        .unwrap_or_default();
+    let got = share["cpu_ns"].as_f64().unwrap_or(0.0);
+    assert!((got / process_ns - 1.0).abs() <= 0.02, "{share}\n{}", c.table);
+    assert!(c.table.contains("no window metrics for static_hello x2"), "{}", c.table);
+    let json = run(strobe().arg("report").arg(&c.file).args(["--format", "json"]));
+    let err = String::from_utf8_lossy(&json.stderr);
+    assert!(err.contains("strobe: note: no window metrics for static_hello x2"), "{err}");
+}
+
 /// `make -j2` building a small C project: the compilers' share of the tree (gcc, cc1,
 /// as, collect2, ld, each compile's wrapper) against the wrappers' own rusage, and the
 /// build's output against a build without strobe.
