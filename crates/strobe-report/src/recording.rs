@@ -286,14 +286,10 @@ impl Feed {
         let mut by: BTreeMap<String, (FxHashSet<u32>, u64)> = Default::default();
         for (stream, (pid, exe)) in &self.floor_images {
             let samples = self.per_stream.get(stream).copied().unwrap_or(0);
-            let unknown = exe.as_os_str().is_empty();
-            if samples == 0 || unknown || self.agent_images.contains(&(*pid, exe.clone())) {
+            let name = crate::accounting::file_name(exe);
+            if samples == 0 || name.is_empty() || self.agent_images.contains(&(*pid, exe.clone())) {
                 continue;
             }
-            let name = exe.file_name().map_or_else(
-                || exe.to_string_lossy().into_owned(),
-                |n| n.to_string_lossy().into_owned(),
-            );
             let e = by.entry(name).or_default();
             e.0.insert(*pid);
             e.1 += samples;
