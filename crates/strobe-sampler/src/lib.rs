@@ -18,6 +18,8 @@
 //! - [`slot`]: FREE -> CLAIMED -> ACTIVE -> CLOSING -> DEAD -> FREE, and the generation a
 //!   late signal of an old owner fails.
 //! - [`mpsc`]: the bounded multi-producer ring of watchpoint hits.
+//! - [`gate`]: the one-way gate that keeps the agent's system calls before a program's
+//!   seccomp filter: a closer waits out the code that passed it.
 //! - [`born`]: FREE -> CLAIMED -> READY hand-over entries and the count of threads still
 //!   arming themselves, which tells the writer when it may arm a thread itself.
 #![cfg_attr(not(test), no_std)]
@@ -29,6 +31,7 @@ mod sync;
 pub mod alternate;
 pub mod born;
 pub mod custody;
+pub mod gate;
 pub mod mpsc;
 pub mod ring;
 pub mod slot;
