@@ -13,7 +13,7 @@ use crate::calibration::Costs;
 use crate::wire::{DecodeError, Reader, Writer};
 
 /// The encoding's version.
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
 
 /// How the agent walks the stack of each sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +107,11 @@ pub struct RecordConfig {
     /// The agent's per-switch correction (see `strobe_sampler::alternate`) fits windows
     /// net of it.
     pub window_dead: u64,
+    /// How many seccomp filters `strobe record` itself runs under (a container's, a
+    /// service manager's). An agent that starts under more has been put in a sandbox by
+    /// the program or a launcher, whose filter may forbid the agent's system calls: it
+    /// stays off there (`agent/src/sandbox.rs`).
+    pub seccomp_filters: u32,
 }
 
 impl RecordConfig {
@@ -126,7 +131,8 @@ impl RecordConfig {
             .u64(self.tail_dead)
             .u64(self.cycle_extra)
             .u64(self.lateness)
-            .u64(self.window_dead);
+            .u64(self.window_dead)
+            .u64(u64::from(self.seccomp_filters));
         match &self.costs {
             None => {
                 w.bool(false);
@@ -162,6 +168,7 @@ impl RecordConfig {
         let cycle_extra = r.u64("the cycle's extra count")?;
         let lateness = r.u64("the windows' lateness")?;
         let window_dead = r.u64("the window's dead count")?;
+        let seccomp_filters = r.u32("the recorder's seccomp filters")?;
         let costs = if r.bool("the costs flag")? {
             Some(Costs {
                 sample_ns: r.u64("the cost per sample")?,
@@ -186,6 +193,7 @@ impl RecordConfig {
             cycle_extra,
             lateness,
             window_dead,
+            seccomp_filters,
         })
     }
 }
@@ -210,6 +218,7 @@ mod tests {
             cycle_extra: 61_000,
             lateness: 17_000,
             window_dead: 3_000,
+            seccomp_filters: 1,
         }
     }
 

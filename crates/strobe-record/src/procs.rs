@@ -229,6 +229,7 @@ mod tests {
             cycle_extra: 0,
             lateness: 0,
             window_dead: 0,
+            seccomp_filters: 0,
         };
         let sizes = strobe_protocol::ArenaSizes {
             procs: 2,
