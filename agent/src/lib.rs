@@ -50,6 +50,11 @@
 //!
 //! - Threads made with raw `clone` (not `pthread_create`) are not profiled; the recorder
 //!   says so when a process took CPU time its profiled threads do not account for.
+//! - Seccomp: before a program installs a filter through libc (`prctl`, `syscall`) the
+//!   agent stops in the process, and an image that starts under a filter the recorder
+//!   does not have leaves it off (`sandbox`); the kernel floor samples both. A filter
+//!   installed by a raw system call passes no wrapper: one that forbids the agent's calls
+//!   then breaks the program as it would under any in-process sampler.
 //! - SIGTRAP: `sigaction` and `signal` are interposed so that a target installing its own
 //!   SIGTRAP handler gets a virtual disposition that our handler chains to for every
 //!   SIGTRAP that is not a sample (raw `rt_sigaction` system calls bypass this).
@@ -74,6 +79,7 @@ mod clock;
 mod fds;
 mod hidden_env;
 mod sampler;
+mod sandbox;
 mod session;
 mod sigmask;
 mod signal;
@@ -194,6 +200,12 @@ extern "C" fn agent_init() {
         return; // Go's runtime owns every signal: the kernel floor samples Go images
     }
     let Some((arena, cfg)) = session::attach() else { return };
+    if sandbox::filtered_at_start(&arena, cfg.seccomp_filters) {
+        if !cfg.calibrate {
+            hidden_env::hide();
+        }
+        return;
+    }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     let origin = match session::previous_agent_pid() {
@@ -425,6 +437,9 @@ fn setup_thread(a: &Agent, cpu_from: u64) {
 /// pthread key destructor: the thread is exiting.
 extern "C" fn thread_exit(value: *mut libc::c_void) {
     let idx = (value as usize).wrapping_sub(1);
+    // Under the program's seccomp filter the agent makes no call: the recorder drains the
+    // slot when the process ends.
+    let Some(_pass) = sandbox::enter() else { return };
     if own_agent().is_some() {
         sampler::close_slot(idx, false);
     }
@@ -477,7 +492,9 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the Box<Start> leaked by our pthread_create, consumed once here.
     let s = unsafe { Box::from_raw(p.cast::<Start>()) };
     watch::on_thread_start(s.watch);
-    if ENABLED.load(Ordering::Acquire) {
+    // The pass: no seccomp filter goes in while the thread opens its events.
+    let pass = ENABLED.load(Ordering::Acquire).then(sandbox::enter).flatten();
+    if pass.is_some() {
         if let Some(a) = agent() {
             let cpu_from = sampler::thread_cpu_ns();
             // A library loaded since the last snapshot (dlopen) shows here; at most
@@ -487,6 +504,7 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
             setup_thread(a, cpu_from);
         }
     }
+    drop(pass);
     (s.routine)(s.arg)
 }
 
@@ -531,6 +549,13 @@ extern "C" fn atfork_parent() {
 }
 
 extern "C" fn atfork_child() {
+    if sandbox::active() {
+        // The child inherits the parent's filter and the closed gate: the agent stays off
+        // and makes no call (its copies of the parent's descriptors stay open).
+        ENABLED.store(false, Ordering::Relaxed);
+        AGENT.store(std::ptr::null_mut(), Ordering::Release);
+        return;
+    }
     let cpu_from = sampler::thread_cpu_ns();
     sampler::draw_after_fork_in_child();
     // The parent's threads' signal stacks came along: this thread's gives way to the
@@ -588,6 +613,9 @@ fn before_exec() -> Option<usize> {
     // A vfork child execs on our memory: its thread has no events of its own, and the
     // recording and the events it could reach are the parent's. Touch nothing.
     let a = own_agent()?;
+    // Under the program's seccomp filter: no call of ours (the new image starts under it
+    // and leaves the agent off).
+    let _pass = sandbox::enter()?;
     let idx = own_slot();
     if let Some(i) = idx {
         sampler::pause(i);
@@ -601,6 +629,7 @@ fn before_exec() -> Option<usize> {
 
 /// exec failed: the process goes on, and so does this thread's sampling.
 fn after_failed_exec(idx: Option<usize>) {
+    let Some(_pass) = sandbox::enter() else { return };
     if let Some(p) = own_agent().and_then(Agent::proc_entry) {
         p.set_state(ProcState::Running);
     }

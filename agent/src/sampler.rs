@@ -904,6 +904,45 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
+/// Thread `tid`'s CPU time, ns (0 if it is gone), read from another thread of its process.
+pub fn thread_cpu_ns_of(tid: u32) -> u64 {
+    // The kernel's clock id for a thread's CPU time (CPUCLOCK_SCHED of a per-thread
+    // clock), as glibc's pthread_getcpuclockid builds it.
+    let clock = (!(tid as libc::clockid_t) << 3) | 6;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Stops every other thread's sampling in this process, from the thread stepping aside for
+/// a seccomp filter (`sandbox`), before the filter is in: each leader is disabled (no
+/// overflow of ours comes to a thread that may be under the filter, or that execs) and
+/// each served stretch ends (the kernel floor samples the thread from now on). Both are
+/// the owner's to do; every owner does them under a pass of the sandbox gate, which the
+/// caller has closed and waited out: no owner touches its slot, its events or their
+/// descriptors again, so the caller is the only one left to.
+pub fn stop_other_threads(own: Option<usize>) {
+    let Some(ar) = arena() else { return };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let high = ar.high_water().min(slots::MAX_SLOTS);
+    for (i, slot) in ar.slots().iter().enumerate().take(high) {
+        let Some(local) = LOCAL.get(i) else { continue };
+        let leader = local.leader_fd.load(Ordering::Relaxed);
+        if Some(i) == own || leader < 0 || slot.pid.load(Ordering::Relaxed) != pid {
+            continue;
+        }
+        let _ = EventFd::from_raw(leader).disable();
+        let cpu = thread_cpu_ns_of(slot.tid.load(Ordering::Relaxed));
+        if cpu != 0 {
+            slot.end_stretch(mono_ns(), cpu);
+        }
+    }
+}
+
 /// Starts slot `index`'s leader running (its first period was set at open), noting the
 /// CPU time the thread ran before it could be sampled and, from `setup_from` (the
 /// thread's CPU time when the agent began setting it up), what the agent's set-up cost.

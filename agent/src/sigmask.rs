@@ -88,6 +88,9 @@ unsafe fn interpose(
         return -1;
     };
     let idx = if set.is_null() || own_agent().is_none() { None } else { own_slot() };
+    // Under the program's seccomp filter the agent makes no call: forwarded unchanged.
+    let pass = idx.and_then(|_| crate::sandbox::enter());
+    let idx = pass.as_ref().and(idx);
     let Some((idx, local)) = idx.and_then(|i| Some((i, LOCAL.get(i)?))) else {
         // SAFETY: forwarded unchanged.
         return unsafe { f(how, set, old) };

@@ -155,7 +155,10 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
     // SAFETY: `info` is the siginfo_t the kernel passed to this SA_SIGINFO handler.
     let si = unsafe { sys::perf_siginfo(info) };
     let ours = (si.code == sys::TRAP_PERF).then(|| slots::decode(si.perf_data)).flatten();
-    if let Some((index, generation)) = ours {
+    // Under the program's seccomp filter (or about to be) the agent makes no call: a
+    // signal of ours that comes then is dropped.
+    let pass = ours.and_then(|_| crate::sandbox::enter());
+    if let (Some((index, generation)), Some(_pass)) = (ours, pass) {
         // Tagged as strobe's: the slot it names, if it is still that generation's and
         // belongs to this thread (a stale or foreign signal is dropped, never run on
         // another thread's slot).
@@ -178,6 +181,8 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut 
                 take_sample(a, ar, index, slot, local, uc, late);
             }
         }
+    } else if ours.is_some() {
+        // Ours, with the agent stepped aside: nothing to do.
     } else if si.code == libc::SI_TKILL && CALIB_MODE.load(Ordering::Relaxed) != 0 {
         crate::calibrate::on_tkill(uc);
     } else {

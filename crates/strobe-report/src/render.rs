@@ -316,7 +316,8 @@ pub fn without_agent_line(report: &Report) -> Option<String> {
     let one = list.len() == 1 && first.processes == 1;
     Some(format!(
         "no window metrics for {}: the agent did not run in {} (a statically linked or setuid \
-         program, one started with LD_PRELOAD cleared, or one past the agent's tables; \
+         program, one started with LD_PRELOAD cleared or under a seccomp filter, or one past \
+         the agent's tables; \
          `strobe record` warns with the cause it knows), so the kernel floor sampled {} time \
          without windows",
         parts.join(", "),

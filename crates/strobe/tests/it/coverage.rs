@@ -6,7 +6,8 @@
 //!   (`total_pct`) against that truth. Shapes: a server whose threads block every signal
 //!   and sigwait, a main that calls pthread_exit while its workers go on, short children
 //!   made with fork, fork+exec, vfork, posix_spawn and exec of /proc/self/exe, 2000
-//!   short threads, threads holding descriptors under a 1024 limit.
+//!   short threads, threads holding descriptors under a 1024 limit, a program that installs
+//!   a seccomp filter halfway.
 //! - Real programs that cannot time themselves (dash, bash, make, xz, Python's
 //!   multiprocessing): each command's share of the tree against the `wait4` rusage of a
 //!   wrapper (`zoo_tree`), and the output and exit status against a run without strobe.
@@ -199,6 +200,47 @@ fn a_main_that_exits_first_leaves_its_workers_sampled() {
             c.total("worker_spin"),
             100.0 * t["worker_ns"] / t["process_ns"],
         );
+    }
+}
+
+/// A program that confines itself with a seccomp filter halfway (one that kills it on
+/// `ioctl` and `perf_event_open`, calls the agent makes at every sample and thread): with
+/// `prctl` on one thread, with `seccomp(2)` and TSYNC on every thread, and by a launcher
+/// that installs it and execs (the new image starts under it). The program runs to its
+/// end as it does alone, `strobe record` says the agent stepped aside, and every
+/// function's share, before the filter, after it and in a child forked under it, is its
+/// share of the tree's CPU time: the kernel floor samples what the agent no longer does.
+#[test]
+fn a_program_that_sandboxes_itself_runs_on_and_is_sampled_whole() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-sandbox");
+    // 10-14 s of CPU each, 1000 samples at a 10 ms period (`exec` runs its workers only
+    // before the filter).
+    for (how, ms) in [("prctl", "1500"), ("tsync", "1500"), ("exec", "2700")] {
+        let c = record(&dir, how, &[], &prog("zoo_sandbox"), &[how, "2", ms]);
+        let t = fields(&c.out.stdout);
+        let said = String::from_utf8_lossy(&c.out.stderr);
+        assert!(said.contains("installs a seccomp filter"), "{how}: {}", show(&c.out));
+        if how == "exec" {
+            assert!(said.contains("started under a seccomp filter"), "{}", show(&c.out));
+        }
+        let tree = t["tree_ns"];
+        for (f, truth) in
+            [("before_spin", "before_ns"), ("after_spin", "after_ns"), ("child_spin", "child_ns")]
+        {
+            c.near(&format!("{how}: {f}"), c.total(f), 100.0 * t[truth] / tree);
+        }
+        let windows = |name: &str| {
+            c.report["functions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["function"] == name)
+                .map(|f| f["windows"].as_f64().unwrap())
+                .sum::<f64>()
+        };
+        assert!(windows("before_spin") > 0.0, "{how}: the agent served before\n{}", c.table);
+        assert_eq!(windows("after_spin"), 0.0, "{how}: no window after\n{}", c.table);
     }
 }
 
