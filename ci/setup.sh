@@ -3,7 +3,8 @@
 # a C and a C++ compiler (test programs; libFuzzer, built for ci/fuzz.sh), Linux perf
 # (benchmarks compare against it), binutils and xz (tests strip programs and add
 # MiniDebugInfo), Chromium (the HTML report is tested in a headless browser) and valgrind
-# (ci/san.sh runs the lock-free structures' stress tests under memcheck and helgrind). The test
+# (ci/san.sh runs the lock-free structures' stress tests under memcheck and helgrind), strace
+# (a coverage test records a program strace runs). The test
 # programs' USDT probes come from tests/c/usdt.h, so <sys/sdt.h> is not needed.
 # It also builds the OpenTelemetry Collector the OTLP tests use (ci/otelcol.sh, Go).
 # Safe to run repeatedly; does nothing when everything is present.
@@ -17,6 +18,7 @@ command -v objcopy >/dev/null 2>&1 || need+=(binutils)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "ci/setup.sh: missing packages ${need[*]}; install them (apt-get install ${need[*]}) or run as root" >&2

@@ -50,6 +50,9 @@
 //!
 //! - Threads made with raw `clone` (not `pthread_create`) are not profiled; the recorder
 //!   says so when a process took CPU time its profiled threads do not account for.
+//! - Tracers: an image traced from its start (`strace -f`, a debugger that ran it) leaves
+//!   the agent off, so the tracer sees no signal of ours; one that attaches later (`gdb
+//!   -p`, `strace -p`) sees each sample's SIGTRAP.
 //! - Seccomp: before a program installs a filter through libc (`prctl`, `syscall`) the
 //!   agent stops in the process, and an image that starts under a filter the recorder
 //!   does not have leaves it off (`sandbox`); the kernel floor samples both. A filter
@@ -200,7 +203,10 @@ extern "C" fn agent_init() {
         return; // Go's runtime owns every signal: the kernel floor samples Go images
     }
     let Some((arena, cfg)) = session::attach() else { return };
-    if sandbox::filtered_at_start(&arena, cfg.seccomp_filters) {
+    // The loader's own calls (open, read, close) brought the agent in: reading the status
+    // file makes no call a sandbox that let it in forbids.
+    let status = strobe_protocol::status::Status::of_this_thread();
+    if sandbox::filtered_at_start(&arena, &status, cfg.seccomp_filters) || traced(&arena, &status) {
         if !cfg.calibrate {
             hidden_env::hide();
         }
@@ -237,6 +243,25 @@ extern "C" fn agent_init() {
         return;
     }
     start(cfg, origin, cpu_from);
+}
+
+/// Whether this image is traced from its start (`strace -f`, a debugger that ran it): the
+/// tracer would see every sample's SIGTRAP (strace prints each one, a debugger stops at
+/// each), so the agent stays off in it, says so through the arena, and the kernel floor
+/// samples it. A tracer that attaches later (`gdb -p`) is not seen: a documented limit.
+fn traced(ar: &Arena, status: &strobe_protocol::status::Status) -> bool {
+    if status.tracer_pid == 0 {
+        return false;
+    }
+    ar.push_note(&format!(
+        "pid {} ({}) is traced by pid {}: the agent stays off in it, so that the tracer does \
+         not see its signals; the kernel floor samples it, without window metrics",
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::getpid() },
+        status.name,
+        status.tracer_pid,
+    ));
+    true
 }
 
 /// Starts a stream: opens the file, takes the costs (or measures them), derives the

@@ -108,24 +108,26 @@ fn name(bytes: &[u8]) -> String {
 }
 
 /// At start: whether this image runs under a filter `strobe record` does not (given the
-/// recorder's count of filters); if so the agent stays off here, and says so through the
-/// arena (`ar`), which needs no system call.
-pub fn filtered_at_start(ar: &strobe_protocol::Arena, recorder_filters: u32) -> bool {
-    // The loader's own calls (open, read, close) brought the agent in: they are allowed.
-    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
-    let s = strobe_protocol::seccomp::Seccomp::parse(&status);
+/// thread's `status` and the recorder's count of filters); if so the agent stays off here,
+/// and says so through the arena (`ar`), which needs no system call.
+pub fn filtered_at_start(
+    ar: &strobe_protocol::Arena,
+    status: &strobe_protocol::status::Status,
+    recorder_filters: u32,
+) -> bool {
+    let s = status.seccomp;
     if !s.beyond(recorder_filters) {
         return false;
     }
     GATE.close();
-    let name = status.lines().find_map(|l| l.strip_prefix("Name:")).unwrap_or("").trim();
     ar.push_note(&format!(
-        "pid {} ({name}) started under a seccomp filter that strobe record does not run \
-         under ({} filters against {recorder_filters}): the agent stays off in it, so that \
-         its system calls cannot break the program; the kernel floor samples it, without \
-         window metrics",
+        "pid {} ({}) started under a seccomp filter that strobe record does not run under \
+         ({} filters against {recorder_filters}): the agent stays off in it, so that its \
+         system calls cannot break the program; the kernel floor samples it, without window \
+         metrics",
         // SAFETY: getpid has no preconditions.
         unsafe { libc::getpid() },
+        status.name,
         s.filters,
     ));
     true

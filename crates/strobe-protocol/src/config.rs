@@ -110,7 +110,7 @@ pub struct RecordConfig {
     /// How many seccomp filters `strobe record` itself runs under (a container's, a
     /// service manager's). An agent that starts under more has been put in a sandbox by
     /// the program or a launcher, whose filter may forbid the agent's system calls: it
-    /// stays off there (`agent/src/sandbox.rs`).
+    /// stays off there (`agent/src/sandbox.rs`, [`crate::status`]).
     pub seccomp_filters: u32,
 }
 

@@ -12,7 +12,8 @@
 //! - [`watch`]: `strobe watch`'s request (the points to watch and the options) and the
 //!   hit stream the agent writes back on its pipe.
 //! - [`probe`]: the probe library's configuration and its exit report and trace lines.
-//! - [`seccomp`]: a process's seccomp state, read the same way by both ends.
+//! - [`status`]: what a thread's status file says about whether the agent may work in it
+//!   (its seccomp filters, its tracer), read the same way by both ends.
 //! - [`env`](mod@env): the environment variables and the `LD_PRELOAD` list, named once.
 //! - [`wire`]: the small binary encoding the above use, with typed decode errors.
 //!
@@ -26,7 +27,7 @@ pub mod calibration;
 pub mod config;
 pub mod env;
 pub mod probe;
-pub mod seccomp;
+pub mod status;
 pub mod watch;
 pub mod wire;
 

@@ -121,7 +121,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         cycle_extra: 0,
         lateness: 0,
         window_dead: 0,
-        seccomp_filters: strobe_protocol::seccomp::Seccomp::current().filters,
+        seccomp_filters: strobe_protocol::status::Status::of_this_thread().seccomp.filters,
     };
     let calibration = crate::calibrate::run(&opts.calibration_command, &opts.agent, &config);
     let baseline = calibration.as_ref().ok().and_then(|c| c.baseline.as_ref());

@@ -7,7 +7,7 @@
 //!   and sigwait, a main that calls pthread_exit while its workers go on, short children
 //!   made with fork, fork+exec, vfork, posix_spawn and exec of /proc/self/exe, 2000
 //!   short threads, threads holding descriptors under a 1024 limit, a program that installs
-//!   a seccomp filter halfway.
+//!   a seccomp filter halfway, a program strace runs.
 //! - Real programs that cannot time themselves (dash, bash, make, xz, Python's
 //!   multiprocessing): each command's share of the tree against the `wait4` rusage of a
 //!   wrapper (`zoo_tree`), and the output and exit status against a run without strobe.
@@ -450,6 +450,33 @@ fn wrapped(
         })
         .collect();
     (c, trees, plain)
+}
+
+/// A program traced from its start (`strace -f`): the tracer's output is as without
+/// strobe (no sample's SIGTRAP shows in it: the agent stays off in a traced image, and
+/// `strobe record` says so), and the traced program's function gets its share of the
+/// tree (strace and the program, `zoo_tree`'s truth), from the kernel floor. The program
+/// makes few system calls: a thread that strace stops at every call is under-sampled by
+/// the kernel's task-clock itself (`perf record -e task-clock` the same, about 20% short
+/// for a thread that reads its clock every 200 iterations).
+#[test]
+fn a_program_strace_runs_is_sampled_and_strace_sees_no_signal_of_ours() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-traced");
+    let trace = dir.path("trace.txt");
+    let trace_arg = trace.to_str().unwrap().to_string();
+    let program = prog("zoo_quiet").display().to_string();
+    let command = ["strace", "-f", "-e", "trace=none", "-o", &trace_arg, &program, "2", "5500"];
+    let (c, trees, plain) = wrapped(&dir, "strace", &command, &|| ());
+    assert_eq!(c.out.status.code(), plain.status.code());
+    let said = String::from_utf8_lossy(&c.out.stderr);
+    assert!(said.contains("zoo_quiet) is traced by pid"), "{}", show(&c.out));
+    let traced = std::fs::read_to_string(&trace).unwrap();
+    assert!(traced.contains("+++ exited with 0 +++"), "{traced}");
+    assert!(!traced.contains("SIGTRAP"), "the tracer saw our signals:\n{traced}");
+    let t = fields(&c.out.stdout);
+    let tree = trees.last().unwrap().1;
+    c.near("traced: quiet_spin", c.total("quiet_spin"), 100.0 * t["quiet_ns"] / tree);
 }
 
 /// `sh -c 'P; P'` (Debian's sh is dash, whose children it execs after fork) and the same
