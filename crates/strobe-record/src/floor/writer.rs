@@ -696,6 +696,25 @@ impl Writer {
                             None => None,
                         };
                         self.known.remove(&pid);
+                        if strobe_target::tasks::executable(pid).is_none() {
+                            // Its executable is hidden already (a leader that called
+                            // pthread_exit, a process gone): the launched program's path,
+                            // or the name the exec gave it, stands in, not its parent's
+                            // program.
+                            let exe = match &self.launched_exe {
+                                Some(e) if self.launched == Some(pid) => e.clone(),
+                                _ => PathBuf::from(&name),
+                            };
+                            self.known.insert(
+                                pid,
+                                Known {
+                                    ppid: strobe_target::tasks::parent_of(pid).unwrap_or(0),
+                                    exe,
+                                    maps: Vec::new(),
+                                    names: Vec::new(),
+                                },
+                            );
+                        }
                         self.proc_of(pid, time, origin);
                     }
                     let t = self.threads.entry(tid).or_default();
