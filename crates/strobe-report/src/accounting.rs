@@ -321,10 +321,20 @@ impl Accounting {
                 }
             }
         }
-        for (&(pid, _), t) in self.threads.iter_mut() {
-            if let Some(c) = self.last_command.get(&pid) {
-                t.command = c.clone();
+        // A process no image of which named its executable (a fork child that ended or
+        // exec'd before the floor learnt one) goes by its main thread's name (a fork child
+        // runs its parent's program), else any thread's, else its pid: never by nothing.
+        let mut fallback: FxHashMap<u32, String> = FxHashMap::default();
+        for (&(pid, tid), t) in &self.threads {
+            if !t.name.is_empty() && (tid == pid || !fallback.contains_key(&pid)) {
+                fallback.insert(pid, t.name.clone());
             }
+        }
+        for (&(pid, _), t) in self.threads.iter_mut() {
+            t.command = match self.last_command.get(&pid).or(fallback.get(&pid)) {
+                Some(c) => c.clone(),
+                None => format!("[pid {pid}]"),
+            };
         }
     }
 
@@ -563,6 +573,28 @@ mod tests {
         let (rows, _) = finish(a);
         let named: f64 = rows.iter().filter(|r| r.0 == UNSAMPLED).map(|r| r.2).sum();
         assert!(named > 200.0, "{rows:?}");
+    }
+
+    /// A process whose executable no stream named (a fork child that exec'd or ended
+    /// before the floor learnt it) goes by its main thread's name, else by its pid: never
+    /// by an empty command.
+    #[test]
+    fn a_process_without_an_executable_still_has_a_command() {
+        let mut a = Accounting::default();
+        let mut named = info(100, 1_000_000);
+        named.exe = std::path::PathBuf::new();
+        let mut unknown = info(200, 1_000_000);
+        unknown.exe = std::path::PathBuf::new();
+        a.process(7, &named);
+        a.process(8, &unknown);
+        a.thread_name(7, 101, "worker");
+        a.thread_name(7, 100, "server");
+        a.thread_cpu(7, &[cpu(100, 1_000_000, 0), cpu(101, 1_000_000, 0)]);
+        a.thread_cpu(8, &[cpu(200, 1_000_000, 0)]);
+        let (_, shares) = finish(a);
+        let mut commands: Vec<&str> = shares.iter().map(|s| s.command.as_str()).collect();
+        commands.sort_unstable();
+        assert_eq!(commands, ["[pid 200]", "server"], "{shares:?}");
     }
 
     /// Within a command, a group of threads whose samples stand for more than they ran
