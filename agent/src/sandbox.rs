@@ -122,9 +122,9 @@ pub fn filtered_at_start(
     GATE.close();
     ar.push_note(&format!(
         "pid {} ({}) started under a seccomp filter that strobe record does not run under \
-         ({} filters against {recorder_filters}): the agent stays off in it, so that its \
-         system calls cannot break the program; the kernel floor samples it, without window \
-         metrics",
+         (it has {} seccomp filters, strobe record {recorder_filters}): the agent stays off \
+         in it, so that its system calls cannot break the program; the kernel floor samples \
+         it, without window metrics",
         // SAFETY: getpid has no preconditions.
         unsafe { libc::getpid() },
         status.name,
