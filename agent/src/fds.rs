@@ -14,8 +14,11 @@
 //!   last ones, bash's 255 for one), so the low numbers the program's `open`s get are
 //!   never ours.
 //! - **Identity.** A set says which numbers are ours. The interposed `close`
-//!   leaves ours open and answers EBADF, as the kernel would for a number the program
-//!   never opened; `close_range` and `closefrom` close everything around ours;
+//!   leaves ours open and answers success: a program that lists `/proc/self/fd` and
+//!   closes each entry (daemons, Chromium's crashpad) saw the number and expects its close
+//!   to work (EBADF made crashpad log one warning per agent descriptor), and one that
+//!   closes a range blindly ignores the answer; `close_range` and `closefrom` close
+//!   everything around ours;
 //!   `dup2`/`dup3` onto one of ours first moves ours to another band number.
 //!
 //! Known limit: a `dup2` onto one of our numbers while the owning thread's handler is
@@ -201,8 +204,8 @@ fn errno_set(e: libc::c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Interposes `close`: the agent's descriptors stay open, and the caller is told what
-/// the kernel would have told it for a number it never opened.
+/// Interposes `close`: the agent's descriptors stay open, and the caller is told its
+/// close succeeded (see the module note).
 ///
 /// # Safety
 /// Same contract as libc's `close`.
@@ -212,8 +215,7 @@ pub unsafe extern "C" fn close(fd: libc::c_int) -> libc::c_int {
     static REAL: std::sync::atomic::AtomicPtr<libc::c_void> =
         std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
     if is_ours(fd) {
-        errno_set(libc::EBADF);
-        return -1;
+        return 0;
     }
     let f = crate::next_symbol(&REAL, c"close");
     if f.is_null() {

@@ -304,7 +304,8 @@ fn short_threads_at_the_default_period_get_their_share() {
 
 /// 400 threads each holding two descriptors under a soft limit of 1024: every open the
 /// program makes succeeds under strobe as without it (the agent keeps to its budget, in
-/// a band of high numbers), and the threads it could not serve are the floor's.
+/// a band of high numbers), and the threads it could not serve are the floor's. Closing
+/// every descriptor /proc/self/fd lists, as daemons do, succeeds as without strobe.
 #[test]
 fn the_agent_leaves_the_programs_descriptors_alone() {
     let _quiet = crate::util::quiet();
@@ -314,6 +315,8 @@ fn the_agent_leaves_the_programs_descriptors_alone() {
     let c = record(&dir, "fds", &[], &prog("zoo_fds"), &["400", "2", "40"]);
     let t = fields(&c.out.stdout);
     assert_eq!(t["failed"], 0.0, "{}", show(&c.out));
+    assert_eq!(fields(&plain.stdout)["close_failed"], 0.0, "{}", show(&plain));
+    assert_eq!(t["close_failed"], 0.0, "closing what /proc/self/fd lists: {}", show(&c.out));
     assert_eq!(c.out.status.code(), Some(0), "{}", show(&c.out));
     let err = String::from_utf8_lossy(&c.out.stderr);
     assert!(err.contains("descriptor budget"), "{err}");
