@@ -206,7 +206,10 @@ extern "C" fn agent_init() {
     // The loader's own calls (open, read, close) brought the agent in: reading the status
     // file makes no call a sandbox that let it in forbids.
     let status = strobe_protocol::status::Status::of_this_thread();
-    if sandbox::filtered_at_start(&arena, &status, cfg.seccomp_filters) || traced(&arena, &status) {
+    if sandbox::filtered_at_start(&arena, &status, cfg.seccomp_filters)
+        || traced(&arena, &status)
+        || in_other_pid_namespace(&arena, cfg.pid_ns)
+    {
         if !cfg.calibrate {
             hidden_env::hide();
         }
@@ -260,6 +263,27 @@ fn traced(ar: &Arena, status: &strobe_protocol::status::Status) -> bool {
         unsafe { libc::getpid() },
         status.name,
         status.tracer_pid,
+    ));
+    true
+}
+
+/// Whether this process lives in a PID namespace other than `strobe record`'s
+/// (`recorder`'s inode; 0: unknown): its pids (1 for the namespace's first process) are
+/// not the kernel floor's, and would be matched with other processes. The agent stays off
+/// in it, says so through the arena, and the floor, which reports every pid in the
+/// recorder's namespace, samples it.
+fn in_other_pid_namespace(ar: &Arena, recorder: u64) -> bool {
+    let ours = strobe_protocol::status::pid_namespace();
+    if recorder == 0 || ours == 0 || ours == recorder {
+        return false;
+    }
+    ar.push_note(&format!(
+        "a process ({}, pid {} in its namespace) runs in a PID namespace other than strobe \
+         record's: the agent stays off in it, so that its pids are not confused with \
+         others'; the kernel floor samples it, without window metrics",
+        strobe_protocol::status::Status::of_this_thread().name,
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::getpid() },
     ));
     true
 }
@@ -604,7 +628,9 @@ extern "C" fn atfork_child() {
     // The child's copy of the output fd; `start` opens the file again.
     fds::close_own(OUT_FD.swap(-1, Ordering::Relaxed));
     fds::give_back(1);
-    if old.cfg.follow_fork && !old.cfg.calibrate {
+    // A child made in a new PID namespace (`unshare -pf`, a container runtime's fork).
+    let foreign = arena().is_some_and(|ar| in_other_pid_namespace(ar, old.cfg.pid_ns));
+    if old.cfg.follow_fork && !old.cfg.calibrate && !foreign {
         let costs = strobe_protocol::Costs {
             sample_ns: old.sample_ns.load(Ordering::Relaxed),
             floor_ns: old.floor_ns.load(Ordering::Relaxed),

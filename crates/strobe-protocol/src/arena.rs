@@ -761,6 +761,7 @@ mod tests {
             lateness: 0,
             window_dead: 0,
             seccomp_filters: 0,
+            pid_ns: 0,
         }
     }
 

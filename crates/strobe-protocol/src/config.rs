@@ -112,6 +112,11 @@ pub struct RecordConfig {
     /// the program or a launcher, whose filter may forbid the agent's system calls: it
     /// stays off there (`agent/src/sandbox.rs`, [`crate::status`]).
     pub seccomp_filters: u32,
+    /// The inode of `strobe record`'s PID namespace (0: unknown). An agent in another one
+    /// (`unshare -p`, a container runtime, a browser's sandbox) sees pids the recording
+    /// cannot match with the kernel's: it stays off there, and the kernel floor, which
+    /// reports every pid in the recorder's namespace, samples it.
+    pub pid_ns: u64,
 }
 
 impl RecordConfig {
@@ -132,7 +137,8 @@ impl RecordConfig {
             .u64(self.cycle_extra)
             .u64(self.lateness)
             .u64(self.window_dead)
-            .u64(u64::from(self.seccomp_filters));
+            .u64(u64::from(self.seccomp_filters))
+            .u64(self.pid_ns);
         match &self.costs {
             None => {
                 w.bool(false);
@@ -169,6 +175,7 @@ impl RecordConfig {
         let lateness = r.u64("the windows' lateness")?;
         let window_dead = r.u64("the window's dead count")?;
         let seccomp_filters = r.u32("the recorder's seccomp filters")?;
+        let pid_ns = r.u64("the recorder's PID namespace")?;
         let costs = if r.bool("the costs flag")? {
             Some(Costs {
                 sample_ns: r.u64("the cost per sample")?,
@@ -194,6 +201,7 @@ impl RecordConfig {
             lateness,
             window_dead,
             seccomp_filters,
+            pid_ns,
         })
     }
 }
@@ -219,6 +227,7 @@ mod tests {
             lateness: 17_000,
             window_dead: 3_000,
             seccomp_filters: 1,
+            pid_ns: 4026531836,
         }
     }
 

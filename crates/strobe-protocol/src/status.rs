@@ -4,7 +4,8 @@
 //! under a filter the recorder does not have, and in a traced process).
 //!
 //! Owns: the parse of the `Name:`, `TracerPid:`, `Seccomp:` and `Seccomp_filters:`
-//! lines. Must never decide what to do about them: the agent does.
+//! lines, and the identity of the calling process's PID namespace. Must never decide
+//! what to do about them: the agent does.
 
 /// A thread's seccomp mode and number of filters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,6 +62,14 @@ impl Status {
     }
 }
 
+/// The inode of the calling process's PID namespace (`/proc/self/ns/pid`), 0 when it
+/// cannot be read. Namespace inodes are the kernel's, the same whichever procfs shows
+/// them.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +94,13 @@ mod tests {
             "strict mode forbids the agent's calls"
         );
         assert_eq!(Status::parse("garbage"), Status::default());
+    }
+
+    #[test]
+    fn the_pid_namespace_is_the_one_procs_link_names() {
+        let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        let want = format!("pid:[{}]", pid_namespace());
+        assert_eq!(link.to_string_lossy(), want);
     }
 
     #[test]

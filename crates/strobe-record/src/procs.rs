@@ -230,6 +230,7 @@ mod tests {
             lateness: 0,
             window_dead: 0,
             seccomp_filters: 0,
+            pid_ns: 0,
         };
         let sizes = strobe_protocol::ArenaSizes {
             procs: 2,

@@ -122,6 +122,7 @@ fn prepare_agent(opts: &RecordOptions, plan: &Plan) -> AgentPrep {
         lateness: 0,
         window_dead: 0,
         seccomp_filters: strobe_protocol::status::Status::of_this_thread().seccomp.filters,
+        pid_ns: strobe_protocol::status::pid_namespace(),
     };
     let calibration = crate::calibrate::run(&opts.calibration_command, &opts.agent, &config);
     let baseline = calibration.as_ref().ok().and_then(|c| c.baseline.as_ref());

@@ -316,10 +316,9 @@ pub fn without_agent_line(report: &Report) -> Option<String> {
     let one = list.len() == 1 && first.processes == 1;
     Some(format!(
         "no window metrics for {}: the agent did not run in {} (a statically linked or setuid \
-         program, one started with LD_PRELOAD cleared or under a seccomp filter, or one past \
-         the agent's tables; \
-         `strobe record` warns with the cause it knows), so the kernel floor sampled {} time \
-         without windows",
+         program, one started with LD_PRELOAD cleared, under a seccomp filter, under a tracer \
+         or in a PID namespace of its own, or one past the agent's tables; `strobe record` \
+         warns with the cause it knows), so the kernel floor sampled {} time without windows",
         parts.join(", "),
         if one { "it" } else { "them" },
         if one { "its" } else { "their" },

@@ -72,7 +72,8 @@ beyond chance), the report says so in a warning: the program ran differently ins
 windows, and its window metrics are biased, on average by about as much. The JSON output \
 gives each counter's ratio (`window_check`).\n\n\
 A program the agent did not run in (a statically linked or setuid program a shell started, \
-or one started under a seccomp filter, say) is sampled by the kernel floor, without windows: the report names such programs in a \
+or one started under a seccomp filter, a tracer or in a PID namespace of its own, say) is \
+sampled by the kernel floor, without windows: the report names such programs in a \
 note, and the JSON lists them (`without_agent`).\n\n\
 A perf.data file written by `perf record` is recognized by its magic: each function's \
 samples are those of one event (--event, or the first that samples), counted as \

@@ -7,7 +7,7 @@
 //!   and sigwait, a main that calls pthread_exit while its workers go on, short children
 //!   made with fork, fork+exec, vfork, posix_spawn and exec of /proc/self/exe, 2000
 //!   short threads, threads holding descriptors under a 1024 limit, a program that installs
-//!   a seccomp filter halfway, a program strace runs.
+//!   a seccomp filter halfway, a program strace runs, one in a PID namespace of its own.
 //! - Real programs that cannot time themselves (dash, bash, make, xz, Python's
 //!   multiprocessing): each command's share of the tree against the `wait4` rusage of a
 //!   wrapper (`zoo_tree`), and the output and exit status against a run without strobe.
@@ -507,6 +507,32 @@ fn shell_children_are_followed() {
             100.0 * process_ns / tree,
         );
     }
+}
+
+/// A program started in a PID namespace of its own (`unshare -pf --mount-proc`, as
+/// container runtimes and sandboxes do), where it is pid 1: the agent stays off there and
+/// `strobe record` says so, so no stream carries the namespace's pids; the kernel floor
+/// samples it, and its function and its process get their shares of the tree.
+#[test]
+fn a_program_in_its_own_pid_namespace_is_sampled_by_the_floor() {
+    let _quiet = crate::util::quiet();
+    let dir = Scratch::new("coverage-pidns");
+    let spin = prog("zoo_spin").display().to_string();
+    let command = ["unshare", "-pf", "--mount-proc", &spin, "14000"];
+    let (c, trees, plain) = wrapped(&dir, "pidns", &command, &|| ());
+    assert_eq!(c.out.status.code(), plain.status.code(), "{}", show(&c.out));
+    let said = String::from_utf8_lossy(&c.out.stderr);
+    assert!(said.contains("PID namespace other than strobe record's"), "{}", show(&c.out));
+    let t = fields(&c.out.stdout);
+    let tree = trees.last().unwrap().1;
+    c.near("pidns: spin_work", c.total("spin_work"), 100.0 * t["spin_ns"] / tree);
+    let cmds = c.commands();
+    let zoo = cmds.get("zoo_spin").copied().unwrap_or(0.0);
+    c.near("pidns: zoo_spin process", zoo, 100.0 * t["process_ns"] / tree);
+    let recording = strobe_format::read_all(&c.file).unwrap();
+    let pids: Vec<u32> =
+        recording.processes.iter().filter_map(|p| Some(p.info.as_ref()?.pid)).collect();
+    assert!(!pids.contains(&1), "a stream with the namespace's pid 1: {pids:?}");
 }
 
 /// A statically linked program that a shell starts (`sh -c 'static_hello MS; ...'`): the
