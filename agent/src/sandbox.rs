@@ -27,10 +27,10 @@
 //!   own assembly) passes neither wrapper: a documented limit.
 //!
 //! Owns: the gate (crate strobe-sampler's `gate`) that agent code passes before it makes
-//! system calls ([`enter`]), the two interposed functions and the raw system call that forwards them.
-//! Must never change what the program's call does or returns (arguments, result and
-//! `errno` are the kernel's), allocate or lock on the paths a signal handler takes, or
-//! make a system call of the agent's once the flag is set.
+//! system calls ([`enter`]), the two interposed functions and the raw system call that
+//! forwards them. Must never change what the program's call does or returns (arguments,
+//! result and `errno` are the kernel's), allocate or lock on the paths a signal handler
+//! takes, or make a system call of the agent's once the gate is closed.
 
 use std::sync::atomic::Ordering;
 
@@ -60,23 +60,25 @@ const WAIT_NS: u64 = 1_000_000_000;
 /// Stops the agent in this process before a seccomp filter goes in (`how`: the call).
 /// Runs in the installing thread, before the kernel sees the filter.
 fn step_aside(how: &str) {
+    // A vfork child (our memory, its own pid, no events of ours) or an image the agent
+    // never started in: nothing of ours runs in it, and a vfork parent's agent, whose
+    // memory this is, must go on.
+    let Some(a) = crate::own_agent() else { return };
     if GATE.is_closed() {
         return;
     }
     // Said first, while writing the record file is still allowed.
-    if let Some(a) = crate::own_agent() {
-        crate::chunks::note(
-            a,
-            strobe_format::NoteLevel::Warning,
-            format!(
-                "pid {} ({}) installs a seccomp filter ({how}): the agent stops in it before \
-                 the filter can forbid its system calls; the kernel floor samples it on, \
-                 without window metrics",
-                a.pid,
-                name(&crate::sampler::thread_name()),
-            ),
-        );
-    }
+    crate::chunks::note(
+        a,
+        strobe_format::NoteLevel::Warning,
+        format!(
+            "pid {} ({}) installs a seccomp filter ({how}): the agent stops in it before the \
+             filter can forbid its system calls; the kernel floor samples it on, without \
+             window metrics",
+            a.pid,
+            name(&crate::sampler::thread_name()),
+        ),
+    );
     crate::ENABLED.store(false, Ordering::Release);
     if !GATE.close() {
         return;

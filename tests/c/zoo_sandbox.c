@@ -9,9 +9,11 @@
 // THREADS workers and main each spend MS ms of CPU in before_spin(); then main installs
 // the filter (HOW: `prctl` PR_SET_SECCOMP on main alone, `tsync` seccomp(2) with
 // SECCOMP_FILTER_FLAG_TSYNC on every thread, `exec` prctl once the workers are done and
-// then an exec of itself as `inherited`, which starts under the filter); then every
-// thread (`exec`: main alone) spends MS ms in after_spin(); then a forked child spends MS
-// ms in child_spin(). The truth is each
+// then an exec of itself as `inherited`, which starts under the filter, `vfork` the same
+// in a vfork child while main, unfiltered, spends MS ms in parent_spin()); then every
+// thread (`exec`, `vfork`: the new image's main alone) spends MS ms in after_spin(); then
+// a forked child spends MS ms in child_spin(). `vfork` prints the new image's line, then
+// "parent_ns=N all_ns=N" (the whole tree's CPU time). The truth is each
 // function's CPU time, the process's and the tree's.
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -34,7 +36,9 @@ static _Atomic unsigned long before_ns, after_ns;
 __attribute__((noinline)) unsigned long before_spin(unsigned long ns) { return zoo_spin(ns, 3); }
 __attribute__((noinline)) unsigned long after_spin(unsigned long ns) { return zoo_spin(ns, 5); }
 __attribute__((noinline)) unsigned long child_spin(unsigned long ns) { return zoo_spin(ns, 9); }
+__attribute__((noinline)) unsigned long parent_spin(unsigned long ns) { return zoo_spin(ns, 7); }
 
+// Installs the filter; a failure ends the process (with _exit: a vfork child calls it).
 static void install(const char *how) {
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -44,14 +48,11 @@ static void install(const char *how) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog p = {.len = sizeof f / sizeof f[0], .filter = f};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) exit(3);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) _exit(3);
     long rc = strcmp(how, "tsync") == 0
                   ? syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &p)
                   : prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &p);
-    if (rc != 0) {
-        perror("seccomp");
-        exit(3);
-    }
+    if (rc != 0) _exit(3);
 }
 
 static int exec_mode;
@@ -95,7 +96,7 @@ int main(int argc, char **argv) {
     }
     pthread_t t[64];
     if (threads > 64) return 2;
-    exec_mode = strcmp(how, "exec") == 0;
+    exec_mode = strcmp(how, "exec") == 0 || strcmp(how, "vfork") == 0;
     pthread_barrier_init(&installed, 0, threads + 1);
     pthread_barrier_init(&spun, 0, threads + 1);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], 0, worker, 0);
@@ -103,13 +104,28 @@ int main(int argc, char **argv) {
     if (exec_mode) {
         // The workers finish first (exec would end them); the new image spins after.
         for (int i = 0; i < threads; i++) pthread_join(t[i], 0);
-        install(how);
         char before[32], n[16], m[16];
         snprintf(before, sizeof before, "%lu", (unsigned long)before_ns);
         snprintf(n, sizeof n, "%d", threads);
         snprintf(m, sizeof m, "%lu", ms);
-        execl("/proc/self/exe", argv[0], "inherited", n, m, before, (char *)0);
-        return 5;
+        if (strcmp(how, "exec") == 0) {
+            install(how);
+            execl("/proc/self/exe", argv[0], "inherited", n, m, before, (char *)0);
+            return 5;
+        }
+        // vfork: the child installs the filter on our memory and execs; we go on unfiltered.
+        pid_t c = vfork();
+        if (c == 0) {
+            install("prctl");
+            execl("/proc/self/exe", argv[0], "inherited", n, m, before, (char *)0);
+            _exit(5);
+        }
+        unsigned long parent = parent_spin(ms * 1000000UL);
+        int st;
+        if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return 4;
+        printf("parent_ns=%lu all_ns=%lu\n", parent,
+               zoo_now(CLOCK_PROCESS_CPUTIME_ID) + zoo_children_ns());
+        return 0;
     }
     install(how);
     pthread_barrier_wait(&installed);

@@ -205,8 +205,9 @@ fn a_main_that_exits_first_leaves_its_workers_sampled() {
 
 /// A program that confines itself with a seccomp filter halfway (one that kills it on
 /// `ioctl` and `perf_event_open`, calls the agent makes at every sample and thread): with
-/// `prctl` on one thread, with `seccomp(2)` and TSYNC on every thread, and by a launcher
-/// that installs it and execs (the new image starts under it). The program runs to its
+/// `prctl` on one thread, with `seccomp(2)` and TSYNC on every thread, by a launcher
+/// that installs it and execs (the new image starts under it), and in a vfork child that
+/// execs while its parent, unfiltered, goes on with the agent. The program runs to its
 /// end as it does alone, `strobe record` says the agent stepped aside, and every
 /// function's share, before the filter, after it and in a child forked under it, is its
 /// share of the tree's CPU time: the kernel floor samples what the agent no longer does.
@@ -216,18 +217,28 @@ fn a_program_that_sandboxes_itself_runs_on_and_is_sampled_whole() {
     let dir = Scratch::new("coverage-sandbox");
     // About 15 s of CPU each: 1000 samples and more at the 10 ms period the budget gives
     // on a loaded host (`exec` runs its workers only before the filter).
-    for (how, ms) in [("prctl", "2200"), ("tsync", "2200"), ("exec", "3100")] {
+    let runs = [("prctl", "2200"), ("tsync", "2200"), ("exec", "3100"), ("vfork", "2600")];
+    for (how, ms) in runs {
         let c = record(&dir, how, &[], &prog("zoo_sandbox"), &[how, "2", ms]);
         let t = fields(&c.out.stdout);
         let said = String::from_utf8_lossy(&c.out.stderr);
-        assert!(said.contains("installs a seccomp filter"), "{how}: {}", show(&c.out));
-        if how == "exec" {
+        // A vfork child installs it on its parent's memory: nothing of the agent's runs in
+        // it, so it says nothing and leaves the parent's agent alone.
+        let installs = said.contains("installs a seccomp filter");
+        assert_eq!(installs, how != "vfork", "{how}: {}", show(&c.out));
+        if how == "exec" || how == "vfork" {
             assert!(said.contains("started under a seccomp filter"), "{}", show(&c.out));
         }
-        let tree = t["tree_ns"];
-        for (f, truth) in
-            [("before_spin", "before_ns"), ("after_spin", "after_ns"), ("child_spin", "child_ns")]
-        {
+        let tree = if how == "vfork" { t["all_ns"] } else { t["tree_ns"] };
+        let mut cases = vec![
+            ("before_spin", "before_ns"),
+            ("after_spin", "after_ns"),
+            ("child_spin", "child_ns"),
+        ];
+        if how == "vfork" {
+            cases.push(("parent_spin", "parent_ns"));
+        }
+        for (f, truth) in cases {
             c.near(&format!("{how}: {f}"), c.total(f), 100.0 * t[truth] / tree);
         }
         let windows = |name: &str| {
@@ -241,6 +252,9 @@ fn a_program_that_sandboxes_itself_runs_on_and_is_sampled_whole() {
         };
         assert!(windows("before_spin") > 0.0, "{how}: the agent served before\n{}", c.table);
         assert_eq!(windows("after_spin"), 0.0, "{how}: no window after\n{}", c.table);
+        if how == "vfork" {
+            assert!(windows("parent_spin") > 0.0, "the parent's agent went on\n{}", c.table);
+        }
     }
 }
 
