@@ -54,15 +54,19 @@ impl Case {
         self.report["samples"].as_f64().unwrap()
     }
 
+    /// The JSON rows of the function called `name` (one per module).
+    fn rows<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Value> {
+        self.report["functions"].as_array().unwrap().iter().filter(move |f| f["function"] == name)
+    }
+
     /// A function's total share (self and callees), percent.
     fn total(&self, name: &str) -> f64 {
-        self.report["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|f| f["function"] == name)
-            .map(|f| f["total_pct"].as_f64().unwrap())
-            .fold(0.0, f64::max)
+        self.rows(name).map(|f| f["total_pct"].as_f64().unwrap()).fold(0.0, f64::max)
+    }
+
+    /// The windows a function's own rows used.
+    fn windows(&self, name: &str) -> f64 {
+        self.rows(name).map(|f| f["windows"].as_f64().unwrap()).sum()
     }
 
     /// Each command's share, percent.
@@ -241,19 +245,10 @@ fn a_program_that_sandboxes_itself_runs_on_and_is_sampled_whole() {
         for (f, truth) in cases {
             c.near(&format!("{how}: {f}"), c.total(f), 100.0 * t[truth] / tree);
         }
-        let windows = |name: &str| {
-            c.report["functions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|f| f["function"] == name)
-                .map(|f| f["windows"].as_f64().unwrap())
-                .sum::<f64>()
-        };
-        assert!(windows("before_spin") > 0.0, "{how}: the agent served before\n{}", c.table);
-        assert_eq!(windows("after_spin"), 0.0, "{how}: no window after\n{}", c.table);
+        assert!(c.windows("before_spin") > 0.0, "{how}: the agent served before\n{}", c.table);
+        assert_eq!(c.windows("after_spin"), 0.0, "{how}: no window after\n{}", c.table);
         if how == "vfork" {
-            assert!(windows("parent_spin") > 0.0, "the parent's agent went on\n{}", c.table);
+            assert!(c.windows("parent_spin") > 0.0, "the parent's agent went on\n{}", c.table);
         }
     }
 }
