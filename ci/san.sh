@@ -14,8 +14,9 @@
 # The stress tests under valgrind:
 # - strobe-rcu tests/stress.rs: readers (also in signal handlers) against writers that
 #   replace, remove and retire objects, every object checked by a canary at drop;
-# - strobe-sampler tests/custody_stress.rs and the ring and born-thread stress tests: the
-#   block pool samples leave the target through, the per-thread ring, the hand-over;
+# - strobe-sampler tests/custody_stress.rs and the ring, born-thread and gate stress tests:
+#   the block pool samples leave the target through, the per-thread ring, the hand-over,
+#   the seccomp gate;
 # - strobe-protocol's arena tests: a child process attaches to the shared arena by path
 #   and its records reach the recorder;
 # - strobe-unwind tests/stress.rs: dlopen/dlclose churn while other threads walk stacks
@@ -47,7 +48,7 @@ command -v valgrind >/dev/null 2>&1 || bash ci/setup.sh
 stress_tests=(
     "-p strobe-rcu --test stress --"
     "-p strobe-sampler --test custody_stress --"
-    "-p strobe-sampler --lib -- stress mpsc::"
+    "-p strobe-sampler --lib -- stress mpsc:: gate::"
     "-p strobe-protocol --lib -- arena::"
     "-p strobe-unwind --test stress --"
 )
