@@ -323,17 +323,26 @@ impl Accounting {
         }
         // A process no image of which named its executable (a fork child that ended or
         // exec'd before the floor learnt one) goes by its main thread's name (a fork child
-        // runs its parent's program), else any thread's, else its pid: never by nothing.
-        let mut fallback: FxHashMap<u32, String> = FxHashMap::default();
+        // runs its parent's program), else its lowest-numbered named thread's (the same
+        // whatever order the map gives), else its pid: never by nothing.
+        let mut fallback: FxHashMap<u32, (bool, u32, String)> = FxHashMap::default();
         for (&(pid, tid), t) in &self.threads {
-            if !t.name.is_empty() && (tid == pid || !fallback.contains_key(&pid)) {
-                fallback.insert(pid, t.name.clone());
+            if t.name.is_empty() {
+                continue;
+            }
+            // Ordered: the main thread first, then by tid.
+            let key = (tid != pid, tid, t.name.clone());
+            match fallback.get(&pid) {
+                Some(have) if *have <= key => {}
+                _ => {
+                    fallback.insert(pid, key);
+                }
             }
         }
         for (&(pid, _), t) in self.threads.iter_mut() {
-            t.command = match self.last_command.get(&pid).or(fallback.get(&pid)) {
-                Some(c) => c.clone(),
-                None => format!("[pid {pid}]"),
+            t.command = match (self.last_command.get(&pid), fallback.get(&pid)) {
+                (Some(c), _) | (None, Some((_, _, c))) => c.clone(),
+                (None, None) => format!("[pid {pid}]"),
             };
         }
     }
@@ -591,10 +600,19 @@ mod tests {
         a.thread_name(7, 100, "server");
         a.thread_cpu(7, &[cpu(100, 1_000_000, 0), cpu(101, 1_000_000, 0)]);
         a.thread_cpu(8, &[cpu(200, 1_000_000, 0)]);
+        // Its main thread unnamed: the lowest named tid's name, whatever the map's order.
+        let mut third = info(300, 1_000_000);
+        third.exe = std::path::PathBuf::new();
+        a.process(9, &third);
+        for (tid, name) in [(305, "e"), (302, "b"), (304, "d"), (301, "a"), (303, "c")] {
+            a.thread_name(9, tid, name);
+        }
+        let tids = [300, 301, 302, 303, 304, 305];
+        a.thread_cpu(9, &tids.map(|t| cpu(t, 1_000_000, 0)));
         let (_, shares) = finish(a);
         let mut commands: Vec<&str> = shares.iter().map(|s| s.command.as_str()).collect();
         commands.sort_unstable();
-        assert_eq!(commands, ["[pid 200]", "server"], "{shares:?}");
+        assert_eq!(commands, ["[pid 200]", "a", "server"], "{shares:?}");
     }
 
     /// Within a command, a group of threads whose samples stand for more than they ran
