@@ -701,18 +701,18 @@ impl Writer {
                             // pthread_exit, a process gone): the launched program's path,
                             // or the name the exec gave it, stands in, not its parent's
                             // program.
-                            let exe = match &self.launched_exe {
-                                Some(e) if self.launched == Some(pid) => e.clone(),
-                                _ => PathBuf::from(&name),
+                            let (exe, ppid) = match &self.launched_exe {
+                                Some(e) if self.launched == Some(pid) => {
+                                    (e.clone(), std::process::id())
+                                }
+                                _ => (
+                                    PathBuf::from(&name),
+                                    strobe_target::tasks::parent_of(pid).unwrap_or(0),
+                                ),
                             };
                             self.known.insert(
                                 pid,
-                                Known {
-                                    ppid: strobe_target::tasks::parent_of(pid).unwrap_or(0),
-                                    exe,
-                                    maps: Vec::new(),
-                                    names: Vec::new(),
-                                },
+                                Known { ppid, exe, maps: Vec::new(), names: Vec::new() },
                             );
                         }
                         self.proc_of(pid, time, origin);
