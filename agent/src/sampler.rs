@@ -896,25 +896,26 @@ pub fn thread_name() -> [u8; 16] {
     buf
 }
 
-/// The calling thread's CPU time, ns.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid out-pointer for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
-}
-
-/// Thread `tid`'s CPU time, ns (0 if it is gone), read from another thread of its process.
-pub fn thread_cpu_ns_of(tid: u32) -> u64 {
-    // The kernel's clock id for a thread's CPU time (CPUCLOCK_SCHED of a per-thread
-    // clock), as glibc's pthread_getcpuclockid builds it.
-    let clock = (!(tid as libc::clockid_t) << 3) | 6;
+/// Clock `clock`'s value, ns (0 if the clock cannot be read).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-pointer for the call.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return 0;
     }
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// The calling thread's CPU time, ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Thread `tid`'s CPU time, ns (0 if it is gone), read from another thread of its process.
+pub fn thread_cpu_ns_of(tid: u32) -> u64 {
+    // The kernel's clock id for a thread's CPU time (CPUCLOCK_SCHED of a per-thread
+    // clock), as glibc's pthread_getcpuclockid builds it.
+    clock_ns((!(tid as libc::clockid_t) << 3) | 6)
 }
 
 /// Stops every other thread's sampling in this process, from the thread stepping aside for

@@ -76,7 +76,7 @@ fn step_aside(how: &str) {
              filter can forbid its system calls; the kernel floor samples it on, without \
              window metrics",
             a.pid,
-            name(&crate::sampler::thread_name()),
+            strobe_protocol::status::Status::of_this_thread().name,
         ),
     );
     crate::ENABLED.store(false, Ordering::Release);
@@ -101,12 +101,6 @@ fn step_aside(how: &str) {
     if let Some(i) = own {
         crate::sampler::close_slot(i, false);
     }
-}
-
-/// A thread name's bytes up to its NUL, as text.
-fn name(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// At start: whether this image runs under a filter `strobe record` does not (given the
