@@ -696,25 +696,21 @@ impl Writer {
                             None => None,
                         };
                         self.known.remove(&pid);
-                        if strobe_target::tasks::executable(pid).is_none() {
-                            // Its executable is hidden already (a leader that called
-                            // pthread_exit, a process gone): the launched program's path,
-                            // or the name the exec gave it, stands in, not its parent's
-                            // program.
-                            let (exe, ppid) = match &self.launched_exe {
-                                Some(e) if self.launched == Some(pid) => {
-                                    (e.clone(), std::process::id())
-                                }
-                                _ => (
-                                    PathBuf::from(&name),
-                                    strobe_target::tasks::parent_of(pid).unwrap_or(0),
-                                ),
-                            };
-                            self.known.insert(
-                                pid,
-                                Known { ppid, exe, maps: Vec::new(), names: Vec::new() },
-                            );
-                        }
+                        // The new image's executable, read once here. Hidden already (a
+                        // leader that called pthread_exit, a process gone), the launched
+                        // program's path, or the name the exec gave it, stands in, not
+                        // its parent's program.
+                        let launched = self.launched == Some(pid);
+                        let exe = strobe_target::tasks::executable(pid)
+                            .or_else(|| self.launched_exe.clone().filter(|_| launched))
+                            .unwrap_or_else(|| PathBuf::from(&name));
+                        let ppid = match origin {
+                            Some((_, ppid)) => ppid,
+                            None if launched => std::process::id(),
+                            None => strobe_target::tasks::parent_of(pid).unwrap_or(0),
+                        };
+                        let known = Known { ppid, exe, maps: Vec::new(), names: Vec::new() };
+                        self.known.insert(pid, known);
                         self.proc_of(pid, time, origin);
                     }
                     let t = self.threads.entry(tid).or_default();
