@@ -11,10 +11,20 @@
 //! events, writing into the same rings, and each sample's read values are that thread's
 //! own counts.
 //!
-//! With `inherit`, `inherit_stat` too: when a thread or child process the kernel gave
-//! copies of the events to exits, each copy writes a READ record with its count, so
-//! every task's exact count (its CPU time, for a time leader) is known per CPU, however
-//! few samples it got.
+//! With `inherit`, each CPU also counts `task-clock` in an exit counter with
+//! `inherit_stat`: when a thread or child process the kernel gave copies of the events to
+//! exits, each copy of the counter writes a READ record with its count, so every task's
+//! exact CPU time is known per CPU, however few samples it got. Those records go to a
+//! ring of their own per CPU, never to the samples' ring: the exiting task writes the
+//! copy of *every* CPU's counter from the CPU it exits on, and the kernel's ring buffer
+//! takes writers of one CPU only (its nesting count and head are CPU-local). A READ
+//! record written from CPU 1 into CPU 0's ring while CPU 0's timer wrote a sample there
+//! left the ring's nesting count stuck: the kernel never published its head again and
+//! dropped every later sample of that CPU (seen on Linux 6.18 in 4 to 6 of 10 recordings
+//! of 3000 short threads at a 125 us period; `perf record -s` loses the same way). In a
+//! ring of their own, such a race can cost exit counts, which are counted, never samples.
+//! (A task that exits holding the events the set opened writes none: at a switch between
+//! a task and a copy of its events the kernel swaps the two contexts, and their counts.)
 //!
 //! Samples carry `IDENTIFIER | IP | TID | TIME | CPU | PERIOD`, `READ` (the group) and
 //! `CALLCHAIN` (frame pointers, in the kernel) when asked; the side-band records a reader
@@ -90,6 +100,9 @@ pub enum Role {
     Leader,
     /// The switch-out sampler of off-CPU recording.
     OffCpu,
+    /// The exit counter: READ records with a task's CPU time when it exits, in the exit
+    /// rings.
+    Exits,
 }
 
 /// Why the set could not be opened.
@@ -156,19 +169,53 @@ pub const OFF_CPU_SAMPLE_TYPE: u64 = (sys::PERF_SAMPLE_IDENTIFIER
     | sys::PERF_SAMPLE_CPU
     | sys::PERF_SAMPLE_CALLCHAIN) as u64;
 
+/// Follows the scope's tasks. Never `inherit_stat`: only the exit counter writes READ
+/// records at a task's exit, into its own ring (module doc).
 fn inherit_flags(attr: &mut perf_event_attr, scope: &Scope) {
+    attr.set_inherit_stat(0);
     match scope {
         Scope::System => attr.set_inherit(0),
         Scope::Launched(_) => {
             attr.set_inherit(1);
-            attr.set_inherit_stat(1);
             attr.set_enable_on_exec(1);
         }
-        Scope::Threads(_) => {
-            attr.set_inherit(1);
-            attr.set_inherit_stat(1);
-        }
+        Scope::Threads(_) => attr.set_inherit(1),
     }
+}
+
+/// `sample_type` of the exit counter: it never samples; these bits give its records the
+/// leader's sample-id trailer (`TID | TIME | CPU | IDENTIFIER`), so one decoder reads both.
+pub const EXIT_COUNTER_SAMPLE_TYPE: u64 = (sys::PERF_SAMPLE_IDENTIFIER
+    | sys::PERF_SAMPLE_TID
+    | sys::PERF_SAMPLE_TIME
+    | sys::PERF_SAMPLE_CPU) as u64;
+
+/// Data pages of each CPU's exit ring: one 64-byte READ record per task that exits, 512
+/// of them between two reads of the ring before any is lost (and its watermark wakes the
+/// reader at half).
+pub const EXIT_RING_PAGES: usize = 8;
+
+/// The exit counter's attr: `task-clock` counted (never sampled) with `inherit_stat`, so
+/// each copy writes the task's CPU time on that CPU in a READ record when the task exits.
+/// `None` for [`Scope::System`], which follows no task. `lost`: read its lost count
+/// (`PERF_FORMAT_LOST`).
+pub fn exit_counter_attr(s: &RingSampling, scope: &Scope, lost: bool) -> Option<perf_event_attr> {
+    if *scope == Scope::System {
+        return None;
+    }
+    let mut a = sys::new_attr(sys::PERF_TYPE_SOFTWARE, u64::from(sys::PERF_COUNT_SW_TASK_CLOCK));
+    // task-clock counts a task's whole running time whatever these say; they only keep
+    // the attr within what an unprivileged user may open.
+    a.set_exclude_kernel(u64::from(!s.kernel_allowed));
+    a.sample_type = EXIT_COUNTER_SAMPLE_TYPE;
+    a.read_format = if lost { u64::from(sys::PERF_FORMAT_LOST) } else { 0 };
+    a.set_sample_id_all(1);
+    use_monotonic_clock(&mut a);
+    let half = EXIT_RING_PAGES * crate::ring::page_size() / 2;
+    Wakeup::Bytes(u32::try_from(half).unwrap_or(u32::MAX)).apply(&mut a);
+    inherit_flags(&mut a, scope);
+    a.set_inherit_stat(1);
+    Some(a)
 }
 
 /// The leader's attr: `spec`'s leader sampling every `s.period`, reading the group with
@@ -290,6 +337,15 @@ pub struct CpuRings {
     leader: perf_event_attr,
     member_attrs: Vec<perf_event_attr>,
     off_cpu: Option<perf_event_attr>,
+    /// The exit counter's attr (`None`: no task is followed, or its rings could not all be
+    /// mapped).
+    exit_attr: Option<perf_event_attr>,
+    /// Per CPU, the ring of the exit counters' READ records, and the index in `events` of
+    /// the counter that owns it.
+    exit_rings: Vec<Option<RingBuffer>>,
+    exit_owners: Vec<Option<usize>>,
+    /// The exit counters: index into `events`.
+    exit_counters: Vec<usize>,
     hf: Option<u64>,
     group_read: bool,
     names: Vec<String>,
@@ -316,6 +372,8 @@ impl CpuRings {
         let mut set = CpuRings {
             rings: cpus.iter().map(|_| None).collect(),
             owners: cpus.iter().map(|_| None).collect(),
+            exit_rings: cpus.iter().map(|_| None).collect(),
+            exit_owners: cpus.iter().map(|_| None).collect(),
             cpus,
             pages,
             events: Vec::new(),
@@ -325,6 +383,8 @@ impl CpuRings {
             leader: leader_attr(spec, s, &scope, spec.events.len() > 1),
             member_attrs: (1..spec.events.len()).map(|i| member_attr(spec, i, s, &scope)).collect(),
             off_cpu: s.off_cpu.then(|| off_cpu_attr(s, &scope)),
+            exit_attr: exit_counter_attr(s, &scope, true),
+            exit_counters: Vec::new(),
             hf: None,
             group_read: spec.events.len() > 1,
             names: spec.events.iter().map(|e| e.name.clone()).collect(),
@@ -415,8 +475,55 @@ impl CpuRings {
                 self.writers.push((self.events.len(), ci, task, Role::OffCpu));
                 self.push(off, true)?;
             }
+            self.open_exit_counter(ci, target)?;
         }
         Ok(())
+    }
+
+    /// Opens the exit counter of `target` (CPU `ci`), into the CPU's exit ring, mapped on
+    /// its first counter. Where the locked-memory allowance leaves no room for an exit
+    /// ring, the set goes without exit counts (a CPU's alone would give part of a task's
+    /// time): [`CpuRings::exit_counts`] says so.
+    fn open_exit_counter(&mut self, ci: usize, target: Target) -> Result<(), RingSetError> {
+        const WHAT: &str = "task-clock (exit counts)";
+        let Some(attr) = self.exit_attr else { return Ok(()) };
+        let counter = PerfEvent::open(&attr, target, None, WHAT)?;
+        match self.exit_owners[ci].and_then(|i| self.events.get(i)) {
+            Some(owner) => counter.set_output(owner).map_err(|e| set_output_error(WHAT, e))?,
+            None => {
+                let ring = match RingBuffer::map(&counter, EXIT_RING_PAGES) {
+                    Err(RingError::LockedMemory { .. }) => RingBuffer::map(&counter, 1),
+                    r => r,
+                };
+                match ring {
+                    Ok(ring) => {
+                        self.exit_rings[ci] = Some(ring);
+                        self.exit_owners[ci] = Some(self.events.len());
+                    }
+                    Err(RingError::LockedMemory { .. }) => {
+                        self.drop_exit_counters();
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.roles.push((counter.id().unwrap_or(0), Role::Exits));
+        self.exit_counters.push(self.events.len());
+        self.push(counter, true)
+    }
+
+    /// Goes without exit counts: the counters opened so far stop (they stay open, as
+    /// every event of the set does, so indices hold) and their rings are unmapped.
+    fn drop_exit_counters(&mut self) {
+        for &i in &self.exit_counters {
+            let _ = self.events[i].disable();
+        }
+        self.to_enable.retain(|i| !self.exit_counters.contains(i));
+        self.exit_counters.clear();
+        self.exit_rings.iter_mut().for_each(|r| *r = None);
+        self.exit_owners.iter_mut().for_each(|o| *o = None);
+        self.exit_attr = None;
     }
 
     /// An older kernel refused the leader's attr (`EINVAL`): drops what it may lack, one
@@ -437,6 +544,9 @@ impl CpuRings {
             self.leader.read_format &= !lost;
             if let Some(o) = &mut self.off_cpu {
                 o.read_format &= !lost;
+            }
+            if let Some(x) = &mut self.exit_attr {
+                x.read_format &= !lost;
             }
             true
         } else {
@@ -529,14 +639,50 @@ impl CpuRings {
         out
     }
 
-    /// The rings, one per online CPU.
+    /// The samples' rings, one per online CPU.
     pub fn rings_mut(&mut self) -> impl Iterator<Item = &mut RingBuffer> {
         self.rings.iter_mut().flatten()
     }
 
-    /// The rings' fds, for `poll`.
+    /// The exit counters' rings, one per online CPU (none without exit counts).
+    pub fn exit_rings_mut(&mut self) -> impl Iterator<Item = &mut RingBuffer> {
+        self.exit_rings.iter_mut().flatten()
+    }
+
+    /// Every ring's fd, for `poll`: the samples' rings, then the exit rings.
     pub fn ring_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
-        self.rings.iter().flatten().map(|r| r.fd()).collect()
+        self.rings.iter().chain(&self.exit_rings).flatten().map(|r| r.fd()).collect()
+    }
+
+    /// Whether each ring holds records, in [`CpuRings::ring_fds`]' order.
+    pub fn rings_pending(&self) -> Vec<bool> {
+        self.rings.iter().chain(&self.exit_rings).flatten().map(|r| r.pending_bytes() > 0).collect()
+    }
+
+    /// Whether every task's exit writes its CPU time (false: no task is followed, or the
+    /// exit rings could not be mapped).
+    pub fn exit_counts(&self) -> bool {
+        self.exit_attr.is_some()
+    }
+
+    /// Exit records the exit rings had no room for that no `PERF_RECORD_LOST` told (as
+    /// [`CpuRings::unreported_lost`], for the exit counters; call at the same point).
+    pub fn exit_counts_untold(&mut self) -> u64 {
+        let Some(attr) = self.exit_attr else { return 0 };
+        if attr.read_format & u64::from(sys::PERF_FORMAT_LOST) == 0 {
+            return 0;
+        }
+        let mut buf = [0u64; 2];
+        let told_by_events: u64 = self
+            .exit_counters
+            .iter()
+            .filter_map(|&i| match self.events[i].read_into(&mut buf) {
+                Ok(n) if n >= 2 => Some(buf[1]),
+                _ => None,
+            })
+            .sum();
+        let told_by_rings: u64 = self.exit_rings.iter().flatten().map(|r| r.lost()).sum();
+        told_by_events.saturating_sub(told_by_rings)
     }
 
     /// The CPUs the rings belong to, in ring order.
@@ -559,6 +705,7 @@ impl CpuRings {
         match role {
             Role::Leader => Some(&self.leader),
             Role::OffCpu => self.off_cpu.as_ref(),
+            Role::Exits => self.exit_attr.as_ref(),
         }
     }
 
@@ -655,6 +802,7 @@ mod tests {
     use super::*;
     use crate::ring::Record;
     use crate::spec;
+    use std::sync::atomic::Ordering;
 
     fn sampling() -> RingSampling {
         RingSampling {
@@ -820,7 +968,8 @@ mod tests {
         let g = spec::parse("{task-clock,page-faults}", false).unwrap();
         let s = RingSampling { period: 200_000, ..sampling() };
         let (mut set, tid) = sampled(&g, &s, 32, || spin(60));
-        assert_eq!(set.event_count(), 2 * set.cpus().len());
+        // The leader, its member and the exit counter, on each CPU.
+        assert_eq!(set.event_count(), 3 * set.cpus().len());
         let attr = *set.attr_of(Role::Leader).unwrap();
         let layout = crate::ring::SampleLayout::new(attr.sample_type);
         let (mut samples, mut ours, mut leader_ids) = (0, 0, 0);
@@ -839,6 +988,63 @@ mod tests {
         assert!(samples >= 100, "{samples} samples");
         assert_eq!((ours, leader_ids), (samples, samples));
         assert_eq!(set.role_of(ids[0]), Some(Role::Leader));
+    }
+
+    /// A followed thread that makes a thread and both end: their exits write READ records
+    /// into the exit rings, never into the samples' rings, each naming one of the two with
+    /// a count no more than the CPU time the two ran. (Which of the two writes them is
+    /// the kernel's: at a context switch between a task and a copy of its events it swaps
+    /// the two contexts, and the counts with them, so the task that ends holding the
+    /// original events writes none.)
+    #[test]
+    fn thread_exits_write_their_cpu_time_into_the_exit_rings() {
+        let g = spec::parse("{task-clock}", false).unwrap();
+        let s = RingSampling { period: 1_000_000, ..sampling() };
+        let child_tid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let (c, c2) = (child_tid.clone(), child_tid.clone());
+        let started = std::time::Instant::now();
+        let (mut set, tid) = sampled(&g, &s, 8, move || {
+            std::thread::spawn(move || {
+                c.store(sys::gettid(), Ordering::Relaxed);
+                spin(40);
+            })
+            .join()
+            .unwrap();
+            // A join returns when the thread clears its tid, before the kernel ends its
+            // events; it has written their records once it is reaped.
+            let task = format!("/proc/self/task/{}", c2.load(Ordering::Relaxed));
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::path::Path::new(&task).exists() && std::time::Instant::now() < give_up {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        let wall_ns = started.elapsed().as_nanos() as u64;
+        assert!(set.exit_counts());
+        let mut in_sample_rings = 0;
+        for ring in set.rings_mut() {
+            ring.read(|r| {
+                in_sample_rings +=
+                    usize::from(matches!(r, Record::Other { kind: sys::PERF_RECORD_READ, .. }));
+            });
+        }
+        assert_eq!(in_sample_rings, 0);
+        let ours = [tid, child_tid.load(Ordering::Relaxed)];
+        let (mut records, mut ns) = (0, 0u64);
+        for ring in set.exit_rings_mut() {
+            ring.read(|r| {
+                if let Record::Other { kind: sys::PERF_RECORD_READ, body, .. } = r {
+                    let word =
+                        |i: usize| u64::from_ne_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
+                    assert!(ours.contains(&((word(0) >> 32) as i32)), "{:#x}", word(0));
+                    records += 1;
+                    ns += word(1);
+                }
+            });
+        }
+        assert!(records >= 1 && records <= 2 * set.cpus().len(), "{records} records");
+        // Two threads on at most as many CPUs as the host has, over the test's time.
+        assert!(ns <= wall_ns * set.cpus().len() as u64, "{ns} ns in {wall_ns} ns");
+        assert_eq!(set.exit_counts_untold(), 0);
     }
 
     /// A one-page ring nobody reads while a thread faults 4000 fresh pages, sampled at

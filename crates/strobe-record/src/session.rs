@@ -568,6 +568,7 @@ impl Live<'_> {
         let ksyms = (floor.kernel_symbols_readable(), floor.kernel_addresses_seen());
         let off_cpu_intervals = floor.off_cpu_intervals();
         let served_dropped = floor.served_dropped();
+        warnings.extend(floor.exit_counts_warning());
         let processes_floor = floor.processes();
         let floor_totals = if write_failed {
             Totals::default()

@@ -63,9 +63,8 @@ pub(crate) enum Ev {
     Exit { pid: u32, tid: u32 },
     /// The kernel dropped `lost` records (a full ring) while `tid` ran.
     Lost { pid: Option<u32>, tid: Option<u32>, lost: u64 },
-    /// A thread's copy of the events (one CPU's) ended with the thread: its final counts
-    /// (`inherit_stat`), leader first. Summed over CPUs, the leader's is the thread's
-    /// exact count (its CPU time, for a time leader).
+    /// A thread's copy of one CPU's exit counter ended with the thread: its final count
+    /// (`inherit_stat`), `task-clock` ns. Summed over CPUs, the thread's exact CPU time.
     TaskCount { pid: u32, tid: u32, n: u8, values: [u64; MAX_COUNTERS] },
 }
 
@@ -81,6 +80,7 @@ pub(crate) struct Timed {
 pub(crate) struct Decoder {
     leader: Attr,
     off_cpu: Option<Attr>,
+    exits: Option<Attr>,
     roles: Vec<(u64, Role)>,
     max_depth: usize,
     /// Records that did not decode (never expected).
@@ -99,6 +99,7 @@ impl Decoder {
         Decoder {
             leader: rings.attr_of(Role::Leader).map(attr_of).unwrap_or_default(),
             off_cpu: rings.attr_of(Role::OffCpu).map(attr_of),
+            exits: rings.attr_of(Role::Exits).map(attr_of),
             roles: ids,
             max_depth,
             malformed: 0,
@@ -127,7 +128,8 @@ impl Decoder {
                     is_off_cpu = true;
                     self.off_cpu.as_ref()?
                 }
-                None => {
+                // The exit counter never samples.
+                Some(Role::Exits) | None => {
                     self.unknown_id += 1;
                     return None;
                 }
@@ -231,12 +233,13 @@ impl Decoder {
             Event::Lost { lost, .. } | Event::LostSamples { lost } => {
                 Ev::Lost { pid: id.pid, tid: id.tid, lost }
             }
-            // Only the leader's (its read_format decodes it; inherit_stat is on it alone).
+            // Only the exit counter's (inherit_stat is on it alone).
             Event::Other(fields)
                 if kind == strobe_perf::sys::PERF_RECORD_READ
-                    && id.id.is_none_or(|i| self.role(i) == Some(Role::Leader)) =>
+                    && id.id.is_some_and(|i| self.role(i) == Some(Role::Exits)) =>
             {
-                match task_count(fields, self.leader.read_format) {
+                let read_format = self.exits.as_ref().map_or(0, |a| a.read_format);
+                match task_count(fields, read_format) {
                     Some(ev) => ev,
                     None => {
                         self.malformed += 1;
@@ -250,7 +253,7 @@ impl Decoder {
     }
 }
 
-/// A READ record's fields (`pid, tid`, then the leader's `read_format`): its counts.
+/// A READ record's fields (`pid, tid`, then the exit counter's `read_format`): its counts.
 fn task_count(fields: &[u8], read_format: u64) -> Option<Ev> {
     use strobe_perf::sys::{
         PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_LOST, PERF_FORMAT_TOTAL_TIME_ENABLED,

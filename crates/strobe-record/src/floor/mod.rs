@@ -10,10 +10,12 @@
 //! In kernel mode the floor is the whole recording. In agent mode it runs beside the
 //! agent, sampling the leader alone at the agent's mean cycle: a sample of a thread the
 //! agent served at that moment is dropped ([`Served`]), every other one is kept, so each
-//! task of the tree is sampled once, at one rate, by whichever sampler could. With
-//! `inherit_stat` every task's exact count (its CPU time) comes when it exits; the
+//! task of the tree is sampled once, at one rate, by whichever sampler could. Each CPU's
+//! exit counter (`inherit_stat`) writes a task's exact CPU time when it exits, into an exit
+//! ring of its own, never into the samples' ring (strobe-perf's `percpu` says why); the
 //! recorder reads the rest from `/proc` at the end, so the report can say, per process
-//! and thread, what the samples do not account for.
+//! and thread, what the samples do not account for. Losses of exit records are counted
+//! apart from samples' and said in a warning.
 //!
 //! - [`decode`]: ring records into owned events (crate strobe-perfdata's decoder).
 //! - [`order`]: the records of all rings back in time order (`perf record`'s rounds).
@@ -39,7 +41,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use strobe_format::PeriodSource;
 use strobe_perf::percpu::{CpuRings, RingSampling, RingSetError, Scope};
-use strobe_perf::ring::{poll_readable, RingError, Wakeup};
+use strobe_perf::ring::{poll_readable, Record, RingError, Wakeup};
 use strobe_perf::spec::GroupSpec;
 
 use crate::served::Served;
@@ -137,6 +139,10 @@ pub(crate) struct Floor {
     pub hf_window: Option<u64>,
     /// The data bytes of each CPU's ring.
     pub ring_bytes: u64,
+    /// The floor follows tasks (not the whole system), whose exits write their CPU time.
+    follows_tasks: bool,
+    /// Exit records (a task's CPU time on one CPU) the exit rings had no room for.
+    exit_counts_lost: u64,
 }
 
 /// Where the floor's events go.
@@ -218,6 +224,8 @@ impl Floor {
         );
         let decoder = Decoder::new(&rings, rings.roles(), cfg.max_depth as usize);
         Ok(Floor {
+            follows_tasks: !matches!(target, Target::System),
+            exit_counts_lost: 0,
             hf_window: rings.hf_window(),
             rings,
             decoder,
@@ -240,7 +248,7 @@ impl Floor {
         // A ring is readable past its watermark, or hung up (its task is gone and so is
         // every copy of its events): only the first is a wakeup; the second would make
         // poll return at once until the recording ends, so wait instead.
-        let pending: Vec<bool> = self.rings.rings_mut().map(|r| r.pending_bytes() > 0).collect();
+        let pending = self.rings.rings_pending();
         let woken = ready.iter().zip(&pending).filter(|(&r, &p)| r && p).count();
         self.wakeups += woken as u64;
         if woken == 0 && ready.iter().any(|&r| r) {
@@ -258,7 +266,43 @@ impl Floor {
                 }
             });
         }
+        // The exit rings: tasks' CPU times, whose losses are not samples'.
+        let mut exit_lost = 0;
+        for ring in self.rings.exit_rings_mut() {
+            n += ring.read(|rec| match rec {
+                Record::Lost { lost, .. } => exit_lost += lost,
+                rec => {
+                    if let Some(t) = self.decoder.decode(rec) {
+                        self.order.push(t);
+                    }
+                }
+            });
+        }
+        self.exit_counts_lost += exit_lost;
         n
+    }
+
+    /// What the recording says of tasks' CPU times at their exit when some could not be
+    /// had: the kernel dropped exit records, or the exit rings could not be mapped.
+    pub(crate) fn exit_counts_warning(&self) -> Option<String> {
+        if !self.follows_tasks {
+            return None;
+        }
+        if !self.rings.exit_counts() {
+            return Some(
+                "the locked-memory allowance left no room for the rings that carry each thread's \
+                 CPU time at its exit (`ulimit -l`, sysctl kernel.perf_event_mlock_kb): the CPU \
+                 time threads that ended ran outside their samples is not named"
+                    .into(),
+            );
+        }
+        (self.exit_counts_lost > 0).then(|| {
+            format!(
+                "the kernel dropped {} records of threads' CPU time at their exit (their ring \
+                 filled): the CPU time those threads ran outside their samples is not named",
+                self.exit_counts_lost
+            )
+        })
     }
 
     /// Ends a round: writes what can be released in time order (dropping samples of
@@ -279,6 +323,7 @@ impl Floor {
         for (task, lost) in self.rings.unreported_lost() {
             self.writer.lost_untold(u32::try_from(task).ok(), lost);
         }
+        self.exit_counts_lost += self.rings.exit_counts_untold();
         self.writer.flush()
     }
 
