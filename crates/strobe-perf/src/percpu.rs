@@ -191,8 +191,8 @@ pub const EXIT_COUNTER_SAMPLE_TYPE: u64 = (sys::PERF_SAMPLE_IDENTIFIER
     | sys::PERF_SAMPLE_CPU) as u64;
 
 /// Data pages of each CPU's exit ring: one 64-byte READ record per task that exits, 512
-/// of them between two reads of the ring before any is lost (and its watermark wakes the
-/// reader at half).
+/// of them between two reads of the ring before any is lost (its watermark wakes the
+/// reader every 32). Halved, down to one, where the locked-memory allowance is short.
 pub const EXIT_RING_PAGES: usize = 8;
 
 /// The exit counter's attr: `task-clock` counted (never sampled) with `inherit_stat`, so
@@ -211,8 +211,10 @@ pub fn exit_counter_attr(s: &RingSampling, scope: &Scope, lost: bool) -> Option<
     a.read_format = if lost { u64::from(sys::PERF_FORMAT_LOST) } else { 0 };
     a.set_sample_id_all(1);
     use_monotonic_clock(&mut a);
-    let half = EXIT_RING_PAGES * crate::ring::page_size() / 2;
-    Wakeup::Bytes(u32::try_from(half).unwrap_or(u32::MAX)).apply(&mut a);
+    // Woken at half a page, whatever size the ring gets (the kernel would clamp a larger
+    // watermark to a smaller ring's size, and wake only when it is full).
+    let half_page = crate::ring::page_size() / 2;
+    Wakeup::Bytes(u32::try_from(half_page).unwrap_or(u32::MAX)).apply(&mut a);
     inherit_flags(&mut a, scope);
     a.set_inherit_stat(1);
     Some(a)
@@ -491,9 +493,12 @@ impl CpuRings {
         match self.exit_owners[ci].and_then(|i| self.events.get(i)) {
             Some(owner) => counter.set_output(owner).map_err(|e| set_output_error(WHAT, e))?,
             None => {
-                let ring = match RingBuffer::map(&counter, EXIT_RING_PAGES) {
-                    Err(RingError::LockedMemory { .. }) => RingBuffer::map(&counter, 1),
-                    r => r,
+                let mut pages = EXIT_RING_PAGES;
+                let ring = loop {
+                    match RingBuffer::map(&counter, pages) {
+                        Err(RingError::LockedMemory { .. }) if pages > 1 => pages /= 2,
+                        r => break r,
+                    }
                 };
                 match ring {
                     Ok(ring) => {
