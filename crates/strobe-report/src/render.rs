@@ -397,14 +397,19 @@ pub fn lost_warning(report: &Report) -> String {
     )
 }
 
-/// `thread 123: 40, thread 124: 2`, at most 8 threads named (the rest summed).
+/// `thread 123: 40, thread 124: 2`, at most 8 threads named (the rest summed). Losses no
+/// record named a thread for (a kernel ring's, counted by its events after its last
+/// record) are `no thread named: N`.
 pub fn lost_per_thread(report: &Report) -> String {
     const SHOWN: usize = 8;
     let mut parts: Vec<String> = report
         .lost_by_thread
         .iter()
         .take(SHOWN)
-        .map(|l| format!("thread {}: {}", l.tid, l.lost))
+        .map(|l| match l.tid {
+            0 => format!("no thread named: {}", l.lost),
+            tid => format!("thread {tid}: {}", l.lost),
+        })
         .collect();
     if report.lost_by_thread.len() > SHOWN {
         let rest = &report.lost_by_thread[SHOWN..];

@@ -583,6 +583,15 @@ fn snapshot_csv_sorted_top() {
     insta::assert_snapshot!(stable(&render(&r, &opts).unwrap()));
 }
 
+/// Losses the kernel counted after a ring's last record name no thread: said so, not as
+/// a thread 0.
+#[test]
+fn losses_no_record_named_a_thread_for_are_said_so() {
+    let mut r = snapshot_report();
+    r.lost_by_thread.push(crate::LostThread { pid: 1, tid: 0, lost: 40 });
+    assert_eq!(crate::render::lost_per_thread(&r), "thread 1: 5, thread 2: 2, no thread named: 40");
+}
+
 #[test]
 fn csv_quotes_names_with_commas() {
     assert_eq!(crate::render::csv_field("f<a, b>"), "\"f<a, b>\"");

@@ -240,8 +240,8 @@ pub(crate) struct Writer {
     ksyms: KernelNames,
     /// Walks the user stack copies of `--call-graph dwarf` samples.
     unwinder: Option<Unwinder>,
-    /// Threads that sampled or switched out (a tid used again by a new thread counts
-    /// again).
+    /// Threads followed: made while the floor followed their process (FORK), or that
+    /// sampled or switched out (a tid used again by a new thread counts again).
     threads_seen: usize,
     /// Per (pid, tid): the leader's final count of each of the thread's event copies
     /// (one per CPU), summed: its exact CPU time for a time leader (a retired process's
@@ -719,8 +719,11 @@ impl Writer {
                 Ev::Fork { pid, ppid, tid, ptid } => {
                     let parent_name =
                         self.threads.get(&ptid).map(|t| t.name.clone()).unwrap_or_default();
-                    self.threads
-                        .insert(tid, Thread { pid, name: parent_name, ..Thread::default() });
+                    self.threads.insert(
+                        tid,
+                        Thread { pid, name: parent_name, counted: true, ..Thread::default() },
+                    );
+                    self.threads_seen += 1;
                     // A forgotten image's pid, reused: a new process too.
                     let followed =
                         self.by_pid.get(&pid).is_some_and(|&i| self.procs[i].live.is_some());
