@@ -99,8 +99,9 @@ pub(crate) struct Args {
     /// Size of the buffer samples wait in (e.g. 64M, 1G). Agent mode: one buffer shared
     /// by all threads, default 64M; memory is this plus 64 bytes per thread alive at once.
     /// Kernel mode: the ring buffer of each CPU, default 512K, or 4M when samples carry
-    /// copies of the user stack (dwarf); rounded down to a power of two pages. A sample that
-    /// finds the buffer full is counted as lost, and the report says so.
+    /// copies of the user stack (dwarf); rounded down to a power of two pages (and 32K more
+    /// per CPU for threads' CPU times at their exit). A sample that finds the buffer full
+    /// is counted as lost, and the report says so.
     #[arg(long, value_name = "BYTES")]
     buffer: Option<String>,
     /// How samples' call stacks are walked: dwarf (from the unwind tables, correct through
