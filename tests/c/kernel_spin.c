@@ -10,12 +10,16 @@
  * until the thread has run CPU_MS of spin_a and spin_b. It prints "ready PID" at start
  * and, at the end, its ground truth summed over the threads: CPU time in spin_a and
  * spin_b (CLOCK_THREAD_CPUTIME_ID around each call), wall time in block_c
- * (CLOCK_MONOTONIC around each call) and the calls. */
+ * (CLOCK_MONOTONIC around each call), the calls, and the times the threads left the CPU
+ * around them (voluntary and involuntary switches, getrusage RUSAGE_THREAD before and
+ * after each call): one a sleep, and more when a thread is preempted in block_c or a signal
+ * makes the sleep start again. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,7 +28,7 @@ static long cpu_ms = 400, sleep_us = 0;
 static volatile uint64_t sink;
 
 struct truth {
-    int64_t a_ns, b_ns, c_wall_ns, c_calls;
+    int64_t a_ns, b_ns, c_wall_ns, c_calls, c_switches;
 };
 
 static int64_t now(clockid_t c) {
@@ -69,10 +73,14 @@ static void *worker(void *arg) {
         t->a_ns += t1 - t0;
         t->b_ns += t2 - t1;
         if (sleep_us > 0) {
+            struct rusage r0, r1;
+            getrusage(RUSAGE_THREAD, &r0);
             int64_t w0 = now(CLOCK_MONOTONIC);
             block_c();
             t->c_wall_ns += now(CLOCK_MONOTONIC) - w0;
+            getrusage(RUSAGE_THREAD, &r1);
             t->c_calls++;
+            t->c_switches += (r1.ru_nvcsw + r1.ru_nivcsw) - (r0.ru_nvcsw + r0.ru_nivcsw);
         }
     }
     return NULL;
@@ -99,9 +107,11 @@ int main(int argc, char **argv) {
         sum.b_ns += t[i].b_ns;
         sum.c_wall_ns += t[i].c_wall_ns;
         sum.c_calls += t[i].c_calls;
+        sum.c_switches += t[i].c_switches;
     }
-    printf("spin_a_ns=%lld spin_b_ns=%lld block_c_wall_ns=%lld block_c_calls=%lld threads=%d\n",
+    printf("spin_a_ns=%lld spin_b_ns=%lld block_c_wall_ns=%lld block_c_calls=%lld "
+           "block_c_switches=%lld threads=%d\n",
            (long long)sum.a_ns, (long long)sum.b_ns, (long long)sum.c_wall_ns,
-           (long long)sum.c_calls, threads);
+           (long long)sum.c_calls, (long long)sum.c_switches, threads);
     return 0;
 }

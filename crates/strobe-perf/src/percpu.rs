@@ -518,8 +518,10 @@ impl CpuRings {
         self.push(counter, true)
     }
 
-    /// Goes without exit counts: the counters opened so far stop (they stay open, as
-    /// every event of the set does, so indices hold) and their rings are unmapped.
+    /// Goes without exit counts: the counters opened so far are disabled and their rings
+    /// unmapped; they stay open, as every event of the set does, so indices hold (a
+    /// launched process's exec enables them again, and the few records they then write go
+    /// unread: nothing reads a count of theirs).
     fn drop_exit_counters(&mut self) {
         for &i in &self.exit_counters {
             let _ = self.events[i].disable();

@@ -243,8 +243,8 @@ pub(crate) struct Writer {
     /// Threads followed: made while the floor followed their process (FORK), or that
     /// sampled or switched out (a tid used again by a new thread counts again).
     threads_seen: usize,
-    /// Per (pid, tid): the leader's final count of each of the thread's event copies
-    /// (one per CPU), summed: its exact CPU time for a time leader (a retired process's
+    /// Per (pid, tid): the exit counter's final count of each of the thread's copies (one
+    /// per CPU), summed: its exact CPU time, kept for a time leader (a retired process's
     /// are written with its END and leave).
     task_counts: FxHashMap<(u32, u32), u64>,
     /// Floor samples dropped because the agent served their thread at that moment.
