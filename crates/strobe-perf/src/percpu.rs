@@ -348,6 +348,8 @@ pub struct CpuRings {
     exit_owners: Vec<Option<usize>>,
     /// The exit counters: index into `events`.
     exit_counters: Vec<usize>,
+    /// Why the set went without exit counts, when it had to.
+    exits_off: Option<String>,
     hf: Option<u64>,
     group_read: bool,
     names: Vec<String>,
@@ -387,6 +389,7 @@ impl CpuRings {
             off_cpu: s.off_cpu.then(|| off_cpu_attr(s, &scope)),
             exit_attr: exit_counter_attr(s, &scope, true),
             exit_counters: Vec::new(),
+            exits_off: None,
             hf: None,
             group_read: spec.events.len() > 1,
             names: spec.events.iter().map(|e| e.name.clone()).collect(),
@@ -483,15 +486,27 @@ impl CpuRings {
     }
 
     /// Opens the exit counter of `target` (CPU `ci`), into the CPU's exit ring, mapped on
-    /// its first counter. Where the locked-memory allowance leaves no room for an exit
-    /// ring, the set goes without exit counts (a CPU's alone would give part of a task's
-    /// time): [`CpuRings::exit_counts`] says so.
+    /// its first counter. Exit counts never cost the samples: where a counter cannot be
+    /// opened or redirected, or the locked-memory allowance leaves no room for an exit
+    /// ring, the set goes without them (a CPU's alone would give part of a task's time),
+    /// and [`CpuRings::exit_counts_off`] says why.
     fn open_exit_counter(&mut self, ci: usize, target: Target) -> Result<(), RingSetError> {
         const WHAT: &str = "task-clock (exit counts)";
         let Some(attr) = self.exit_attr else { return Ok(()) };
-        let counter = PerfEvent::open(&attr, target, None, WHAT)?;
+        let counter = match PerfEvent::open(&attr, target, None, WHAT) {
+            Ok(c) => c,
+            Err(e) => {
+                self.drop_exit_counters(e.to_string());
+                return Ok(());
+            }
+        };
         match self.exit_owners[ci].and_then(|i| self.events.get(i)) {
-            Some(owner) => counter.set_output(owner).map_err(|e| set_output_error(WHAT, e))?,
+            Some(owner) => {
+                if let Err(e) = counter.set_output(owner) {
+                    self.drop_exit_counters(format!("redirecting an exit counter failed: {e}"));
+                    return Ok(());
+                }
+            }
             None => {
                 let mut pages = EXIT_RING_PAGES;
                 let ring = loop {
@@ -505,11 +520,10 @@ impl CpuRings {
                         self.exit_rings[ci] = Some(ring);
                         self.exit_owners[ci] = Some(self.events.len());
                     }
-                    Err(RingError::LockedMemory { .. }) => {
-                        self.drop_exit_counters();
+                    Err(e) => {
+                        self.drop_exit_counters(e.to_string());
                         return Ok(());
                     }
-                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -522,7 +536,8 @@ impl CpuRings {
     /// unmapped; they stay open, as every event of the set does, so indices hold (a
     /// launched process's exec enables them again, and the few records they then write go
     /// unread: nothing reads a count of theirs).
-    fn drop_exit_counters(&mut self) {
+    fn drop_exit_counters(&mut self, why: String) {
+        self.exits_off = Some(why);
         for &i in &self.exit_counters {
             let _ = self.events[i].disable();
         }
@@ -667,9 +682,15 @@ impl CpuRings {
     }
 
     /// Whether every task's exit writes its CPU time (false: no task is followed, or the
-    /// exit rings could not be mapped).
+    /// set had to go without: [`CpuRings::exit_counts_off`]).
     pub fn exit_counts(&self) -> bool {
         self.exit_attr.is_some()
+    }
+
+    /// Why the set goes without exit counts though it follows tasks (an exit counter could
+    /// not be opened or its ring mapped), if it does.
+    pub fn exit_counts_off(&self) -> Option<&str> {
+        self.exits_off.as_deref()
     }
 
     /// Exit records the exit rings had no room for that no `PERF_RECORD_LOST` told (as

@@ -288,13 +288,11 @@ impl Floor {
         if !self.follows_tasks {
             return None;
         }
-        if !self.rings.exit_counts() {
-            return Some(
-                "the locked-memory allowance left no room for the rings that carry each thread's \
-                 CPU time at its exit (`ulimit -l`, sysctl kernel.perf_event_mlock_kb): the CPU \
-                 time threads that ended ran outside their samples is not named"
-                    .into(),
-            );
+        if let Some(why) = self.rings.exit_counts_off() {
+            return Some(format!(
+                "threads' CPU time at their exit is not recorded ({why}): the CPU time threads \
+                 that ended ran outside their samples is not named"
+            ));
         }
         (self.exit_counts_lost > 0).then(|| {
             format!(
