@@ -495,6 +495,9 @@ impl CpuRings {
         let Some(attr) = self.exit_attr else { return Ok(()) };
         let counter = match PerfEvent::open(&attr, target, None, WHAT) {
             Ok(c) => c,
+            // A thread of an attached process that ended since its leader opened: it has
+            // no exit to come.
+            Err(OpenError::NoSuchTask { .. }) => return Ok(()),
             Err(e) => {
                 self.drop_exit_counters(e.to_string());
                 return Ok(());
