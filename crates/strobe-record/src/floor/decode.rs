@@ -65,7 +65,7 @@ pub(crate) enum Ev {
     Lost { pid: Option<u32>, tid: Option<u32>, lost: u64 },
     /// A thread's copy of one CPU's exit counter ended with the thread: its final count
     /// (`inherit_stat`), `task-clock` ns. Summed over CPUs, the thread's exact CPU time.
-    TaskCount { pid: u32, tid: u32, n: u8, values: [u64; MAX_COUNTERS] },
+    TaskCount { pid: u32, tid: u32, ns: u64 },
 }
 
 /// An event and when it happened (CLOCK_MONOTONIC ns).
@@ -80,7 +80,6 @@ pub(crate) struct Timed {
 pub(crate) struct Decoder {
     leader: Attr,
     off_cpu: Option<Attr>,
-    exits: Option<Attr>,
     roles: Vec<(u64, Role)>,
     max_depth: usize,
     /// Records that did not decode (never expected).
@@ -99,7 +98,6 @@ impl Decoder {
         Decoder {
             leader: rings.attr_of(Role::Leader).map(attr_of).unwrap_or_default(),
             off_cpu: rings.attr_of(Role::OffCpu).map(attr_of),
-            exits: rings.attr_of(Role::Exits).map(attr_of),
             roles: ids,
             max_depth,
             malformed: 0,
@@ -238,8 +236,7 @@ impl Decoder {
                 if kind == strobe_perf::sys::PERF_RECORD_READ
                     && id.id.is_some_and(|i| self.role(i) == Some(Role::Exits)) =>
             {
-                let read_format = self.exits.as_ref().map_or(0, |a| a.read_format);
-                match task_count(fields, read_format) {
+                match task_count(fields) {
                     Some(ev) => ev,
                     None => {
                         self.malformed += 1;
@@ -253,34 +250,14 @@ impl Decoder {
     }
 }
 
-/// A READ record's fields (`pid, tid`, then the exit counter's `read_format`): its counts.
-fn task_count(fields: &[u8], read_format: u64) -> Option<Ev> {
-    use strobe_perf::sys::{
-        PERF_FORMAT_GROUP, PERF_FORMAT_ID, PERF_FORMAT_LOST, PERF_FORMAT_TOTAL_TIME_ENABLED,
-        PERF_FORMAT_TOTAL_TIME_RUNNING,
-    };
+/// A READ record's fields: `pid, tid`, then the exit counter's value (its `read_format`
+/// is the plain value, with its lost count after it when asked for).
+fn task_count(fields: &[u8]) -> Option<Ev> {
     let word = |i: usize| -> Option<u64> {
         Some(u64::from_ne_bytes(fields.get(i * 8..i * 8 + 8)?.try_into().ok()?))
     };
     let first = word(0)?;
-    let (pid, tid) = (first as u32, (first >> 32) as u32);
-    let has = |f: u32| read_format & u64::from(f) != 0;
-    let times = usize::from(has(PERF_FORMAT_TOTAL_TIME_ENABLED))
-        + usize::from(has(PERF_FORMAT_TOTAL_TIME_RUNNING));
-    // After each value: its id and its lost count, when asked for.
-    let per_value = 1 + usize::from(has(PERF_FORMAT_ID)) + usize::from(has(PERF_FORMAT_LOST));
-    let mut values = [0u64; MAX_COUNTERS];
-    let n = if has(PERF_FORMAT_GROUP) {
-        let nr = usize::try_from(word(1)?).ok()?.min(MAX_COUNTERS);
-        for (i, v) in values.iter_mut().enumerate().take(nr) {
-            *v = word(2 + times + i * per_value)?;
-        }
-        nr
-    } else {
-        values[0] = word(1)?;
-        1
-    };
-    Some(Ev::TaskCount { pid, tid, n: n as u8, values })
+    Some(Ev::TaskCount { pid: first as u32, tid: (first >> 32) as u32, ns: word(1)? })
 }
 
 #[cfg(test)]

@@ -139,8 +139,6 @@ pub(crate) struct Floor {
     pub hf_window: Option<u64>,
     /// The data bytes of each CPU's ring.
     pub ring_bytes: u64,
-    /// The floor follows tasks (not the whole system), whose exits write their CPU time.
-    follows_tasks: bool,
     /// Exit records (a task's CPU time on one CPU) the exit rings had no room for.
     exit_counts_lost: u64,
 }
@@ -224,7 +222,6 @@ impl Floor {
         );
         let decoder = Decoder::new(&rings, rings.roles(), cfg.max_depth as usize);
         Ok(Floor {
-            follows_tasks: !matches!(target, Target::System),
             exit_counts_lost: 0,
             hf_window: rings.hf_window(),
             rings,
@@ -285,9 +282,6 @@ impl Floor {
     /// What the recording says of tasks' CPU times at their exit when some could not be
     /// had: the kernel dropped exit records, or the exit rings could not be mapped.
     pub(crate) fn exit_counts_warning(&self) -> Option<String> {
-        if !self.follows_tasks {
-            return None;
-        }
         if let Some(why) = self.rings.exit_counts_off() {
             return Some(format!(
                 "threads' CPU time at their exit is not recorded ({why}): the CPU time threads \

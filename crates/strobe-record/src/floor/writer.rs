@@ -638,10 +638,10 @@ impl Writer {
                         self.sample(time, s);
                     }
                 }
-                Ev::TaskCount { pid, tid, n, values } => {
-                    if n > 0 && self.sampling.leader_is_time {
+                Ev::TaskCount { pid, tid, ns } => {
+                    if self.sampling.leader_is_time {
                         let c = self.task_counts.entry((pid, tid)).or_default();
-                        *c = c.saturating_add(values[0]);
+                        *c = c.saturating_add(ns);
                     }
                 }
                 Ev::SwitchOut { pid, tid, leaf, callers } => {
@@ -1168,8 +1168,6 @@ mod tests {
             pgoff: 0,
             path: PathBuf::from(path),
         };
-        let mut values = [0; MAX_COUNTERS];
-        values[0] = 7_000;
         let rounds: Vec<Vec<Ev>> = vec![
             vec![
                 Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
@@ -1182,7 +1180,7 @@ mod tests {
                 mmap("/bin/true"),
                 sample(dead, dead, 0x40_0020, vec![0x40_0300]),
                 Ev::Lost { pid: Some(dead), tid: Some(dead), lost: 3 },
-                Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
+                Ev::TaskCount { pid: dead, tid: dead, ns: 7_000 },
                 Ev::Exit { pid: dead, tid: dead },
             ],
             // After the forgetting writers saw the pid dead: an event later than that.
@@ -1241,8 +1239,6 @@ mod tests {
         for k in 0..N {
             let dead = dead_pid();
             pids.push(dead);
-            let mut values = [0; MAX_COUNTERS];
-            values[0] = 1_000 + k as u64;
             let round = vec![
                 Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
                 Ev::Comm { pid: dead, tid: dead, name: format!("short{k}"), exec: true },
@@ -1255,7 +1251,7 @@ mod tests {
                 },
                 sample(dead, dead, 0x40_0010, vec![0x40_0100]),
                 Ev::Switch { pid: dead, tid: dead, out: true, preempt: false },
-                Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
+                Ev::TaskCount { pid: dead, tid: dead, ns: 1_000 + k as u64 },
                 Ev::Exit { pid: dead, tid: dead },
                 // The dying thread's last switch-out comes after its EXIT.
                 Ev::Switch { pid: dead, tid: dead, out: true, preempt: false },
@@ -1340,14 +1336,12 @@ mod tests {
         let path = dir.join("f");
         let mut w = writer_at(&path);
         w.retire = false;
-        let mut values = [0; MAX_COUNTERS];
-        values[0] = 7_000;
         let mut time = crate::drain::mono_ns() - 10_000_000_000;
         let round = vec![
             Ev::Fork { pid: dead, ppid: me, tid: dead, ptid: me },
             Ev::Comm { pid: dead, tid: dead, name: "true".into(), exec: true },
             sample(dead, dead, 0x40_0020, vec![]),
-            Ev::TaskCount { pid: dead, tid: dead, n: 1, values },
+            Ev::TaskCount { pid: dead, tid: dead, ns: 7_000 },
             Ev::Exit { pid: dead, tid: dead },
         ];
         apply_round(&mut w, timed(&mut time, round), true);
