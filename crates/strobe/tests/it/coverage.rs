@@ -318,7 +318,8 @@ fn short_threads_at_the_default_period_get_their_share() {
 /// samples' rings, such a write racing a sample there left a CPU's ring stuck for the rest
 /// of the recording (4 to 6 of 10 recordings lost thousands of samples; at the default
 /// period the race is rarer than 1 in 20, so this case samples often on purpose). No
-/// sample may be lost, and the threads' CPU times still reach the file.
+/// sample may be lost, the threads' CPU times still reach the file, and the summary
+/// counts every thread.
 #[test]
 fn threads_that_come_and_go_by_the_thousand_lose_no_sample() {
     let _quiet = crate::util::quiet();
@@ -344,6 +345,9 @@ fn threads_that_come_and_go_by_the_thousand_lose_no_sample() {
             assert!(!samples_dropped, "{mode} {i}: {}", show(&c.out));
             let t = fields(&c.out.stdout);
             assert_eq!(t["threads"], 3000.0, "{}", show(&c.out));
+            // The summary counts the program's threads, its main thread among them.
+            let count = format!("from 1 process, {} threads", t["threads"] as u64 + 1);
+            assert!(said.contains(&count), "{mode} {i}: want {count:?}\n{}", show(&c.out));
             if mode == "kernel" {
                 // Each thread's time beyond its samples (a 0.3 ms thread's last part
                 // period) is named for the command from its exit count; without exit
