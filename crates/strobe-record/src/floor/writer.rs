@@ -200,7 +200,7 @@ struct Thread {
     /// Thinning: samples of the thread the kernel took, and which of each `thin` is kept.
     thin_seen: u32,
     thin_offset: u32,
-    /// Counted in [`Totals::threads`] (it sampled or switched out).
+    /// Counted in [`Totals::threads`] (it forked, took a name, sampled or switched out).
     counted: bool,
     /// When its EXIT came.
     exited_at: Option<u64>,
@@ -715,6 +715,12 @@ impl Writer {
                     }
                     let t = self.threads.entry(tid).or_default();
                     (t.pid, t.name, t.named_in) = (pid, name, None);
+                    // The launched program's first thread makes no FORK here and may never
+                    // sample or switch out (a main thread that only waits): its COMM counts it.
+                    if !t.counted {
+                        t.counted = true;
+                        self.threads_seen += 1;
+                    }
                 }
                 Ev::Fork { pid, ppid, tid, ptid } => {
                     let parent_name =
