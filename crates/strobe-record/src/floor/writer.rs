@@ -206,6 +206,13 @@ struct Thread {
     exited_at: Option<u64>,
 }
 
+impl Thread {
+    /// Marks it counted in [`Totals::threads`]; true the first time.
+    fn count(&mut self) -> bool {
+        !std::mem::replace(&mut self.counted, true)
+    }
+}
+
 /// Builds the record file of a kernel-mode recording.
 pub(crate) struct Writer {
     file: File,
@@ -240,8 +247,9 @@ pub(crate) struct Writer {
     ksyms: KernelNames,
     /// Walks the user stack copies of `--call-graph dwarf` samples.
     unwinder: Option<Unwinder>,
-    /// Threads followed: made while the floor followed their process (FORK), or that
-    /// sampled or switched out (a tid used again by a new thread counts again).
+    /// Threads followed: made while the floor followed their process (FORK), named (the
+    /// launched program's first thread, at its exec's COMM), or that sampled or switched
+    /// out (a tid used again by a new thread counts again).
     threads_seen: usize,
     /// Per (pid, tid): the exit counter's final count of each of the thread's copies (one
     /// per CPU), summed: its exact CPU time, kept for a time leader (a retired process's
@@ -606,8 +614,7 @@ impl Writer {
     fn name_thread(&mut self, stream: u32, pid: u32, tid: u32) {
         let t = self.threads.entry(tid).or_default();
         t.pid = pid;
-        if !t.counted {
-            t.counted = true;
+        if t.count() {
             self.threads_seen += 1;
         }
         if t.named_in == Some(stream) {
@@ -717,8 +724,7 @@ impl Writer {
                     (t.pid, t.name, t.named_in) = (pid, name, None);
                     // The launched program's first thread makes no FORK here and may never
                     // sample or switch out (a main thread that only waits): its COMM counts it.
-                    if !t.counted {
-                        t.counted = true;
+                    if t.count() {
                         self.threads_seen += 1;
                     }
                 }
